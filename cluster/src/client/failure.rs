@@ -1,0 +1,139 @@
+//! Step 5 of the call path: what one failed attempt means, and whether another may follow.
+
+use crate::error::{Reason, RpcErrorKind};
+use crate::transport::{Reply, TransportError};
+
+/// How one attempt failed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Failure {
+    /// Provably never reached the provider's code: no connection, send failed.
+    NotSent(String),
+    /// The provider refused it before running it.
+    Refused(Reason, String),
+    /// The deadline passed after it was sent: it may have run.
+    Timeout,
+    /// The connection broke after it was sent: it may have run.
+    Lost(String),
+    /// The provider's function panicked.
+    Panicked(String),
+    /// Request or reply too large for a frame.
+    TooLarge(String),
+    /// The reply could not be understood.
+    Protocol(String),
+}
+
+impl Failure {
+    /// The failure of a reply that is not `Done`, or of a transport error.
+    pub(crate) fn of(result: Result<Reply, TransportError>) -> Result<Vec<u8>, Failure> {
+        match result {
+            Ok(Reply::Done(bytes)) => Ok(bytes),
+            Ok(Reply::Refused(code, detail)) => Err(match Reason::from_code(code) {
+                Some(reason) => Failure::Refused(reason, detail),
+                None => Failure::Protocol(format!(
+                    "the provider refused with unknown code {code}: {detail}"
+                )),
+            }),
+            Ok(Reply::Panicked(message)) => Err(Failure::Panicked(message)),
+            Ok(Reply::TooLarge(detail)) => Err(Failure::TooLarge(detail)),
+            Ok(Reply::Undeliverable(detail)) => Err(Failure::Protocol(detail)),
+            Ok(Reply::Expired) => Err(Failure::Timeout),
+            Err(TransportError::NotSent(detail)) => Err(Failure::NotSent(detail)),
+            Err(TransportError::Lost(detail)) => Err(Failure::Lost(detail)),
+            Err(TransportError::Timeout) => Err(Failure::Timeout),
+        }
+    }
+
+    /// Whether another attempt is safe: anything that never ran may be retried for any function;
+    /// what may have run, only for an idempotent one; the provider's own verdicts never.
+    pub(crate) fn retryable(&self, idempotent: bool) -> bool {
+        match self {
+            Failure::NotSent(_) => true,
+            Failure::Refused(reason, _) => reason.never_ran() && *reason != Reason::BadArguments,
+            Failure::Timeout | Failure::Lost(_) => idempotent,
+            Failure::Panicked(_) | Failure::TooLarge(_) | Failure::Protocol(_) => false,
+        }
+    }
+
+    /// The attempt's outcome in a few words, for the report.
+    pub(crate) fn outcome(&self) -> String {
+        match self {
+            Failure::NotSent(d) => format!("not sent: {d}"),
+            Failure::Refused(r, _) => format!("refused: {r}"),
+            Failure::Timeout => "timeout".to_owned(),
+            Failure::Lost(_) => "connection lost".to_owned(),
+            Failure::Panicked(_) => "panicked".to_owned(),
+            Failure::TooLarge(_) => "too large".to_owned(),
+            Failure::Protocol(_) => "protocol error".to_owned(),
+        }
+    }
+
+    /// What the call's error says, if this was its last attempt.
+    pub(crate) fn verdict(self) -> Verdict {
+        match self {
+            Failure::NotSent(d) => Verdict::Rpc(RpcErrorKind::NoConnection, d),
+            Failure::Refused(reason, d) => Verdict::Service(reason, d),
+            Failure::Timeout => Verdict::Rpc(RpcErrorKind::Timeout, String::new()),
+            Failure::Lost(d) => Verdict::Rpc(RpcErrorKind::ConnectionLost, d),
+            Failure::Panicked(message) => {
+                Verdict::Service(Reason::Panicked, format!("panic message: {message}"))
+            }
+            Failure::TooLarge(d) => Verdict::Rpc(RpcErrorKind::TooLarge, d),
+            Failure::Protocol(d) => Verdict::Rpc(RpcErrorKind::Protocol, d),
+        }
+    }
+}
+
+/// The kind of error a failure ends a call with.
+pub(crate) enum Verdict {
+    Service(Reason, String),
+    Rpc(RpcErrorKind, String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_table() {
+        let cases = [
+            (Failure::NotSent("refused".into()), true, true),
+            (
+                Failure::Refused(Reason::Draining, String::new()),
+                true,
+                true,
+            ),
+            (
+                Failure::Refused(Reason::Overloaded, String::new()),
+                true,
+                true,
+            ),
+            (
+                Failure::Refused(Reason::NoFunction, String::new()),
+                true,
+                true,
+            ),
+            (
+                Failure::Refused(Reason::BadArguments, String::new()),
+                false,
+                false,
+            ),
+            (Failure::Timeout, true, false),
+            (Failure::Lost("reset".into()), true, false),
+            (Failure::Panicked("boom".into()), false, false),
+            (Failure::TooLarge(String::new()), false, false),
+            (Failure::Protocol(String::new()), false, false),
+        ];
+        for (failure, idempotent, other) in cases {
+            assert_eq!(
+                failure.retryable(true),
+                idempotent,
+                "{failure:?} idempotent"
+            );
+            assert_eq!(
+                failure.retryable(false),
+                other,
+                "{failure:?} not idempotent"
+            );
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The call path: resolve a provider in the local registry, merge the options field by field,
+//! run attempts under one budget clock, re-resolve before every attempt, classify each failure.
+//! `docs/calls.md` walks through it step by step.
+
+mod attempt;
+mod call;
+mod failure;
+mod select;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use semver::VersionReq;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use call::{Call, CallFuture};
+
+use crate::node::{Node, NodeInner};
+use crate::options::CallOptions;
+use crate::service::{ServiceDescription, encode, signature_hash};
+
+/// The untyped client a generated `XClient` wraps: one service, through one node.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) node: Arc<NodeInner>,
+    pub(crate) description: &'static ServiceDescription,
+    pub(crate) requirement: Arc<VersionReq>,
+    pub(crate) defaults: CallOptions,
+    // Signature hashes of the description's functions, computed once.
+    pub(crate) signatures: Arc<[u64]>,
+    // Spreads calls over equally good providers.
+    pub(crate) turn: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("service", &self.description.name)
+            .field("requirement", &self.requirement.to_string())
+            .field("node", &self.node.info.name)
+            .field("defaults", &self.defaults)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client of the service `description` describes, calling through `node`.
+    pub fn new(node: &Node, description: &'static ServiceDescription) -> Self {
+        Self {
+            node: node.inner.clone(),
+            description,
+            requirement: Arc::new(description.requirement()),
+            defaults: CallOptions::new(),
+            signatures: description
+                .functions
+                .iter()
+                .map(|f| signature_hash(&f.signature))
+                .collect(),
+            turn: Arc::default(),
+        }
+    }
+
+    /// Client-side defaults for every call, over the provider's options and under per-call ones.
+    pub fn with_options(mut self, options: CallOptions) -> Self {
+        self.defaults = options;
+        self
+    }
+
+    /// Replaces the requirement put on providers' versions (default: caret on the client's
+    /// version, or the `compat` of `#[service]`).
+    pub fn require(mut self, requirement: VersionReq) -> Self {
+        self.requirement = Arc::new(requirement);
+        self
+    }
+
+    /// A call of function number `function` whose return type is `Result<T, E>`.
+    pub fn call<A, T, E>(&self, function: usize, args: &A) -> Call<T, E>
+    where
+        A: Serialize + ?Sized,
+        T: DeserializeOwned,
+        E: DeserializeOwned,
+    {
+        Call::new(self.clone(), function, encode(args), |bytes| {
+            crate::service::decode::<Result<T, E>>(bytes)
+        })
+    }
+
+    /// A call of function number `function` whose return type `T` is not a `Result`.
+    pub fn call_plain<A, T>(&self, function: usize, args: &A) -> Call<T, std::convert::Infallible>
+    where
+        A: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
+        Call::new(self.clone(), function, encode(args), |bytes| {
+            crate::service::decode::<T>(bytes).map(Ok)
+        })
+    }
+}

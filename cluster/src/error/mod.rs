@@ -1,0 +1,110 @@
+//! The errors of a call: the provider's own error, a [`ServiceError`] (the service could not be
+//! found or could not run the call) or an [`RpcError`] (the call did not get through, or its
+//! result did not come back). See `docs/errors.md` for how to read each.
+
+mod report;
+mod rpc;
+mod service;
+
+use std::fmt;
+
+pub use report::{AttemptRecord, CallReport, ProviderRef};
+pub use rpc::{RpcError, RpcErrorKind};
+pub use service::{Reason, ServiceError};
+
+/// Why a call failed.
+///
+/// `E` is the provider's own error type: the `E` of a function declared `-> Result<T, E>`, or
+/// [`Infallible`](std::convert::Infallible) for a function with a plain return type.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CallError<E> {
+    /// The provider's function ran and returned `Err(E)`. Never retried.
+    App(E),
+    /// The service could not be found or could not run the call: no provider, no compatible
+    /// version, no such function, a panic in the provider, a provider that refused it.
+    Service(ServiceError),
+    /// The call did not get through, or its result did not come back: timeout, no connection,
+    /// connection lost, a value too large for a frame, a reply that could not be read.
+    Rpc(RpcError),
+}
+
+impl<E> CallError<E> {
+    /// The report of the call (attempts, providers, timings), unless the provider returned `E`.
+    pub fn report(&self) -> Option<&CallReport> {
+        match self {
+            CallError::App(_) => None,
+            CallError::Service(e) => Some(e.report()),
+            CallError::Rpc(e) => Some(e.report()),
+        }
+    }
+
+    /// The provider's own error, if that is what this is.
+    pub fn app(&self) -> Option<&E> {
+        match self {
+            CallError::App(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Whether the function may have run on a provider although the call failed (a timeout or a
+    /// connection lost after sending; a panic; an application error).
+    pub fn may_have_run(&self) -> bool {
+        match self {
+            CallError::App(_) => true,
+            CallError::Service(e) => e.reason() == Reason::Panicked,
+            CallError::Rpc(e) => e.may_have_run(),
+        }
+    }
+
+    /// Whether calling again later may succeed: the failure was about providers or the network,
+    /// not about this request or the provider's code.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CallError::App(_) => false,
+            CallError::Service(e) => e.is_transient(),
+            CallError::Rpc(e) => e.is_transient(),
+        }
+    }
+
+    /// Maps the provider's error type.
+    pub fn map_app<F>(self, f: impl FnOnce(E) -> F) -> CallError<F> {
+        match self {
+            CallError::App(e) => CallError::App(f(e)),
+            CallError::Service(e) => CallError::Service(e),
+            CallError::Rpc(e) => CallError::Rpc(e),
+        }
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for CallError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::App(e) => write!(f, "the provider returned an error: {e}"),
+            CallError::Service(e) => e.fmt(f),
+            CallError::Rpc(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for CallError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CallError::App(e) => Some(e),
+            CallError::Service(e) => Some(e),
+            CallError::Rpc(e) => Some(e),
+        }
+    }
+}
+
+impl<E> From<ServiceError> for CallError<E> {
+    fn from(e: ServiceError) -> Self {
+        CallError::Service(e)
+    }
+}
+
+impl<E> From<RpcError> for CallError<E> {
+    fn from(e: RpcError) -> Self {
+        CallError::Rpc(e)
+    }
+}

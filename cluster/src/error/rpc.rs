@@ -1,0 +1,123 @@
+use std::fmt;
+
+use super::CallReport;
+
+/// How a call failed to get through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RpcErrorKind {
+    /// Attempts ran out of time. The function may or may not have run.
+    Timeout,
+    /// No connection to a provider could be made. The function did not run.
+    NoConnection,
+    /// The connection broke after the request was sent. The function may or may not have run.
+    ConnectionLost,
+    /// The request or its reply is larger than a frame may be.
+    TooLarge,
+    /// The reply could not be read: the two sides disagree on types or protocol.
+    Protocol,
+}
+
+impl RpcErrorKind {
+    /// The kind in a few words.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RpcErrorKind::Timeout => "timeout",
+            RpcErrorKind::NoConnection => "no connection",
+            RpcErrorKind::ConnectionLost => "connection lost",
+            RpcErrorKind::TooLarge => "too large",
+            RpcErrorKind::Protocol => "protocol error",
+        }
+    }
+
+    fn explanation(self) -> &'static str {
+        match self {
+            RpcErrorKind::Timeout => {
+                "every attempt ran out of time; the function may or may not have run"
+            }
+            RpcErrorKind::NoConnection => {
+                "no connection to a provider could be made; the function did not run"
+            }
+            RpcErrorKind::ConnectionLost => {
+                "the connection broke after the request was sent; the function may or may not have run"
+            }
+            RpcErrorKind::TooLarge => {
+                "the request or its reply is larger than a frame may be; it was not retried"
+            }
+            RpcErrorKind::Protocol => {
+                "the reply could not be read: client and provider disagree on the types or the wire protocol"
+            }
+        }
+    }
+}
+
+impl fmt::Display for RpcErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The call did not get through, or its result did not come back.
+#[derive(Debug, Clone)]
+pub struct RpcError {
+    kind: RpcErrorKind,
+    detail: String,
+    report: Box<CallReport>,
+}
+
+impl RpcError {
+    pub(crate) fn new(kind: RpcErrorKind, detail: String, report: CallReport) -> Self {
+        Self {
+            kind,
+            detail,
+            report: Box::new(report),
+        }
+    }
+
+    /// How.
+    pub fn kind(&self) -> RpcErrorKind {
+        self.kind
+    }
+
+    /// The transport's or codec's own words, if any.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// The call's report: attempts, providers, timings.
+    pub fn report(&self) -> &CallReport {
+        &self.report
+    }
+
+    /// Whether the function may have run on a provider.
+    pub fn may_have_run(&self) -> bool {
+        matches!(
+            self.kind,
+            RpcErrorKind::Timeout | RpcErrorKind::ConnectionLost | RpcErrorKind::Protocol
+        )
+    }
+
+    /// Whether calling again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            RpcErrorKind::Timeout | RpcErrorKind::NoConnection | RpcErrorKind::ConnectionLost
+        )
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "The call {} failed: {}", self.report.call, self.kind)?;
+        writeln!(f)?;
+        writeln!(f, "The reason was:")?;
+        write!(f, "  {}", self.kind.explanation())?;
+        if !self.detail.is_empty() {
+            write!(f, "\n  {}", self.detail)?;
+        }
+        writeln!(f)?;
+        self.report.write_body(f)
+    }
+}
+
+impl std::error::Error for RpcError {}

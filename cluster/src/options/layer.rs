@@ -1,0 +1,145 @@
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One layer of call options: every field is optional, and only the fields set here override the
+/// layers below.
+///
+/// The layers, lowest first: the library default ([`CallOptions::library_default`]), the
+/// provider's service-level options, the provider's function-level options, the client's defaults
+/// ([`Client::with_options`](crate::Client::with_options)) and the per-call overrides on
+/// [`Call`](crate::Call).
+///
+/// Whether a function is idempotent is not an option: only the provider declares it.
+///
+/// ```
+/// use std::time::Duration;
+/// let options = cluster::CallOptions::new()
+///     .timeout(Duration::from_secs(2))
+///     .retry_after(Duration::from_millis(100));
+/// assert_eq!(options.timeout, Some(Duration::from_secs(2)));
+/// assert_eq!(options.retry_budget, None); // left to the layers below
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CallOptions {
+    /// The longest one attempt may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// Whether failed attempts are retried at all (`retry = false` turns it off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_enabled: Option<bool>,
+    /// The pause before the first retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<Duration>,
+    /// The longest pause between attempts, however often it was multiplied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_max_after: Option<Duration>,
+    /// The factor each pause is multiplied by for the next one (1.0: constant pauses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_factor: Option<f64>,
+    /// Whether pauses get random jitter, so that many clients do not retry in step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_jitter: Option<bool>,
+    /// The whole call's time, all attempts and pauses included, from the call's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<Duration>,
+}
+
+impl CallOptions {
+    /// An empty layer: overrides nothing.
+    pub const fn new() -> Self {
+        Self {
+            timeout: None,
+            retry_enabled: None,
+            retry_after: None,
+            retry_max_after: None,
+            retry_factor: None,
+            retry_jitter: None,
+            retry_budget: None,
+        }
+    }
+
+    /// The library's defaults, the lowest layer; every field set.
+    ///
+    /// | field | default |
+    /// |---|---|
+    /// | `timeout` | 10 s per attempt |
+    /// | `retry_enabled` | true |
+    /// | `retry_after` | 250 ms |
+    /// | `retry_max_after` | 10 s |
+    /// | `retry_factor` | 1.0 (constant pauses, as the seed) |
+    /// | `retry_jitter` | false |
+    /// | `retry_budget` | 30 s for the whole call |
+    pub const fn library_default() -> Self {
+        Self {
+            timeout: Some(Duration::from_secs(10)),
+            retry_enabled: Some(true),
+            retry_after: Some(Duration::from_millis(250)),
+            retry_max_after: Some(Duration::from_secs(10)),
+            retry_factor: Some(1.0),
+            retry_jitter: Some(false),
+            retry_budget: Some(Duration::from_secs(30)),
+        }
+    }
+
+    /// Sets the per-attempt timeout.
+    pub const fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Turns retries on or off.
+    pub const fn retry_enabled(mut self, enabled: bool) -> Self {
+        self.retry_enabled = Some(enabled);
+        self
+    }
+
+    /// Turns retries off: one attempt, whatever happens.
+    pub const fn no_retry(self) -> Self {
+        self.retry_enabled(false)
+    }
+
+    /// Sets the pause before the first retry.
+    pub const fn retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// Sets the longest pause between attempts.
+    pub const fn retry_max_after(mut self, max: Duration) -> Self {
+        self.retry_max_after = Some(max);
+        self
+    }
+
+    /// Sets the factor pauses grow by (1.0 keeps them constant).
+    pub const fn retry_factor(mut self, factor: f64) -> Self {
+        self.retry_factor = Some(factor);
+        self
+    }
+
+    /// Turns random jitter of pauses on or off.
+    pub const fn retry_jitter(mut self, jitter: bool) -> Self {
+        self.retry_jitter = Some(jitter);
+        self
+    }
+
+    /// Sets the budget of the whole call, counted from its start.
+    pub const fn retry_budget(mut self, budget: Duration) -> Self {
+        self.retry_budget = Some(budget);
+        self
+    }
+
+    /// This layer with every field that `over` sets replaced by `over`'s value.
+    pub fn overlay(self, over: &CallOptions) -> Self {
+        Self {
+            timeout: over.timeout.or(self.timeout),
+            retry_enabled: over.retry_enabled.or(self.retry_enabled),
+            retry_after: over.retry_after.or(self.retry_after),
+            retry_max_after: over.retry_max_after.or(self.retry_max_after),
+            retry_factor: over.retry_factor.or(self.retry_factor),
+            retry_jitter: over.retry_jitter.or(self.retry_jitter),
+            retry_budget: over.retry_budget.or(self.retry_budget),
+        }
+    }
+}

@@ -1,0 +1,182 @@
+use std::fmt;
+use std::time::Duration;
+
+use super::CallOptions;
+
+/// The layer a resolved option came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// [`CallOptions::library_default`].
+    Library,
+    /// The provider's `#[service(...)]` attribute.
+    ProviderService,
+    /// The provider's `#[call(...)]` attribute on the function.
+    ProviderFunction,
+    /// The client's defaults (`with_options`).
+    Client,
+    /// The override on this one call.
+    Call,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Source::Library => "library default",
+            Source::ProviderService => "provider service",
+            Source::ProviderFunction => "provider function",
+            Source::Client => "client default",
+            Source::Call => "this call",
+        })
+    }
+}
+
+/// How failed attempts are retried, fully resolved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Whether to retry at all.
+    pub enabled: bool,
+    /// The first pause.
+    pub after: Duration,
+    /// The longest pause.
+    pub max_after: Duration,
+    /// Growth factor of the pauses, at least 1.0.
+    pub factor: f64,
+    /// Random jitter on the pauses.
+    pub jitter: bool,
+    /// The whole call's budget, from its start.
+    pub budget: Duration,
+}
+
+/// Call options after the merge: every field set, each with the layer it came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct ResolvedOptions {
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// The retry policy.
+    pub retry: RetryPolicy,
+    /// Where each field came from, in the order of [`CallOptions`]' fields: timeout,
+    /// retry_enabled, retry_after, retry_max_after, retry_factor, retry_jitter, retry_budget.
+    pub sources: [Source; 7],
+}
+
+// A pause factor outside this range is treated as a misconfiguration (it may come from another
+// node's registry entry) and clamped: below 1 pauses would shrink towards zero, above it they
+// overflow the budget after a step or two anyway.
+const FACTOR_RANGE: (f64, f64) = (1.0, 100.0);
+
+impl ResolvedOptions {
+    /// Merges `layers` (lowest first) over the library default, field by field.
+    pub fn merge(layers: &[(Source, &CallOptions)]) -> Self {
+        let base = CallOptions::library_default();
+        let mut sources = [Source::Library; 7];
+        let mut merged = base;
+        for (source, layer) in layers {
+            let set = [
+                layer.timeout.is_some(),
+                layer.retry_enabled.is_some(),
+                layer.retry_after.is_some(),
+                layer.retry_max_after.is_some(),
+                layer.retry_factor.is_some(),
+                layer.retry_jitter.is_some(),
+                layer.retry_budget.is_some(),
+            ];
+            for (slot, is_set) in sources.iter_mut().zip(set) {
+                if is_set {
+                    *slot = *source;
+                }
+            }
+            merged = merged.overlay(layer);
+        }
+        // `library_default` sets every field, so each unwrap_or below is only a formality.
+        let factor = merged.retry_factor.unwrap_or(1.0);
+        let factor = if factor.is_finite() {
+            factor.clamp(FACTOR_RANGE.0, FACTOR_RANGE.1)
+        } else {
+            1.0
+        };
+        Self {
+            timeout: merged.timeout.unwrap_or(Duration::from_secs(10)),
+            retry: RetryPolicy {
+                enabled: merged.retry_enabled.unwrap_or(true),
+                after: merged.retry_after.unwrap_or_default(),
+                max_after: merged.retry_max_after.unwrap_or(Duration::MAX),
+                factor,
+                jitter: merged.retry_jitter.unwrap_or(false),
+                budget: merged.retry_budget.unwrap_or_default(),
+            },
+            sources,
+        }
+    }
+
+    /// The layer the retry budget came from.
+    pub fn budget_source(&self) -> Source {
+        self.sources[6]
+    }
+
+    /// The layer the timeout came from.
+    pub fn timeout_source(&self) -> Source {
+        self.sources[0]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn each_field_comes_from_the_highest_layer_that_sets_it() {
+        let service = CallOptions::new()
+            .timeout(5 * S)
+            .retry_after(2 * S)
+            .retry_budget(30 * S);
+        let function = CallOptions::new().timeout(60 * S);
+        let call = CallOptions::new().retry_after(Duration::from_millis(100));
+        let r = ResolvedOptions::merge(&[
+            (Source::ProviderService, &service),
+            (Source::ProviderFunction, &function),
+            (Source::Call, &call),
+        ]);
+        assert_eq!(r.timeout, 60 * S);
+        assert_eq!(r.timeout_source(), Source::ProviderFunction);
+        assert_eq!(r.retry.after, Duration::from_millis(100));
+        // The seed's trap: a per-call retry(after) kept none of the provider's retry list and
+        // filled the budget from the client's compiled-in default. Here the budget stays.
+        assert_eq!(r.retry.budget, 30 * S);
+        assert_eq!(r.budget_source(), Source::ProviderService);
+        assert_eq!(r.retry.factor, 1.0);
+        assert_eq!(r.sources[4], Source::Library);
+    }
+
+    #[test]
+    fn a_layer_can_turn_retry_off_and_a_higher_one_on_again() {
+        let service = CallOptions::new().no_retry();
+        let off = ResolvedOptions::merge(&[(Source::ProviderService, &service)]);
+        assert!(!off.retry.enabled);
+        let client = CallOptions::new().retry_enabled(true);
+        let on = ResolvedOptions::merge(&[
+            (Source::ProviderService, &service),
+            (Source::Client, &client),
+        ]);
+        assert!(on.retry.enabled);
+    }
+
+    #[test]
+    fn a_nonsense_factor_from_a_remote_entry_is_clamped() {
+        for (given, expected) in [
+            (f64::NAN, 1.0),
+            (0.1, 1.0),
+            (-3.0, 1.0),
+            (1e9, 100.0),
+            (2.0, 2.0),
+        ] {
+            let layer = CallOptions::new().retry_factor(given);
+            let r = ResolvedOptions::merge(&[(Source::ProviderService, &layer)]);
+            assert_eq!(r.retry.factor, expected, "factor {given}");
+        }
+    }
+}

@@ -1,0 +1,59 @@
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::service::{ServiceDescription, decode, encode};
+
+/// The future of one dispatched call: the encoded return value, or why there is none.
+pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, DispatchError>> + Send>>;
+
+/// A provider of one service, as `#[service]` generates it (`SearchServer<T>`).
+pub trait Provide: Send + Sync + 'static {
+    /// What it provides.
+    fn description(&self) -> &'static ServiceDescription;
+
+    /// Runs function number `function` (its index in the description) on encoded arguments.
+    fn dispatch(&self, function: usize, args: Vec<u8>) -> DispatchFuture;
+}
+
+/// Why a dispatched call has no return value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    /// The arguments could not be decoded; the function did not run.
+    #[error("cannot decode the arguments: {0}")]
+    BadArguments(String),
+    /// The return value could not be encoded; the function ran.
+    #[error("cannot encode the return value: {0}")]
+    Unencodable(String),
+    /// No function has this index; the function did not run.
+    #[error("no function number {0}")]
+    UnknownFunction(usize),
+}
+
+/// Decodes the argument tuple, runs `f` and encodes its return value. Decoding happens before
+/// the future is built, so a bad request never starts the function.
+pub fn dispatch_with<A, R, F, Fut>(args: Vec<u8>, f: F) -> DispatchFuture
+where
+    A: DeserializeOwned,
+    R: Serialize,
+    F: FnOnce(A) -> Fut,
+    Fut: Future<Output = R> + Send + 'static,
+{
+    match decode::<A>(&args) {
+        Ok(args) => {
+            let run = f(args);
+            Box::pin(async move { encode(&run.await).map_err(|e| DispatchError::Unencodable(e.0)) })
+        }
+        Err(e) => Box::pin(std::future::ready(Err(DispatchError::BadArguments(e.0)))),
+    }
+}
+
+/// The answer for a function index the provider does not have.
+pub fn unknown_function(function: usize) -> DispatchFuture {
+    Box::pin(std::future::ready(Err(DispatchError::UnknownFunction(
+        function,
+    ))))
+}

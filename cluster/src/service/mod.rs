@@ -1,0 +1,10 @@
+//! What a provider is: its description (data that travels with its registry entry) and the codec
+//! its arguments and results are carried in.
+
+mod codec;
+mod description;
+
+pub use codec::{CodecError, decode, encode};
+pub use description::{
+    FunctionDescription, ServiceDescription, WIRE_VERSION, signature_hash, version,
+};

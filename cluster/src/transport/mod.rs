@@ -1,0 +1,45 @@
+//! Moving requests and replies between nodes: tarpc over TCP ([`tcp`]), and an in-process
+//! network for unit tests ([`MemoryNetwork`]), both behind [`Connector`].
+
+mod memory;
+pub(crate) mod tcp;
+mod wire;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+pub use memory::MemoryNetwork;
+pub(crate) use wire::{Reply, Request};
+
+/// Bytes a frame needs beyond the encoded arguments or return value: the envelope's fields.
+pub(crate) const ENVELOPE_OVERHEAD: usize = 1024;
+
+/// The default largest frame, 8 MiB, as tokio-util's codec.
+pub const DEFAULT_MAX_FRAME: usize = 8 << 20;
+
+/// The client side of a transport.
+pub(crate) trait Connector: Send + Sync + 'static {
+    /// Sends one attempt and waits for its reply until `deadline`. Must return by `deadline`.
+    fn send(
+        &self,
+        to: SocketAddr,
+        request: Arc<Request>,
+        deadline: Instant,
+    ) -> Pin<Box<dyn Future<Output = Result<Reply, TransportError>> + Send + 'static>>;
+}
+
+/// Why an attempt got no reply. The split is what matters for retries: whether the request may
+/// have reached the provider's code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TransportError {
+    /// It provably never left this node, or was refused before reaching a provider.
+    NotSent(String),
+    /// The connection broke after it was sent.
+    Lost(String),
+    /// The deadline passed after it was sent.
+    Timeout,
+}

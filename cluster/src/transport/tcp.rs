@@ -1,0 +1,199 @@
+//! tarpc over TCP: one listener per node, one multiplexed connection per peer, re-established
+//! after failure.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use tarpc::server::{BaseChannel, Channel};
+use tarpc::tokio_serde::formats::Bincode;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::wire::{Wire, WireClient};
+use super::{Connector, Reply, Request, TransportError};
+use crate::server::Dispatcher;
+
+#[derive(Clone)]
+struct WireServer(Arc<Dispatcher>);
+
+impl Wire for WireServer {
+    async fn call(self, ctx: tarpc::context::Context, request: Arc<Request>) -> Reply {
+        // tarpc carries the deadline as a relative duration, rebuilt against this node's clock.
+        let left = ctx
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        self.0
+            .handle(Arc::unwrap_or_clone(request), Instant::now() + left)
+            .await
+    }
+}
+
+/// Listens on `addr` until `stop` turns true; then closes the listener and every connection,
+/// which aborts the handlers still running.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    dispatcher: Arc<Dispatcher>,
+    max_frame: usize,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let mut listener = tarpc::serde_transport::tcp::listen(addr, Bincode::default).await?;
+    listener.config_mut().max_frame_length(max_frame);
+    let local = listener.local_addr();
+    let server = WireServer(dispatcher);
+    let task = tokio::spawn(async move {
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|stopped| *stopped) => break,
+                accepted = listener.next() => match accepted {
+                    Some(Ok(transport)) => {
+                        let server = server.clone();
+                        connections.spawn(async move {
+                            BaseChannel::with_defaults(transport)
+                                .execute(server.serve())
+                                .for_each(|call| async { tokio::spawn(call); })
+                                .await;
+                        });
+                    }
+                    // A failed accept (a peer that reset at once, too many open files) costs
+                    // that connection, not the listener.
+                    Some(Err(e)) => tracing::warn!("accepting a connection on {local} failed: {e}"),
+                    None => break,
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        // Dropping the set aborts every connection task: sockets close and tarpc aborts the
+        // handlers still in flight on them.
+    });
+    Ok((local, task))
+}
+
+/// The client side: a pool of one tarpc connection per peer.
+pub(crate) struct TcpConnector {
+    pool: Mutex<HashMap<SocketAddr, WireClient>>,
+    max_frame: usize,
+}
+
+impl TcpConnector {
+    pub(crate) fn new(max_frame: usize) -> Self {
+        Self {
+            pool: Mutex::default(),
+            max_frame,
+        }
+    }
+
+    fn pooled(&self, to: SocketAddr) -> Option<WireClient> {
+        self.pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&to)
+            .cloned()
+    }
+
+    fn evict(&self, to: SocketAddr) {
+        self.pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&to);
+    }
+
+    async fn connect(
+        &self,
+        to: SocketAddr,
+        deadline: Instant,
+    ) -> Result<WireClient, TransportError> {
+        let mut connect = tarpc::serde_transport::tcp::connect(to, Bincode::default);
+        connect.config_mut().max_frame_length(self.max_frame);
+        let transport = match tokio::time::timeout_at(deadline, connect).await {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => {
+                return Err(TransportError::NotSent(format!(
+                    "cannot connect to {to}: {e}"
+                )));
+            }
+            Err(_) => {
+                return Err(TransportError::NotSent(format!(
+                    "connecting to {to} timed out"
+                )));
+            }
+        };
+        let _ = transport.get_ref().set_nodelay(true);
+        let client = WireClient::new(tarpc::client::Config::default(), transport).spawn();
+        // Two calls racing to a new peer both connect; the first one pooled is kept and the
+        // other connection closes when its last call ends.
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(pool.entry(to).or_insert(client).clone())
+    }
+
+    async fn send_to(
+        self: Arc<Self>,
+        to: SocketAddr,
+        request: Arc<Request>,
+        deadline: Instant,
+    ) -> Result<Reply, TransportError> {
+        let mut reconnected = false;
+        loop {
+            let client = match self.pooled(to) {
+                Some(c) => c,
+                None => {
+                    reconnected = true;
+                    self.connect(to, deadline).await?
+                }
+            };
+            let mut ctx = tarpc::context::current();
+            ctx.deadline =
+                std::time::Instant::now() + deadline.saturating_duration_since(Instant::now());
+            let call = client.call(ctx, Arc::clone(&request));
+            let result = match tokio::time::timeout_at(deadline, call).await {
+                Ok(r) => r,
+                Err(_) => return Err(TransportError::Timeout),
+            };
+            use tarpc::client::RpcError as E;
+            return match result {
+                Ok(reply) => Ok(reply),
+                // The pooled connection had died before this request was queued: it never
+                // left. Reconnect once, within the same attempt.
+                Err(E::Shutdown) if !reconnected => {
+                    self.evict(to);
+                    continue;
+                }
+                Err(E::Shutdown) => Err(TransportError::NotSent(format!(
+                    "the connection to {to} is closed"
+                ))),
+                Err(E::Send(e)) => {
+                    Err(TransportError::NotSent(format!("cannot send to {to}: {e}")))
+                }
+                Err(E::Channel(e)) => {
+                    self.evict(to);
+                    Err(TransportError::Lost(format!(
+                        "the connection to {to} broke: {e}"
+                    )))
+                }
+                Err(E::DeadlineExceeded) => Err(TransportError::Timeout),
+                // tarpc's own refusals (throttling) happen before the handler runs.
+                Err(E::Server(e)) => Err(TransportError::NotSent(format!(
+                    "{to} refused the request: {}",
+                    e.detail
+                ))),
+            };
+        }
+    }
+}
+
+impl Connector for Arc<TcpConnector> {
+    fn send(
+        &self,
+        to: SocketAddr,
+        request: Arc<Request>,
+        deadline: Instant,
+    ) -> Pin<Box<dyn Future<Output = Result<Reply, TransportError>> + Send + 'static>> {
+        Box::pin(Arc::clone(self).send_to(to, request, deadline))
+    }
+}

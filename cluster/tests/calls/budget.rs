@@ -1,0 +1,226 @@
+//! Step 3: one budget clock, on tokio's paused clock with the seed's numbers at 1/10 scale
+//! (timeout 6 s, pause 1 s, budget 21 s).
+
+use std::time::Duration;
+
+use cluster::{CallError, RpcErrorKind, Source};
+use tokio::time::Instant;
+
+use crate::support::{Cluster, Mode, SearchClient};
+
+const S: Duration = Duration::from_secs(1);
+
+fn starts(e: &CallError<impl std::fmt::Debug>) -> Vec<Duration> {
+    e.report()
+        .expect("a report")
+        .attempts
+        .iter()
+        .map(|a| a.started)
+        .collect()
+}
+
+/// Rounds to 10 ms: tokio's timer wheel fires each timer up to 1 ms late, and a call of many
+/// attempts adds those up.
+fn ms(d: Duration) -> Duration {
+    Duration::from_millis(((d.as_millis() + 5) / 10 * 10) as u64)
+}
+
+fn rpc_kind<E: std::fmt::Debug>(e: &CallError<E>) -> RpcErrorKind {
+    match e {
+        CallError::Rpc(e) => e.kind(),
+        other => panic!("expected an RpcError, got {other:?}"),
+    }
+}
+
+/// One row of the timing table in docs/calls.md.
+struct Row {
+    call: &'static str,
+    starts: Vec<Duration>,
+    failed_at: Duration,
+    error: String,
+}
+
+fn secs(d: Duration) -> String {
+    format!("{} s", ms(d).as_secs_f64())
+}
+
+fn render(rows: &[Row]) -> String {
+    let mut out =
+        String::from("| call | attempts start at | fails at | error |\n|---|---|---|---|\n");
+    for r in rows {
+        let starts = if r.starts.len() > 4 {
+            let last = r.starts.last().copied().unwrap_or_default();
+            format!(
+                "{}, {}, … {} ({} attempts)",
+                secs(r.starts[0]),
+                secs(r.starts[1]),
+                secs(last),
+                r.starts.len()
+            )
+        } else {
+            r.starts
+                .iter()
+                .map(|d| secs(*d))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out += &format!(
+            "| {} | {} | {} | {} |\n",
+            r.call,
+            starts,
+            secs(r.failed_at),
+            r.error
+        );
+    }
+    out
+}
+
+async fn timed<T, E: std::fmt::Debug>(
+    call: impl std::future::IntoFuture<Output = Result<T, CallError<E>>>,
+) -> (CallError<E>, Duration) {
+    let start = Instant::now();
+    let err = call.await.err().expect("the call fails");
+    (err, ms(start.elapsed()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_seed_timing_table_with_one_budget_clock() {
+    let cluster = Cluster::memory();
+    let (provider, engine) = cluster.provider("search-1", Mode::Hang).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    let mut rows = Vec::new();
+
+    // Idempotent, every attempt times out: attempts at 0, 7, 14 s; the pause after the third
+    // would reach 21 s, so the call ends when the third attempt does, at 20 s.
+    let (err, at) = timed(client.search("rust".into())).await;
+    assert_eq!(rpc_kind(&err), RpcErrorKind::Timeout);
+    assert_eq!(
+        starts(&err).into_iter().map(ms).collect::<Vec<_>>(),
+        [0 * S, 7 * S, 14 * S]
+    );
+    assert_eq!(at, 20 * S);
+    assert_eq!(engine.counters.started(), 3);
+    rows.push(Row {
+        call: "idempotent `search`, provider hangs",
+        starts: starts(&err),
+        failed_at: at,
+        error: "`Timeout`, 3 attempts".into(),
+    });
+
+    // Not idempotent: it may have run, so it is never run again. One attempt, fails at 6 s.
+    let (err, at) = timed(client.reindex(true)).await;
+    assert_eq!(rpc_kind(&err), RpcErrorKind::Timeout);
+    assert_eq!(starts(&err), [0 * S]);
+    assert_eq!(at, 6 * S);
+    assert_eq!(engine.counters.started(), 4);
+    rows.push(Row {
+        call: "not idempotent `reindex`, provider hangs",
+        starts: starts(&err),
+        failed_at: at,
+        error: "`Timeout`, 1 attempt".into(),
+    });
+
+    // No connection at all (the node died, the registry still lists it): never reached the
+    // provider, so retried for any function, every second, until the budget; never past it.
+    provider.kill().await;
+    let (err, at) = timed(client.reindex(true)).await;
+    assert_eq!(rpc_kind(&err), RpcErrorKind::NoConnection);
+    let expected: Vec<Duration> = (0..=20).map(|s| s * S).collect();
+    assert_eq!(
+        starts(&err).into_iter().map(ms).collect::<Vec<_>>(),
+        expected
+    );
+    assert_eq!(at, 20 * S);
+    rows.push(Row {
+        call: "not idempotent `reindex`, no connection",
+        starts: starts(&err),
+        failed_at: at,
+        error: "`NoConnection`, 21 attempts".into(),
+    });
+
+    // Every timed-out attempt was dropped on the provider, none was left running.
+    assert_eq!(
+        engine
+            .counters
+            .dropped
+            .load(std::sync::atomic::Ordering::SeqCst),
+        4
+    );
+    assert_eq!(engine.counters.running(), 0);
+
+    let table = render(&rows);
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/calls.md"))
+        .expect("docs/calls.md");
+    assert!(
+        doc.contains(&table),
+        "docs/calls.md must carry the table this test measures:\n{table}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_call_retry_after_keeps_the_providers_budget() {
+    let cluster = Cluster::memory();
+    let (_provider, _engine) = cluster.provider("search-1", Mode::Hang).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+
+    // The seed's shallow merge replaced the provider's retry list and took the budget from the
+    // library default (210 s). Here only `after` changes: attempts at 0, 6.1, 12.2, 18.3 s, the
+    // last one cut to the 2.7 s left, and the call ends at the provider's 21 s budget.
+    let (err, at) = timed(
+        client
+            .search("rust".into())
+            .retry_after(Duration::from_millis(100)),
+    )
+    .await;
+    let ms_starts: Vec<u128> = starts(&err)
+        .into_iter()
+        .map(|d| ms(d).as_millis())
+        .collect();
+    assert_eq!(ms_starts, [0, 6100, 12200, 18300]);
+    assert_eq!(at, 21 * S);
+    let report = err.report().unwrap();
+    assert_eq!(report.budget, Some((21 * S, Source::ProviderService)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_call_overrides_win_and_retry_can_be_turned_off() {
+    let cluster = Cluster::memory();
+    let (_provider, engine) = cluster.provider("search-1", Mode::Hang).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+
+    let (err, at) = timed(client.search("rust".into()).timeout(2 * S).no_retry()).await;
+    assert_eq!(rpc_kind(&err), RpcErrorKind::Timeout);
+    assert_eq!(at, 2 * S);
+    assert_eq!(err.report().unwrap().attempts.len(), 1);
+    assert_eq!(err.report().unwrap().budget, None);
+
+    // A longer per-call timeout than the provider's is the caller's right.
+    let (_, at) = timed(client.search("rust".into()).timeout(120 * S).no_retry()).await;
+    assert_eq!(at, 120 * S);
+
+    // A budget shorter than the timeout cuts the first attempt.
+    let (err, at) = timed(client.search("rust".into()).budget(3 * S)).await;
+    assert_eq!(at, 3 * S);
+    assert_eq!(err.report().unwrap().attempts.len(), 1);
+    assert_eq!(engine.counters.started(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_defaults_sit_between_the_provider_and_the_call() {
+    let cluster = Cluster::memory();
+    let (_provider, _engine) = cluster.provider("search-1", Mode::Hang).await;
+    let client = SearchClient::new(&cluster.node("client").await)
+        .with_options(cluster::CallOptions::new().timeout(S).retry_budget(5 * S));
+    // timeout 1 s (client) and pause 1 s (provider): attempts at 0, 2 s; the one at 4 s would
+    // end at the 5 s budget, and starts since it is before it.
+    let (err, at) = timed(client.search("rust".into())).await;
+    assert_eq!(
+        starts(&err).into_iter().map(ms).collect::<Vec<_>>(),
+        [0 * S, 2 * S, 4 * S]
+    );
+    assert_eq!(at, 5 * S);
+    assert_eq!(err.report().unwrap().budget, Some((5 * S, Source::Client)));
+    // The call's own override still wins over the client's default.
+    let (_, at) = timed(client.search("rust".into()).budget(S)).await;
+    assert_eq!(at, S);
+}

@@ -1,0 +1,174 @@
+//! Step 1: lookup in the local registry; NoService, NoVersion, NoFunction; waiting for a
+//! provider within the budget.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::{CallError, Reason};
+use tokio::time::Instant;
+
+use crate::support::{Cluster, Hit, Mode, SearchClient, SearchError};
+
+/// The same service in other versions, as other builds would declare it.
+mod v2_0 {
+    use crate::support::{Hit, SearchError};
+    #[cluster::service(name = "search", version = "2.0.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError>;
+    }
+}
+
+mod v3_0 {
+    #[cluster::service(name = "search", version = "3.0.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(&self, query: String) -> Vec<String>;
+    }
+}
+
+/// 2.2 dropped `reindex` and changed `search`'s signature.
+mod v2_2 {
+    #[cluster::service(name = "search", version = "2.2.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(&self, query: u32) -> Vec<String>;
+    }
+}
+
+struct Old;
+impl v2_0::Search for Old {
+    async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError> {
+        Ok(vec![Hit {
+            id: 20,
+            title: query,
+        }])
+    }
+}
+impl v3_0::Search for Old {
+    async fn search(&self, query: String) -> Vec<String> {
+        vec![query]
+    }
+}
+impl v2_2::Search for Old {
+    async fn search(&self, query: u32) -> Vec<String> {
+        vec![query.to_string()]
+    }
+}
+
+fn service_error<E: std::fmt::Debug>(e: CallError<E>) -> cluster::ServiceError {
+    match e {
+        CallError::Service(e) => e,
+        other => panic!("expected a ServiceError, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_provider_with_retries_off_is_no_service_at_once() {
+    let cluster = Cluster::memory();
+    let client = SearchClient::new(&cluster.node("client").await);
+    let start = Instant::now();
+    let e = service_error(client.search("rust".into()).no_retry().await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoService);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert!(e.report().attempts.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_provider_waits_for_one_within_the_budget_then_says_no_service() {
+    let cluster = Cluster::memory();
+    let client = SearchClient::new(&cluster.node("client").await);
+    let start = Instant::now();
+    let e = service_error(
+        client
+            .search("rust".into())
+            .budget(Duration::from_secs(3))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.reason(), Reason::NoService);
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert!(e.detail().contains("waited"), "{}", e.detail());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_that_registers_during_the_call_gets_it() {
+    let cluster = Arc::new(Cluster::memory());
+    let client = SearchClient::new(&cluster.node("client").await);
+    let late = cluster.clone();
+    let deploy = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        late.provider("search-2", Mode::Answer).await
+    });
+    let start = Instant::now();
+    let hits = client
+        .search("rust".into())
+        .await
+        .expect("served by the late provider");
+    assert_eq!(hits[0].title, "rust from search-2");
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    drop(deploy.await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_2_1_client_is_not_routed_to_a_2_0_provider() {
+    let cluster = Cluster::memory();
+    let old = cluster.node("old").await;
+    let _r = old.serve(v2_0::SearchServer::new(Old)).await.unwrap();
+    let client = SearchClient::new(&cluster.node("client").await);
+    let e = service_error(client.search("rust".into()).no_retry().await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoVersion);
+    assert_eq!(e.available_versions(), [semver::Version::new(2, 0, 0)]);
+
+    let _r3 = cluster
+        .node("new")
+        .await
+        .serve(v3_0::SearchServer::new(Old))
+        .await
+        .unwrap();
+    let e = service_error(client.search("rust".into()).no_retry().await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoVersion);
+    assert_eq!(
+        e.available_versions(),
+        [semver::Version::new(2, 0, 0), semver::Version::new(3, 0, 0)]
+    );
+    assert!(
+        e.to_string().contains("registered versions: 2.0.0, 3.0.0"),
+        "{e}"
+    );
+
+    // A client that asks for less gets the 2.0 provider.
+    let lenient = client.require("^2.0".parse().unwrap());
+    assert_eq!(lenient.search("rust".into()).await.unwrap()[0].id, 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_without_the_function_or_with_another_signature_is_not_eligible() {
+    let cluster = Cluster::memory();
+    let _r = cluster
+        .node("p")
+        .await
+        .serve(v2_2::SearchServer::new(Old))
+        .await
+        .unwrap();
+    let client = SearchClient::new(&cluster.node("client").await);
+    // 2.2 has no `reindex` ...
+    let e = service_error(client.reindex(true).no_retry().await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoFunction);
+    // ... and a `search` with another signature, which is another function.
+    let e = service_error(client.search("rust".into()).no_retry().await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoFunction);
+    assert!(
+        e.detail()
+            .contains("search(String) -> Result<Vec<Hit>, SearchError>"),
+        "{}",
+        e.detail()
+    );
+
+    // Next to it, a provider that has both takes every call.
+    let (_p, engine) = cluster.provider("search-1", Mode::Answer).await;
+    for _ in 0..4 {
+        client.search("rust".into()).no_retry().await.unwrap();
+    }
+    assert_eq!(engine.counters.started(), 4);
+}

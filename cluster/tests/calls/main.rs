@@ -1,0 +1,10 @@
+//! The call path, step by step (docs/calls.md).
+#![allow(unreachable_pub)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod budget;
+mod lookup;
+mod outcomes;
+mod resolve;

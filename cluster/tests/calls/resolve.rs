@@ -1,0 +1,109 @@
+//! Steps 4 and 6 over real TCP: re-resolve before every attempt; the deadline travels.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::support::{Cluster, Mode, SearchClient, until};
+
+#[tokio::test]
+async fn the_only_provider_stops_mid_call_and_a_replacement_under_another_name_serves_it() {
+    let cluster = Cluster::tcp();
+    let (old, old_engine) = cluster.provider("search-7d9c", Mode::Hang).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .search("rust".into())
+                .retry_after(Duration::from_millis(20))
+                .await
+        }
+    });
+    until("the call runs on the old provider", || {
+        old_engine.counters.started() == 1
+    })
+    .await;
+
+    // A Deployment rollout: the old pod leaves (its connection breaks mid-call), a new pod
+    // with another name comes up. The seed resolved once and kept calling the dead name.
+    old.shutdown().await;
+    let (_new, new_engine) = cluster.provider("search-a1b2", Mode::Answer).await;
+
+    let hits = call.await.unwrap().expect("the call survives the deploy");
+    assert_eq!(hits[0].title, "rust from search-a1b2");
+    assert_eq!(new_engine.counters.started(), 1);
+    assert_eq!(
+        old_engine.counters.dropped.load(Ordering::SeqCst),
+        1,
+        "the old handler was dropped"
+    );
+}
+
+#[tokio::test]
+async fn a_crashed_provider_still_listed_is_passed_over_for_a_live_one_even_for_a_non_idempotent_call()
+ {
+    let cluster = Cluster::tcp();
+    let (dead, dead_engine) = cluster.provider("search-1", Mode::Answer).await;
+    let (_live, live_engine) = cluster.provider("search-2", Mode::Answer).await;
+    dead.kill().await; // no deregistration: the registry still lists it
+    let client = SearchClient::new(&cluster.node("client").await);
+    for _ in 0..6 {
+        // The dead node refuses connections: never sent, so safe to send elsewhere.
+        assert_eq!(
+            client
+                .reindex(true)
+                .retry_after(Duration::from_millis(1))
+                .await
+                .unwrap(),
+            42
+        );
+    }
+    assert_eq!(dead_engine.counters.started(), 0);
+    assert_eq!(live_engine.counters.started(), 6);
+}
+
+#[tokio::test]
+async fn a_timed_out_attempt_is_no_longer_running_when_the_next_starts() {
+    let cluster = Cluster::tcp();
+    let (_p, engine) = cluster.provider("search-1", Mode::Hang).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    let err = client
+        .search("rust".into())
+        .timeout(Duration::from_millis(200))
+        .retry_after(Duration::from_millis(100))
+        .budget(Duration::from_millis(900))
+        .await
+        .unwrap_err();
+    let attempts = err.report().unwrap().attempts.len();
+    assert_eq!(attempts, 3, "at 0, 300 and 600 ms");
+    until("the last handler is dropped too", || {
+        engine.counters.running() == 0
+    })
+    .await;
+    let at_start = engine.counters.running_at_start.lock().unwrap().clone();
+    assert_eq!(
+        at_start,
+        vec![0; attempts],
+        "each attempt found the provider idle: the deadline travelled"
+    );
+    assert_eq!(engine.counters.dropped.load(Ordering::SeqCst), attempts);
+}
+
+#[tokio::test]
+async fn calls_are_spread_over_replicas() {
+    let cluster = Cluster::tcp();
+    let mut engines = Vec::new();
+    let mut nodes = Vec::new();
+    for name in ["search-1", "search-2", "search-3"] {
+        let (node, engine) = cluster.provider(name, Mode::Answer).await;
+        nodes.push(node);
+        engines.push(engine);
+    }
+    let client = SearchClient::new(&cluster.node("client").await);
+    for _ in 0..30 {
+        client.search("rust".into()).await.unwrap();
+    }
+    let counts: Vec<usize> = engines.iter().map(|e| e.counters.started()).collect();
+    assert_eq!(counts, [10, 10, 10]);
+}

@@ -1,0 +1,231 @@
+//! Services, providers and clusters shared by the integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use cluster::{MemoryNetwork, MemoryRegistry, Node};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hit {
+    pub id: u64,
+    pub title: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum SearchError {
+    #[error("bad query: {0}")]
+    BadQuery(String),
+}
+
+/// The seed's numbers at 1/10 scale: timeout 6 s, pause 1 s, budget 21 s.
+#[cluster::service(
+    name = "search",
+    version = "2.1.0",
+    timeout = "6s",
+    retry(after = "1s", budget = "21s")
+)]
+pub trait Search {
+    /// Safe to run twice.
+    #[call(idempotent)]
+    async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError>;
+    /// Not idempotent: never run again once it may have run.
+    async fn reindex(&self, full: bool) -> Result<u64, SearchError>;
+    /// Panics with the message.
+    #[call(idempotent)]
+    async fn crash(&self, message: String) -> u32;
+    /// Echoes bytes back (for frame limits).
+    #[call(idempotent)]
+    async fn echo(&self, bytes: Vec<u8>) -> Vec<u8>;
+    /// `count` copies of `byte`: a reply much larger than its request.
+    #[call(idempotent)]
+    async fn repeat(&self, byte: u8, count: u32) -> Vec<u8>;
+}
+
+/// What a test provider does when called.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Answers at once.
+    Answer,
+    /// Never answers (until dropped).
+    Hang,
+    /// Answers after a delay.
+    Slow(Duration),
+    /// Returns the provider's own error.
+    Fail,
+}
+
+/// Counts what happens on a provider.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub started: AtomicUsize,
+    pub finished: AtomicUsize,
+    pub dropped: AtomicUsize,
+    pub running: AtomicUsize,
+    /// `running` when each call started.
+    pub running_at_start: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Counters {
+    pub fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
+    }
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+}
+
+/// Tracks one running call: counts it out when dropped, whether it finished or was cancelled.
+struct Running {
+    counters: Arc<Counters>,
+    finished: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.counters.running.fetch_sub(1, Ordering::SeqCst);
+        if !self.finished {
+            self.counters.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+pub struct Engine {
+    pub name: String,
+    pub mode: std::sync::Mutex<Mode>,
+    pub counters: Arc<Counters>,
+}
+
+impl Engine {
+    pub fn new(name: &str, mode: Mode) -> Self {
+        Self {
+            name: name.to_owned(),
+            mode: std::sync::Mutex::new(mode),
+            counters: Arc::default(),
+        }
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    async fn work(&self) -> Result<(), SearchError> {
+        let c = &self.counters;
+        let running = c.running.fetch_add(1, Ordering::SeqCst);
+        c.running_at_start.lock().unwrap().push(running);
+        c.started.fetch_add(1, Ordering::SeqCst);
+        let mut guard = Running {
+            counters: c.clone(),
+            finished: false,
+        };
+        let mode = *self.mode.lock().unwrap();
+        match mode {
+            Mode::Answer => {}
+            Mode::Hang => std::future::pending::<()>().await,
+            Mode::Slow(d) => tokio::time::sleep(d).await,
+            Mode::Fail => {
+                guard.finished = true;
+                c.finished.fetch_add(1, Ordering::SeqCst);
+                return Err(SearchError::BadQuery("rejected by the provider".into()));
+            }
+        }
+        guard.finished = true;
+        c.finished.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Search for Arc<Engine> {
+    async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError> {
+        self.work().await?;
+        Ok(vec![Hit {
+            id: 1,
+            title: format!("{query} from {}", self.name),
+        }])
+    }
+
+    async fn reindex(&self, _full: bool) -> Result<u64, SearchError> {
+        self.work().await?;
+        Ok(42)
+    }
+
+    async fn crash(&self, message: String) -> u32 {
+        self.counters.started.fetch_add(1, Ordering::SeqCst);
+        panic!("{message}");
+    }
+
+    async fn echo(&self, bytes: Vec<u8>) -> Vec<u8> {
+        bytes
+    }
+
+    async fn repeat(&self, byte: u8, count: u32) -> Vec<u8> {
+        vec![byte; count as usize]
+    }
+}
+
+/// A cluster in one process: one registry, and an in-memory or a TCP network.
+pub struct Cluster {
+    pub registry: MemoryRegistry,
+    pub memory: Option<MemoryNetwork>,
+}
+
+impl Cluster {
+    /// Nodes on the in-memory network: for tests on tokio's paused clock.
+    pub fn memory() -> Self {
+        Self {
+            registry: MemoryRegistry::new(),
+            memory: Some(MemoryNetwork::new()),
+        }
+    }
+
+    /// Nodes on real TCP sockets on loopback, ports from the OS.
+    pub fn tcp() -> Self {
+        Self {
+            registry: MemoryRegistry::new(),
+            memory: None,
+        }
+    }
+
+    pub async fn node(&self, name: &str) -> Node {
+        let builder = Node::builder().name(name).registry(self.registry.clone());
+        let builder = match &self.memory {
+            Some(net) => builder.memory(net),
+            None => builder,
+        };
+        builder.start().await.expect("node starts")
+    }
+
+    /// A node serving an [`Engine`] in `mode`.
+    pub async fn provider(&self, name: &str, mode: Mode) -> (Node, Arc<Engine>) {
+        let node = self.node(name).await;
+        let engine = Arc::new(Engine::new(name, mode));
+        let _registration = node
+            .serve(SearchServer::new(engine.clone()))
+            .await
+            .expect("serves");
+        (node, engine)
+    }
+}
+
+/// Waits until `condition` holds, checking every few milliseconds; panics after 10 s of real
+/// time, which only a broken test reaches.
+pub async fn until(what: &str, condition: impl Fn() -> bool) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "gave up waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Installs a log subscriber once, for `RUST_LOG=debug cargo test`.
+pub fn logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
