@@ -31,3 +31,16 @@ pub use registry::{MemoryRegistry, Registry};
 pub use server::{DispatchError, Provide};
 pub use service::{FunctionDescription, ServiceDescription};
 pub use transport::{DEFAULT_MAX_FRAME, MemoryNetwork};
+
+// The long-form docs, compiled as doc tests so their examples keep working.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/calls.md")]
+struct CallsDoc;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/errors.md")]
+struct ErrorsDoc;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadMe;

@@ -10,6 +10,7 @@ use tracing::Instrument;
 use super::Client;
 use super::failure::{Failure, Verdict};
 use super::select::{Chosen, Miss, choose};
+use crate::error::report::Human;
 use crate::error::{
     AttemptRecord, CallError, CallReport, ProviderRef, RpcError, RpcErrorKind, ServiceError,
 };
@@ -184,7 +185,7 @@ impl<'a> Attempts<'a> {
         }
         let mut detail = miss.detail;
         if self.retry.enabled {
-            let waited = format!("waited {:?} for one to register", self.start.elapsed());
+            let waited = format!("waited {} for one to register", Human(self.start.elapsed()));
             detail = if detail.is_empty() {
                 waited
             } else {

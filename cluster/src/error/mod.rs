@@ -2,7 +2,7 @@
 //! found or could not run the call) or an [`RpcError`] (the call did not get through, or its
 //! result did not come back). See `docs/errors.md` for how to read each.
 
-mod report;
+pub(crate) mod report;
 mod rpc;
 mod service;
 
@@ -87,15 +87,9 @@ impl<E: fmt::Display> fmt::Display for CallError<E> {
     }
 }
 
-impl<E: std::error::Error + 'static> std::error::Error for CallError<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CallError::App(e) => Some(e),
-            CallError::Service(e) => Some(e),
-            CallError::Rpc(e) => Some(e),
-        }
-    }
-}
+// `E` needs only Display + Debug (a provider may use `String` as its error). Every variant is
+// transparent (its Display is the inner error's), so none is repeated as a `source()`.
+impl<E: fmt::Debug + fmt::Display> std::error::Error for CallError<E> {}
 
 impl<E> From<ServiceError> for CallError<E> {
     fn from(e: ServiceError) -> Self {

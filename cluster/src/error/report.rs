@@ -87,7 +87,7 @@ impl CallReport {
         writeln!(f)?;
         writeln!(f)?;
         let budget = match self.budget {
-            Some((b, source)) => format!("budget {} from the {source}", Human(b)),
+            Some((b, source)) => format!("budget {}, set by {source}", Human(b)),
             None => "retries off".to_owned(),
         };
         write!(

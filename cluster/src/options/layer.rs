@@ -46,6 +46,48 @@ pub struct CallOptions {
     pub retry_budget: Option<Duration>,
 }
 
+/// Only the fields set: `timeout 5s, retry after 200ms, budget 30s`; `(none)` for an empty layer.
+impl std::fmt::Display for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::error::report::Human;
+        let mut parts = Vec::new();
+        if let Some(t) = self.timeout {
+            parts.push(format!("timeout {}", Human(t)));
+        }
+        if let Some(on) = self.retry_enabled {
+            parts.push(if on {
+                "retry on".to_owned()
+            } else {
+                "retry off".to_owned()
+            });
+        }
+        if let Some(d) = self.retry_after {
+            parts.push(format!("retry after {}", Human(d)));
+        }
+        if let Some(d) = self.retry_max_after {
+            parts.push(format!("at most {}", Human(d)));
+        }
+        if let Some(x) = self.retry_factor {
+            parts.push(format!("factor {x}"));
+        }
+        if let Some(j) = self.retry_jitter {
+            parts.push(if j {
+                "jitter".to_owned()
+            } else {
+                "no jitter".to_owned()
+            });
+        }
+        if let Some(d) = self.retry_budget {
+            parts.push(format!("budget {}", Human(d)));
+        }
+        if parts.is_empty() {
+            f.write_str("(none)")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
 impl CallOptions {
     /// An empty layer: overrides nothing.
     pub const fn new() -> Self {

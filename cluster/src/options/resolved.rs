@@ -22,10 +22,10 @@ pub enum Source {
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Source::Library => "library default",
-            Source::ProviderService => "provider service",
-            Source::ProviderFunction => "provider function",
-            Source::Client => "client default",
+            Source::Library => "the library default",
+            Source::ProviderService => "the provider's service options",
+            Source::ProviderFunction => "the provider's function options",
+            Source::Client => "the client's defaults",
             Source::Call => "this call",
         })
     }

@@ -5,6 +5,7 @@
 mod support;
 
 mod budget;
+mod errors;
 mod lookup;
 mod outcomes;
 mod resolve;

@@ -1,0 +1,161 @@
+//! A small cluster doing real calls over TCP on loopback: two providers of `search`, a client,
+//! and a rolling replacement of a provider in the middle of a call.
+//!
+//! Run with `cargo run -p examples --example demo` (`RUST_LOG=info` shows the registry events).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use cluster::{CallError, MemoryRegistry, Node};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Hit {
+    title: String,
+    node: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum SearchError {
+    EmptyQuery,
+}
+
+impl std::fmt::Display for SearchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the query is empty")
+    }
+}
+
+/// A search service: its timeouts and retry policy travel with its registry entry.
+#[cluster::service(
+    name = "search",
+    version = "2.1.0",
+    timeout = "2s",
+    retry(after = "50ms", budget = "10s")
+)]
+trait Search {
+    /// Safe to run twice: retried after a timeout.
+    #[call(idempotent)]
+    async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError>;
+    /// Not idempotent: never run again once it may have run.
+    #[call(timeout = "30s")]
+    async fn reindex(&self, full: bool) -> Result<u64, SearchError>;
+}
+
+struct Engine {
+    node: String,
+    reindexed: AtomicU64,
+    delay: Duration,
+}
+
+impl Search for Engine {
+    async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError> {
+        if query.is_empty() {
+            return Err(SearchError::EmptyQuery);
+        }
+        tokio::time::sleep(self.delay).await;
+        Ok(vec![Hit {
+            title: format!("{query}: the book"),
+            node: self.node.clone(),
+        }])
+    }
+
+    async fn reindex(&self, _full: bool) -> Result<u64, SearchError> {
+        Ok(self.reindexed.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+async fn provider(registry: &MemoryRegistry, name: &str, delay: Duration) -> Node {
+    let node = Node::builder()
+        .name(name)
+        .registry(registry.clone())
+        .start()
+        .await
+        .expect("node starts");
+    let engine = Engine {
+        node: name.to_owned(),
+        reindexed: AtomicU64::new(0),
+        delay,
+    };
+    let _registration = node
+        .serve(SearchServer::new(engine))
+        .await
+        .expect("service registers");
+    node
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let registry = MemoryRegistry::new();
+    let one = provider(&registry, "search-1", Duration::from_millis(100)).await;
+    let two = provider(&registry, "search-2", Duration::from_millis(100)).await;
+    let client_node = Node::builder()
+        .name("client")
+        .registry(registry.clone())
+        .start()
+        .await
+        .unwrap();
+    let search = SearchClient::new(&client_node);
+
+    println!("What every client reads from the registry entry of `search`:");
+    for f in &SearchClient::description().functions {
+        println!(
+            "  {}  idempotent: {}  options: {}",
+            f.signature, f.idempotent, f.options
+        );
+    }
+    println!(
+        "  service-level options: {}\n",
+        SearchClient::description().options
+    );
+
+    // Calls spread over both replicas.
+    for query in ["rust", "tokio", "tarpc", "serde"] {
+        let hits = search.search(query.into()).await.expect("served");
+        println!(
+            "search({query:?}) -> {:?} from {}",
+            hits[0].title, hits[0].node
+        );
+    }
+
+    // The provider's own error comes back typed, and is never retried.
+    match search.search(String::new()).await {
+        Err(CallError::App(e)) => println!("search(\"\") -> the provider said: {e}"),
+        other => panic!("expected the provider's error, got {other:?}"),
+    }
+
+    // A per-call override: one attempt, 1 s.
+    let n = search
+        .reindex(true)
+        .timeout(Duration::from_secs(1))
+        .no_retry()
+        .await
+        .expect("reindexed");
+    println!("reindex(true) -> {n}");
+
+    // A rolling replacement during a call: search-1 and search-2 leave, search-3 (slow) comes up.
+    // The call re-resolves before every attempt and waits for the replacement within its budget.
+    let call = tokio::spawn({
+        let search = search.clone();
+        async move { search.search("deploy".into()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await; // the call is in flight on search-1 or -2
+    one.shutdown().await;
+    two.shutdown().await;
+    let three = provider(&registry, "search-3", Duration::from_millis(20)).await;
+    let hits = call.await.unwrap().expect("the call survives the deploy");
+    println!(
+        "search(\"deploy\") during the deploy -> served by {}",
+        hits[0].node
+    );
+
+    // With every provider gone and retries off, the error says what happened.
+    three.shutdown().await;
+    let err = search.reindex(false).no_retry().await.unwrap_err();
+    println!("\nreindex(false) with no provider and no retry:\n{err}");
+
+    client_node.shutdown().await;
+}
