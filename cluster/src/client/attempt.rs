@@ -9,6 +9,7 @@ use tracing::Instrument;
 
 use super::Client;
 use super::failure::{Failure, Verdict};
+use super::peers::InFlight;
 use super::select::{Chosen, Miss, choose};
 use crate::error::report::Human;
 use crate::error::{
@@ -142,16 +143,26 @@ impl<'a> Attempts<'a> {
             let attempt_deadline = (now + options.timeout).min(self.deadline);
             let number = self.attempts.len() + 1;
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt");
+            let addr = chosen.entry.node.addr;
+            let peers = &self.client.node.peers;
+            let in_flight = InFlight::start(peers.get(addr));
             let reply = self
                 .client
                 .node
                 .connector
-                .send(chosen.entry.node.addr, request.clone(), attempt_deadline)
+                .send(addr, request.clone(), attempt_deadline)
                 .await;
             let failure = match Failure::of(reply) {
-                Ok(bytes) => return Ok(bytes),
+                Ok(bytes) => {
+                    peers.restore(in_flight.peer());
+                    return Ok(bytes);
+                }
                 Err(failure) => failure,
             };
+            drop(in_flight);
+            if failure.is_connection_failure() {
+                peers.eject(addr);
+            }
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt failed: {}", failure.outcome());
             self.attempts.push(AttemptRecord {
                 provider: provider_ref(&chosen.entry),

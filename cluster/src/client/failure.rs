@@ -54,6 +54,11 @@ impl Failure {
         }
     }
 
+    /// Whether the peer itself looks unreachable (rather than busy or wrong).
+    pub(crate) fn is_connection_failure(&self) -> bool {
+        matches!(self, Failure::NotSent(_) | Failure::Lost(_))
+    }
+
     /// The attempt's outcome in a few words, for the report.
     pub(crate) fn outcome(&self) -> String {
         match self {

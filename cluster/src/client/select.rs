@@ -22,9 +22,15 @@ pub(crate) struct Miss {
     pub(crate) available: Vec<Version>,
 }
 
-/// Picks a provider of the client's service for `function` from the local registry: version
-/// within the client's requirement, the function present with the same signature; among those,
-/// one that has not failed in this call (`avoid`) if there is one, taking turns between equals.
+/// Picks a provider of the client's service for `function` from the local registry copy.
+///
+/// Eligible: version within the client's requirement, the function present with the same
+/// signature (and, with `newest_only`, the newest such version). Among those it prefers, in
+/// this order, providers that have neither failed in this call (`avoid`) nor lost a connection
+/// lately (outlier ejection), then those that have not failed in this call, then any. Within
+/// the preferred ones it takes two in turn and sends to the one with fewer requests
+/// outstanding (power of two choices; turns rather than random picks, so that a quiet client
+/// spreads its calls exactly evenly).
 pub(crate) fn choose(
     client: &Client,
     function: usize,
@@ -40,31 +46,48 @@ pub(crate) fn choose(
             .function(&wanted.name, &wanted.signature)
             .map(|(i, _)| i)
     };
-    let fresh =
-        |e: &Arc<ServiceEntry>| !avoid.iter().any(|a| Arc::ptr_eq(a, e) || a.node == e.node);
-
-    let eligible = entries.iter().filter(|e| provides(e).is_some());
-    let (count, prefer_fresh) = {
-        let fresh_count = eligible.clone().filter(|e| fresh(e)).count();
-        if fresh_count > 0 {
-            (fresh_count, true)
-        } else {
-            (eligible.clone().count(), false)
-        }
+    let newest = match client.newest_only {
+        true => entries
+            .iter()
+            .filter(|e| provides(e).is_some())
+            .map(|e| &e.description.version)
+            .max(),
+        false => None,
     };
-    if count == 0 {
-        return Err(miss(client, &entries, function));
+    let eligible = |e: &&Arc<ServiceEntry>| {
+        provides(e).is_some() && newest.is_none_or(|v| &e.description.version == v)
+    };
+    let fresh = |e: &Arc<ServiceEntry>| !avoid.iter().any(|a| a.node == e.node);
+    let healthy = |e: &Arc<ServiceEntry>| !client.node.peers.is_ejected(e.node.addr);
+
+    let tiers: [&dyn Fn(&Arc<ServiceEntry>) -> bool; 3] =
+        [&|e| fresh(e) && healthy(e), &fresh, &|_| true];
+    for tier in tiers {
+        let count = entries.iter().filter(eligible).filter(|e| tier(e)).count();
+        if count == 0 {
+            continue;
+        }
+        let mut candidates = entries.iter().filter(eligible).filter(|e| tier(e));
+        let turn = client.turn.fetch_add(1, Ordering::Relaxed) % count;
+        let first = candidates.clone().nth(turn).expect("counted above");
+        let entry = if count > 1 {
+            let second = candidates.nth((turn + 1) % count).expect("counted above");
+            let peers = &client.node.peers;
+            if peers.outstanding(second.node.addr) < peers.outstanding(first.node.addr) {
+                second
+            } else {
+                first
+            }
+        } else {
+            first
+        };
+        let function = provides(entry).expect("eligible");
+        return Ok(Chosen {
+            entry: entry.clone(),
+            function,
+        });
     }
-    let turn = client.turn.fetch_add(1, Ordering::Relaxed) % count;
-    let entry = eligible
-        .filter(|e| !prefer_fresh || fresh(e))
-        .nth(turn)
-        .expect("counted above");
-    let function = provides(entry).expect("filtered above");
-    Ok(Chosen {
-        entry: entry.clone(),
-        function,
-    })
+    Err(miss(client, &entries, function))
 }
 
 fn miss(client: &Client, entries: &[Arc<ServiceEntry>], function: usize) -> Miss {

@@ -1,10 +1,11 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
 use super::{Listener, Node, NodeInner};
+use crate::client::peers::{DEFAULT_COOLDOWN, Peers};
 use crate::registry::{MemoryRegistry, NodeInfo, Registry, RegistryError};
 use crate::server::Dispatcher;
 use crate::transport::tcp::{self, TcpConnector};
@@ -19,6 +20,7 @@ use crate::transport::{Connector, DEFAULT_MAX_FRAME, ENVELOPE_OVERHEAD, MemoryNe
 /// | `registry` | a private [`MemoryRegistry`]: the node sees only itself |
 /// | `memory` | off: real TCP |
 /// | `max_frame` | 8 MiB |
+/// | `outlier_cooldown` | 2 s |
 #[derive(Default)]
 #[must_use]
 pub struct NodeBuilder {
@@ -27,6 +29,7 @@ pub struct NodeBuilder {
     registry: Option<Arc<dyn Registry>>,
     memory: Option<MemoryNetwork>,
     max_frame: Option<usize>,
+    outlier_cooldown: Option<Duration>,
 }
 
 /// A node could not start.
@@ -78,6 +81,12 @@ impl NodeBuilder {
         self
     }
 
+    /// How long a peer whose connection failed is passed over while others can serve.
+    pub fn outlier_cooldown(mut self, cooldown: Duration) -> Self {
+        self.outlier_cooldown = Some(cooldown);
+        self
+    }
+
     /// Starts listening and joins the registry.
     pub async fn start(self) -> Result<Node, StartError> {
         let generation = SystemTime::now()
@@ -126,6 +135,7 @@ impl NodeBuilder {
                 registry,
                 connector,
                 max_frame,
+                peers: Peers::new(self.outlier_cooldown.unwrap_or(DEFAULT_COOLDOWN)),
                 dispatcher,
                 served: Mutex::default(),
                 listener: Mutex::new(Some(listener)),

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 pub use builder::{NodeBuilder, StartError};
 
+use crate::client::peers::Peers;
 use crate::registry::{NodeInfo, Registry, RegistryError, ServiceEntry};
 use crate::server::{Dispatcher, Provide};
 use crate::transport::{Connector, MemoryNetwork};
@@ -32,6 +33,7 @@ pub(crate) struct NodeInner {
     pub(crate) registry: Arc<dyn Registry>,
     pub(crate) connector: Arc<dyn Connector>,
     pub(crate) max_frame: usize,
+    pub(crate) peers: Peers,
     dispatcher: Arc<Dispatcher>,
     served: Mutex<Vec<String>>,
     listener: Mutex<Option<Listener>>,
@@ -154,6 +156,7 @@ impl Node {
     /// Stops at once without telling the registry, as a crashed node would: connections close,
     /// handlers are dropped, and the registry keeps listing the node until it notices. For tests.
     pub async fn kill(&self) {
+        self.inner.registry.halt().await;
         self.stop_listening().await;
     }
 

@@ -1,135 +1,43 @@
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, watch};
 
+use super::index::{Index, Published};
 use super::{NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry};
 
 /// A registry held in this process and shared by the nodes of this process: for tests and for
 /// single-process deployments. Every change is visible to every node at once.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct MemoryRegistry {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    state: RwLock<State>,
-    events: broadcast::Sender<RegistryEvent>,
-    changes: watch::Sender<u64>,
-}
-
 #[derive(Debug, Default)]
-struct State {
-    nodes: HashMap<String, NodeInfo>,
-    // Lookups clone an `Arc` of the slice: readers never copy entries.
-    by_service: HashMap<String, Arc<[Arc<ServiceEntry>]>>,
-}
-
-impl Default for MemoryRegistry {
-    fn default() -> Self {
-        Self::new()
-    }
+struct Inner {
+    published: Published,
+    // Serialises writers: each takes the current index, changes a copy and publishes it.
+    writer: Mutex<()>,
 }
 
 impl MemoryRegistry {
     /// An empty registry.
     pub fn new() -> Self {
-        let (events, _) = broadcast::channel(1024);
-        let (changes, _) = watch::channel(0);
-        Self {
-            inner: Arc::new(Inner {
-                state: RwLock::new(State::default()),
-                events,
-                changes,
-            }),
-        }
+        Self::default()
     }
 
-    fn write(&self, change: impl FnOnce(&mut State) -> Vec<RegistryEvent>) {
-        let events = {
-            let mut state = self.inner.state.write().unwrap_or_else(|p| p.into_inner());
-            change(&mut state)
-        };
-        if events.is_empty() {
-            return;
-        }
-        for event in events {
-            log(&event);
-            // No subscriber is not an error: events are for whoever listens.
-            let _ = self.inner.events.send(event);
-        }
-        self.inner.changes.send_modify(|v| *v += 1);
-    }
-
-    fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
-        f(&self.inner.state.read().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-fn log(event: &RegistryEvent) {
-    match event {
-        RegistryEvent::ServiceUp(e) => tracing::info!(
-            "service {} {} became available on node {}",
-            e.description.name,
-            e.description.version,
-            e.node
-        ),
-        RegistryEvent::ServiceDown(e) => tracing::info!(
-            "service {} {} went away from node {}",
-            e.description.name,
-            e.description.version,
-            e.node
-        ),
-        RegistryEvent::NodeUp(n) => tracing::info!("node {n} joined"),
-        RegistryEvent::NodeDown(n) => tracing::info!("node {n} left"),
-    }
-}
-
-impl State {
-    fn remove_service(&mut self, node: &str, service: &str) -> Option<Arc<ServiceEntry>> {
-        let entries = self.by_service.get(service)?;
-        let gone = entries.iter().find(|e| e.node.name == node)?.clone();
-        let kept: Arc<[Arc<ServiceEntry>]> = entries
-            .iter()
-            .filter(|e| e.node.name != node)
-            .cloned()
-            .collect();
-        if kept.is_empty() {
-            self.by_service.remove(service);
-        } else {
-            self.by_service.insert(service.to_owned(), kept);
-        }
-        Some(gone)
+    fn update(
+        &self,
+        change: impl FnOnce(&mut Index),
+    ) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        let _writer = self.inner.writer.lock().unwrap_or_else(|p| p.into_inner());
+        self.inner.published.update(change);
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 
 impl Registry for MemoryRegistry {
     fn register(&self, entry: ServiceEntry) -> RegistryFuture<'_, Result<(), RegistryError>> {
-        let entry = Arc::new(entry);
-        self.write(|state| {
-            let mut events = Vec::new();
-            if !state.nodes.contains_key(&entry.node.name) {
-                state
-                    .nodes
-                    .insert(entry.node.name.clone(), entry.node.clone());
-                events.push(RegistryEvent::NodeUp(entry.node.clone()));
-            }
-            if let Some(old) = state.remove_service(&entry.node.name, &entry.description.name) {
-                events.push(RegistryEvent::ServiceDown(old));
-            }
-            let service = entry.description.name.clone();
-            let mut list: Vec<_> = state
-                .by_service
-                .get(&service)
-                .map(|l| l.to_vec())
-                .unwrap_or_default();
-            list.push(entry.clone());
-            state.by_service.insert(service, list.into());
-            events.push(RegistryEvent::ServiceUp(entry));
-            events
-        });
-        Box::pin(std::future::ready(Ok(())))
+        self.update(|index| index.insert(Arc::new(entry)))
     }
 
     fn deregister(
@@ -137,77 +45,47 @@ impl Registry for MemoryRegistry {
         node: &str,
         service: &str,
     ) -> RegistryFuture<'_, Result<(), RegistryError>> {
-        self.write(|state| {
-            state
-                .remove_service(node, service)
-                .map(RegistryEvent::ServiceDown)
-                .into_iter()
-                .collect()
-        });
-        Box::pin(std::future::ready(Ok(())))
+        self.update(|index| index.remove(node, service))
     }
 
     fn join(&self, node: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>> {
-        self.write(|state| {
-            if state.nodes.insert(node.name.clone(), node.clone()).as_ref() == Some(&node) {
-                return Vec::new();
+        self.update(|index| {
+            // A restart under the same name replaces the earlier life and its entries.
+            if index.nodes.get(&node.name).is_some_and(|n| n != &node) {
+                index.remove_node(&node.name);
             }
-            vec![RegistryEvent::NodeUp(node)]
-        });
-        Box::pin(std::future::ready(Ok(())))
+            index.nodes.insert(node.name.clone(), node);
+        })
     }
 
     fn leave(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
-        self.write(|state| {
-            let services: Vec<String> = state
-                .by_service
-                .iter()
-                .filter(|(_, list)| list.iter().any(|e| e.node.name == node))
-                .map(|(name, _)| name.clone())
-                .collect();
-            let mut events: Vec<RegistryEvent> = services
-                .iter()
-                .filter_map(|s| state.remove_service(node, s))
-                .map(RegistryEvent::ServiceDown)
-                .collect();
-            if let Some(info) = state.nodes.remove(node) {
-                events.push(RegistryEvent::NodeDown(info));
-            }
-            events
-        });
-        Box::pin(std::future::ready(Ok(())))
+        self.update(|index| index.remove_node(node))
     }
 
     fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
-        self.read(|state| {
-            state
-                .by_service
-                .get(service)
-                .cloned()
-                .unwrap_or_else(|| Arc::new([]))
-        })
+        self.inner.published.current().lookup(service)
     }
 
     fn services(&self) -> Vec<Arc<ServiceEntry>> {
-        self.read(|state| {
-            state
-                .by_service
-                .values()
-                .flat_map(|l| l.iter().cloned())
-                .collect()
-        })
+        self.inner.published.current().entries().cloned().collect()
     }
 
     fn nodes(&self) -> Vec<NodeInfo> {
-        self.read(|state| state.nodes.values().cloned().collect())
+        self.inner
+            .published
+            .current()
+            .nodes
+            .values()
+            .cloned()
+            .collect()
     }
 
     fn events(&self) -> broadcast::Receiver<RegistryEvent> {
-        self.inner.events.subscribe()
+        self.inner.published.events()
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
-        self.inner.changes.subscribe()
+        self.inner.published.changes()
     }
 }
 
@@ -220,9 +98,13 @@ mod tests {
     use crate::service::{ServiceDescription, version};
 
     fn entry(node: &str, port: u16) -> ServiceEntry {
+        entry_of(node, port, 1)
+    }
+
+    fn entry_of(node: &str, port: u16, minor: u64) -> ServiceEntry {
         let d = ServiceDescription::new(
             "search",
-            version(2, 1, 0, "", ""),
+            version(2, minor, 0, "", ""),
             None,
             CallOptions::new(),
             vec![],
@@ -244,7 +126,7 @@ mod tests {
         assert!(changes.has_changed().unwrap());
         changes.borrow_and_update();
 
-        reg.register(entry("a", 3)).await.unwrap(); // replaced, not added
+        reg.register(entry_of("a", 1, 2)).await.unwrap(); // replaced, not added
         assert_eq!(reg.lookup("search").len(), 2);
         reg.deregister("b", "search").await.unwrap();
         assert_eq!(reg.lookup("search").len(), 1);
@@ -262,8 +144,12 @@ mod tests {
         let mut kinds = Vec::new();
         while let Ok(e) = events.try_recv() {
             kinds.push(match e {
-                RegistryEvent::ServiceUp(e) => format!("up {}", e.node.name),
-                RegistryEvent::ServiceDown(e) => format!("down {}", e.node.name),
+                RegistryEvent::ServiceUp(e) => {
+                    format!("up {} {}", e.node.name, e.description.version)
+                }
+                RegistryEvent::ServiceDown(e) => {
+                    format!("down {} {}", e.node.name, e.description.version)
+                }
                 RegistryEvent::NodeUp(n) => format!("node up {}", n.name),
                 RegistryEvent::NodeDown(n) => format!("node down {}", n.name),
             });
@@ -272,13 +158,13 @@ mod tests {
             kinds,
             [
                 "node up a",
-                "up a",
+                "up a 2.1.0",
                 "node up b",
-                "up b",
-                "down a",
-                "up a",
-                "down b",
-                "down a",
+                "up b 2.1.0",
+                "down a 2.1.0",
+                "up a 2.2.0",
+                "down b 2.1.0",
+                "down a 2.2.0",
                 "node down a"
             ]
         );

@@ -1,10 +1,13 @@
-//! Who provides what: the [`Registry`] trait every node reads its lookups from, and the
-//! in-process backend ([`MemoryRegistry`]) that several nodes of one process share.
+//! Who provides what: the [`Registry`] trait every node reads its lookups from, the
+//! in-process backend ([`MemoryRegistry`]) that several nodes of one process share, and the
+//! gossip backend ([`GossipRegistry`]) that replicates between processes and machines.
 //!
-//! A registry is a local copy: [`Registry::lookup`] never leaves the node. Backends that
-//! replicate between processes (gossip) implement the same trait.
+//! A registry is a local copy: [`Registry::lookup`] never leaves the node. `docs/registry.md`
+//! explains how the copies converge and how fast.
 
 mod entry;
+mod gossip;
+mod index;
 mod memory;
 
 use std::future::Future;
@@ -14,7 +17,9 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, watch};
 
 pub use entry::{NodeInfo, RegistryEvent, ServiceEntry};
+pub use gossip::{GossipConfig, GossipRegistry};
 pub use memory::MemoryRegistry;
+use semver::VersionReq;
 
 /// A boxed future, as registry methods return them (the trait is used as `dyn Registry`).
 pub type RegistryFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -51,6 +56,33 @@ pub trait Registry: Send + Sync + 'static {
 
     /// A counter that changes whenever the registry does, for waiting on a provider to appear.
     fn changes(&self) -> watch::Receiver<u64>;
+
+    /// Stops replicating at once without telling anyone, as a crashed process would: the others
+    /// find out through failure detection. For tests; a backend without replication does
+    /// nothing.
+    fn halt(&self) -> RegistryFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
+    /// The services of one node.
+    fn services_on(&self, node: &str) -> Vec<Arc<ServiceEntry>> {
+        self.services()
+            .into_iter()
+            .filter(|e| e.node.name == node)
+            .collect()
+    }
+
+    /// The entries named `service` whose version meets `requirement`, newest first.
+    fn find(&self, service: &str, requirement: &VersionReq) -> Vec<Arc<ServiceEntry>> {
+        let mut found: Vec<_> = self
+            .lookup(service)
+            .iter()
+            .filter(|e| requirement.matches(&e.description.version))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| b.description.version.cmp(&a.description.version));
+        found
+    }
 }
 
 /// A registry refused or failed an operation.
@@ -69,7 +101,18 @@ pub enum RegistryError {
         /// The backend's limit.
         limit: usize,
     },
-    /// The backend has stopped.
-    #[error("the registry has stopped")]
+    /// The backend has stopped, or has not started (a node joins it when it starts).
+    #[error("the registry is not running")]
     Stopped,
+    /// This backend holds only the entries of its own node.
+    #[error("this registry replicates the entries of node `{own}`, not of node `{node}`")]
+    NotLocal {
+        /// The node the entry names.
+        node: String,
+        /// The node this registry belongs to.
+        own: String,
+    },
+    /// The replication engine could not start.
+    #[error("gossip could not start: {0}")]
+    Gossip(String),
 }

@@ -222,6 +222,64 @@ pub async fn until(what: &str, condition: impl Fn() -> bool) {
     }
 }
 
+/// A node on real TCP with its own gossip registry, seeded with `seeds`.
+pub async fn gossip_node(
+    name: &str,
+    seeds: &[std::net::SocketAddr],
+) -> (Node, cluster::registry::GossipRegistry) {
+    let config = cluster::registry::GossipConfig::new().seeds(seeds.iter().map(|s| s.to_string()));
+    let registry = cluster::registry::GossipRegistry::new(config);
+    let node = Node::builder()
+        .name(name)
+        .registry(registry.clone())
+        .start()
+        .await
+        .expect("node starts");
+    (node, registry)
+}
+
+/// A gossip node serving an [`Engine`].
+pub async fn gossip_provider(
+    name: &str,
+    seeds: &[std::net::SocketAddr],
+    mode: Mode,
+) -> (Node, Arc<Engine>, std::net::SocketAddr) {
+    let (node, registry) = gossip_node(name, seeds).await;
+    let engine = Arc::new(Engine::new(name, mode));
+    let _registration = node
+        .serve(SearchServer::new(engine.clone()))
+        .await
+        .expect("serves");
+    (node, engine, registry.gossip_addr().expect("gossiping"))
+}
+
+/// Waits (on real time, up to `limit`) until `node`'s registry copy satisfies `condition`;
+/// returns how long that took. Wakes on every registry change, not on a timer.
+pub async fn seen(
+    node: &Node,
+    limit: Duration,
+    condition: impl Fn(&Node) -> bool,
+) -> Result<Duration, Duration> {
+    let start = std::time::Instant::now();
+    let mut changes = node.registry().changes();
+    let wait = async {
+        while !condition(node) {
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+    match tokio::time::timeout(limit, wait).await {
+        Ok(()) if condition(node) => Ok(start.elapsed()),
+        _ => Err(start.elapsed()),
+    }
+}
+
+/// How many providers of `search` `node` sees.
+pub fn providers(node: &Node) -> usize {
+    node.registry().lookup("search").len()
+}
+
 /// Installs a log subscriber once, for `RUST_LOG=debug cargo test`.
 pub fn logs() {
     let _ = tracing_subscriber::fmt()

@@ -1,0 +1,359 @@
+//! The call options shared by `#[service(...)]` and `#[call(...)]`: `timeout` and `retry`,
+//! plus the small value readers every key uses.
+//!
+//! Readers report a wrong value to [`Errors`] and return `Ok(None)`, so the parse goes on and the
+//! next key's mistakes are found in the same build. Only token-level syntax errors (which leave
+//! the parse position unknown) come back as `Err`.
+
+use proc_macro2::Span;
+use quote::ToTokens;
+use syn::meta::ParseNestedMeta;
+use syn::spanned::Spanned;
+use syn::{Expr, ExprLit, Lit, LitStr, Token, token};
+
+use crate::duration::{DURATION_HELP, DurationError, parse_millis};
+use crate::errors::Errors;
+
+/// Options given at one level (the service or one function); `None` means "not given here".
+#[derive(Default)]
+pub(crate) struct Options {
+    /// `timeout = "dur"`, in milliseconds.
+    pub(crate) timeout: Option<u64>,
+    /// `retry = bool` or `retry(...)`.
+    pub(crate) retry: Option<Retry>,
+    /// Which form of `retry` was seen first (`true` = the list form), to refuse mixing them.
+    retry_form: Option<bool>,
+}
+
+/// The two spellings of `retry`.
+pub(crate) enum Retry {
+    /// `retry = true` / `retry = false`.
+    Enabled(bool),
+    /// `retry(...)`: retries on, with these settings.
+    Settings(RetrySettings),
+}
+
+/// The sub-keys of `retry(...)`, each optional.
+#[derive(Default)]
+pub(crate) struct RetrySettings {
+    pub(crate) after: Option<u64>,
+    pub(crate) budget: Option<u64>,
+    pub(crate) max_after: Option<u64>,
+    pub(crate) factor: Option<f64>,
+    pub(crate) jitter: Option<bool>,
+}
+
+const RETRY_KEYS: &str = "after, budget, max_after, factor, jitter";
+
+impl Options {
+    /// Parses `timeout` or `retry`; returns `Ok(false)` for any other key so the caller can
+    /// try its own keys.
+    pub(crate) fn parse_key(
+        &mut self,
+        key: &str,
+        meta: &ParseNestedMeta<'_>,
+        seen: &mut Seen,
+        errors: &mut Errors,
+    ) -> syn::Result<bool> {
+        match key {
+            "timeout" => {
+                let fresh = seen.first(key, meta.path.span(), errors);
+                let value = duration(meta, key, true, errors)?;
+                if fresh {
+                    self.timeout = value;
+                }
+            }
+            "retry" => self.parse_retry(meta, seen, errors)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn parse_retry(
+        &mut self,
+        meta: &ParseNestedMeta<'_>,
+        seen: &mut Seen,
+        errors: &mut Errors,
+    ) -> syn::Result<()> {
+        let span = meta.path.span();
+        let is_list = meta.input.peek(token::Paren);
+        if !is_list && !meta.input.peek(Token![=]) {
+            errors.at(
+                span,
+                "`retry` needs a value: retry = true, retry = false or retry(after = \"…\", …)",
+            );
+            return Ok(());
+        }
+        let fresh = match self.retry_form {
+            None => {
+                self.retry_form = Some(is_list);
+                seen.first("retry", span, errors)
+            }
+            Some(was_list) if was_list != is_list => {
+                errors.at(
+                    span,
+                    format!(
+                        "conflicting `retry` keys in {}: use either retry(...) (retries on, with \
+                         settings) or retry = true/false, not both",
+                        seen.attribute
+                    ),
+                );
+                false
+            }
+            Some(_) => seen.first("retry", span, errors),
+        };
+        let retry = if is_list {
+            let mut settings = RetrySettings::default();
+            let mut inner_seen = Seen::new("retry(...)");
+            meta.parse_nested_meta(|inner| settings.parse_key(&inner, &mut inner_seen, errors))?;
+            Some(Retry::Settings(settings))
+        } else {
+            boolean(meta, "retry", "retry = false", errors)?.map(Retry::Enabled)
+        };
+        if fresh {
+            self.retry = retry;
+        }
+        Ok(())
+    }
+}
+
+impl RetrySettings {
+    fn parse_key(
+        &mut self,
+        meta: &ParseNestedMeta<'_>,
+        seen: &mut Seen,
+        errors: &mut Errors,
+    ) -> syn::Result<()> {
+        let key = key_name(meta);
+        let fresh = seen.first(&key, meta.path.span(), errors);
+        match key.as_str() {
+            "after" => store(fresh, &mut self.after, duration(meta, &key, false, errors)?),
+            "budget" => store(fresh, &mut self.budget, duration(meta, &key, true, errors)?),
+            "max_after" => store(
+                fresh,
+                &mut self.max_after,
+                duration(meta, &key, false, errors)?,
+            ),
+            "factor" => store(fresh, &mut self.factor, factor(meta, errors)?),
+            "jitter" => store(
+                fresh,
+                &mut self.jitter,
+                boolean(meta, "jitter", "jitter = true", errors)?,
+            ),
+            _ => unknown_key(meta, &key, "retry(...)", RETRY_KEYS, errors)?,
+        }
+        Ok(())
+    }
+}
+
+/// Keeps only the first occurrence of a key; later ones were already reported as duplicates.
+fn store<T>(fresh: bool, slot: &mut Option<T>, value: Option<T>) {
+    if fresh {
+        *slot = value;
+    }
+}
+
+/// The keys of one attribute seen so far, to refuse duplicates.
+pub(crate) struct Seen {
+    /// How the attribute is named in messages: `#[service]`, `#[call]`, `retry(...)`.
+    pub(crate) attribute: &'static str,
+    keys: Vec<String>,
+}
+
+impl Seen {
+    pub(crate) fn new(attribute: &'static str) -> Self {
+        Self {
+            attribute,
+            keys: Vec::new(),
+        }
+    }
+
+    /// Whether `key` was given.
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.keys.iter().any(|seen| seen == key)
+    }
+
+    /// Records `key`; if it was already given, reports the duplicate at `span` and returns false.
+    pub(crate) fn first(&mut self, key: &str, span: Span, errors: &mut Errors) -> bool {
+        if self.contains(key) {
+            errors.at(
+                span,
+                format!(
+                    "duplicate key `{key}` in {}: each key may be given once",
+                    self.attribute
+                ),
+            );
+            return false;
+        }
+        self.keys.push(key.to_owned());
+        true
+    }
+}
+
+/// The key as written (`timeout`, `crate`, or `a::b` for a path, which is never a known key).
+pub(crate) fn key_name(meta: &ParseNestedMeta<'_>) -> String {
+    let segments: Vec<String> = meta
+        .path
+        .segments
+        .iter()
+        .map(|segment| segment.ident.to_string())
+        .collect();
+    segments.join("::")
+}
+
+/// Reports an unknown key and skips its value so the keys after it are still checked.
+pub(crate) fn unknown_key(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    attribute: &str,
+    known: &str,
+    errors: &mut Errors,
+) -> syn::Result<()> {
+    errors.spanned(
+        &meta.path,
+        format!("unknown key `{key}` in {attribute}: expected one of {known}"),
+    );
+    skip_value(meta)
+}
+
+/// Consumes `= expr` or `(...)` after a key, whatever is inside.
+pub(crate) fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+    if meta.input.peek(Token![=]) {
+        meta.value()?.parse::<Expr>()?;
+    } else if meta.input.peek(token::Paren) {
+        let content;
+        syn::parenthesized!(content in meta.input);
+        content.parse::<proc_macro2::TokenStream>()?;
+    }
+    Ok(())
+}
+
+/// The expression after `key =`, or an error if the key was written without a value.
+fn value(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    example: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<Expr>> {
+    if !meta.input.peek(Token![=]) {
+        errors.spanned(&meta.path, format!("`{key}` needs a value, e.g. {example}"));
+        skip_value(meta)?;
+        return Ok(None);
+    }
+    Ok(Some(meta.value()?.parse::<Expr>()?))
+}
+
+/// The string literal after `key =`.
+pub(crate) fn string(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    example: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<LitStr>> {
+    Ok(match value(meta, key, example, errors)? {
+        Some(Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        })) => Some(lit),
+        Some(other) => {
+            errors.spanned(
+                &other,
+                format!("`{key}` expects a string literal, e.g. {example}"),
+            );
+            None
+        }
+        None => None,
+    })
+}
+
+/// The bool literal after `key =`.
+fn boolean(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    example: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<bool>> {
+    Ok(match value(meta, key, example, errors)? {
+        Some(Expr::Lit(ExprLit {
+            lit: Lit::Bool(lit),
+            ..
+        })) => Some(lit.value),
+        Some(other) => {
+            errors.spanned(
+                &other,
+                format!("`{key}` expects `true` or `false`, e.g. {example}"),
+            );
+            None
+        }
+        None => None,
+    })
+}
+
+/// A duration string after `key =`, in milliseconds; `nonzero` refuses "0s" and friends.
+fn duration(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    nonzero: bool,
+    errors: &mut Errors,
+) -> syn::Result<Option<u64>> {
+    let example = format!("{key} = \"5s\"");
+    let Some(lit) = string(meta, key, &example, errors)? else {
+        return Ok(None);
+    };
+    let text = lit.value();
+    Ok(match parse_millis(&text) {
+        Ok(0) if nonzero => {
+            errors.spanned(
+                &lit,
+                format!("`{key}` must be greater than zero, e.g. {example}"),
+            );
+            None
+        }
+        Ok(millis) => Some(millis),
+        Err(DurationError::Malformed) => {
+            errors.spanned(
+                &lit,
+                format!("invalid duration {text:?} for `{key}`: {DURATION_HELP}"),
+            );
+            None
+        }
+        Err(DurationError::TooLarge) => {
+            errors.spanned(
+                &lit,
+                format!(
+                    "duration {text:?} for `{key}` is too large: it must fit in u64 milliseconds"
+                ),
+            );
+            None
+        }
+    })
+}
+
+/// The backoff factor: a float or integer literal, at least 1.0.
+fn factor(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option<f64>> {
+    let Some(expr) = value(meta, "factor", "factor = 2.0", errors)? else {
+        return Ok(None);
+    };
+    let parsed = match &expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(lit),
+            ..
+        }) => lit.base10_parse::<f64>().ok(),
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => lit.base10_parse::<f64>().ok(),
+        _ => None,
+    };
+    Ok(match parsed {
+        Some(factor) if factor.is_finite() && factor >= 1.0 => Some(factor),
+        _ => {
+            errors.spanned(
+                &expr,
+                format!(
+                    "invalid `factor` `{}`: expected a number literal >= 1.0, e.g. factor = 2.0",
+                    expr.to_token_stream()
+                ),
+            );
+            None
+        }
+    })
+}

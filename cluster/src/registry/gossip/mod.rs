@@ -1,0 +1,305 @@
+//! The gossip registry: every node holds a full copy, replicated by chitchat (scuttlebutt
+//! anti-entropy with phi-accrual failure detection). `docs/registry.md` walks through it.
+
+mod config;
+mod state;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use chitchat::transport::UdpTransport;
+use chitchat::{
+    Chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, ProtocolVersion,
+};
+use tokio::sync::{Notify, broadcast, watch};
+
+pub use config::GossipConfig;
+
+use super::index::{Index, Published};
+use super::{NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry};
+
+/// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use cluster::registry::{GossipConfig, GossipRegistry};
+/// let registry = GossipRegistry::new(GossipConfig::new().seeds(["10.0.0.1:7280"]));
+/// let node = cluster::Node::builder().name("search-1").registry(registry).start().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct GossipRegistry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: GossipConfig,
+    published: Published,
+    running: Mutex<Option<Arc<Running>>>,
+}
+
+struct Running {
+    own: NodeInfo,
+    handle: ChitchatHandle,
+    chitchat: Arc<tokio::sync::Mutex<Chitchat>>,
+    // Rebuilds the index when gossip changes something.
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("own", &self.own)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GossipRegistry {
+    /// A registry that starts gossiping when its node starts.
+    pub fn new(config: GossipConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                published: Published::default(),
+                running: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Where this registry gossips (UDP), once its node has started.
+    pub fn gossip_addr(&self) -> Option<SocketAddr> {
+        self.running()
+            .map(|r| r.handle.chitchat_id().gossip_advertise_addr)
+    }
+
+    fn running(&self) -> Option<Arc<Running>> {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn running_or_stopped(&self) -> Result<Arc<Running>, RegistryError> {
+        self.running().ok_or(RegistryError::Stopped)
+    }
+
+    async fn start(&self, own: NodeInfo) -> Result<(), RegistryError> {
+        if self.running().is_some() {
+            return Ok(());
+        }
+        let config = &self.inner.config;
+        let listen = config::resolve_port(config.listen)
+            .map_err(|e| RegistryError::Gossip(e.to_string()))?;
+        let advertise = config.advertise.unwrap_or(listen);
+        let chitchat_config = ChitchatConfig {
+            chitchat_id: ChitchatId::new(own.name.clone(), own.generation, advertise),
+            cluster_id: config.cluster_id.clone(),
+            gossip_interval: config.gossip_interval,
+            listen_addr: listen,
+            seed_nodes: config.seeds.clone(),
+            failure_detector_config: FailureDetectorConfig {
+                phi_threshold: config.phi_threshold,
+                // The default (5 s) makes a crash right after start take over 10 s to detect.
+                initial_interval: config.gossip_interval,
+                dead_node_grace_period: config.purge_after,
+                ..FailureDetectorConfig::default()
+            },
+            marked_for_deletion_grace_period: config.purge_after,
+            catchup_callback: None,
+            extra_liveness_predicate: None,
+            protocol_version: ProtocolVersion::V0,
+        };
+        let initial = state::initial_keys(&own);
+        let handle = chitchat::spawn_chitchat(chitchat_config, initial, &UdpTransport)
+            .await
+            .map_err(|e| RegistryError::Gossip(format!("{e:#}")))?;
+        let chitchat = handle.chitchat();
+        let notify = Arc::new(Notify::new());
+        let (live, listener) = {
+            let cc = chitchat.lock().await;
+            // Any key set anywhere (every change also bumps a revision key) rebuilds at once;
+            // deletions and liveness changes come through the live-nodes watcher.
+            let wake = notify.clone();
+            let listener = cc.subscribe_event("", move |_| wake.notify_one());
+            (cc.live_nodes_watcher(), listener)
+        };
+        let watcher = tokio::spawn(watch_gossip(
+            self.inner.clone(),
+            chitchat.clone(),
+            live,
+            notify,
+            listener,
+        ));
+        let running = Arc::new(Running {
+            own,
+            handle,
+            chitchat,
+            watcher,
+        });
+        *self.inner.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.clone());
+        self.rebuild(&running).await;
+        tracing::info!(
+            "gossip for node {} on {advertise}, seeds {:?}",
+            running.own,
+            config.seeds
+        );
+        Ok(())
+    }
+
+    /// Changes this node's own state, then pushes it to every live peer at once rather than
+    /// waiting for the next gossip round.
+    async fn change(
+        &self,
+        edit: impl FnOnce(&mut chitchat::NodeState),
+    ) -> Result<(), RegistryError> {
+        let running = self.running_or_stopped()?;
+        let peers: Vec<SocketAddr> = {
+            let mut cc = running.chitchat.lock().await;
+            let me = cc.self_node_state();
+            edit(me);
+            state::bump_revision(me);
+            let own = cc.self_chitchat_id().clone();
+            cc.live_nodes()
+                .filter(|id| **id != own)
+                .map(|id| id.gossip_advertise_addr)
+                .collect()
+        };
+        for peer in peers {
+            let _ = running.handle.gossip(peer);
+        }
+        self.rebuild(&running).await;
+        Ok(())
+    }
+
+    async fn rebuild(&self, running: &Running) {
+        let index = state::build_index(&*running.chitchat.lock().await);
+        self.inner.published.replace(index);
+    }
+
+    async fn stop(&self) -> Option<Arc<Running>> {
+        let running = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        running.watcher.abort();
+        Some(running)
+    }
+}
+
+async fn watch_gossip(
+    inner: Arc<Inner>,
+    chitchat: Arc<tokio::sync::Mutex<Chitchat>>,
+    mut live: watch::Receiver<BTreeMap<ChitchatId, chitchat::NodeState>>,
+    notify: Arc<Notify>,
+    _listener: chitchat::ListenerHandle,
+) {
+    loop {
+        tokio::select! {
+            changed = live.changed() => if changed.is_err() { return },
+            () = notify.notified() => {}
+        }
+        let index = state::build_index(&*chitchat.lock().await);
+        inner.published.replace(index);
+    }
+}
+
+impl Registry for GossipRegistry {
+    fn register(&self, entry: ServiceEntry) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        Box::pin(async move {
+            let running = self.running_or_stopped()?;
+            if entry.node.name != running.own.name {
+                return Err(RegistryError::NotLocal {
+                    node: entry.node.name,
+                    own: running.own.name.clone(),
+                });
+            }
+            let (key, value) =
+                state::service_key_value(&entry.description, self.inner.config.max_entry_bytes)?;
+            self.change(|me| me.set(key, value)).await
+        })
+    }
+
+    fn deregister(
+        &self,
+        node: &str,
+        service: &str,
+    ) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        let (node, key) = (node.to_owned(), state::service_key(service));
+        Box::pin(async move {
+            let running = self.running_or_stopped()?;
+            if node != running.own.name {
+                return Err(RegistryError::NotLocal {
+                    node,
+                    own: running.own.name.clone(),
+                });
+            }
+            self.change(|me| me.delete(&key)).await
+        })
+    }
+
+    fn join(&self, node: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        Box::pin(self.start(node))
+    }
+
+    /// chitchat has no graceful leave: mark the node leaving and delete its entries, push that
+    /// to every peer at once, give it a gossip round to spread, then stop.
+    fn leave(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        let node = node.to_owned();
+        Box::pin(async move {
+            let running = self.running_or_stopped()?;
+            if node != running.own.name {
+                return Err(RegistryError::NotLocal {
+                    node,
+                    own: running.own.name.clone(),
+                });
+            }
+            self.change(state::mark_leaving).await?;
+            tokio::time::sleep(self.inner.config.gossip_interval).await;
+            if let Some(running) = self.stop().await {
+                let _ = running.handle.initiate_shutdown();
+            }
+            self.inner.published.replace(Index::default());
+            Ok(())
+        })
+    }
+
+    fn halt(&self) -> RegistryFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(running) = self.stop().await {
+                running.handle.abort();
+            }
+            self.inner.published.replace(Index::default());
+        })
+    }
+
+    fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
+        self.inner.published.current().lookup(service)
+    }
+
+    fn services(&self) -> Vec<Arc<ServiceEntry>> {
+        self.inner.published.current().entries().cloned().collect()
+    }
+
+    fn nodes(&self) -> Vec<NodeInfo> {
+        self.inner
+            .published
+            .current()
+            .nodes
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn events(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.inner.published.events()
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.published.changes()
+    }
+}

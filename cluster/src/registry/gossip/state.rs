@@ -1,0 +1,101 @@
+//! What each node puts in its gossip state, and the index read back from everyone's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chitchat::{Chitchat, ChitchatId, NodeState};
+
+use crate::registry::index::Index;
+use crate::registry::{NodeInfo, RegistryError, ServiceEntry};
+use crate::service::ServiceDescription;
+
+/// Where the node serves calls.
+const RPC: &str = "rpc";
+/// `up` or `leaving`: a leaving node is out of every lookup as soon as peers hear it.
+const STATUS: &str = "status";
+const LEAVING: &str = "leaving";
+/// Bumped on every change, so that peers get a key-change event even for a deletion (chitchat
+/// notifies sets, not deletes) and rebuild at once instead of at the end of their next round.
+const REVISION: &str = "rev";
+/// One key per service: `svc:<name>` = the description as JSON.
+const SERVICE: &str = "svc:";
+
+pub(super) fn initial_keys(own: &NodeInfo) -> Vec<(String, String)> {
+    vec![
+        (RPC.to_owned(), own.addr.to_string()),
+        (STATUS.to_owned(), "up".to_owned()),
+        (REVISION.to_owned(), "0".to_owned()),
+    ]
+}
+
+pub(super) fn service_key(service: &str) -> String {
+    format!("{SERVICE}{service}")
+}
+
+/// The key and value of a description, refused if it is larger than `max` bytes.
+pub(super) fn service_key_value(
+    description: &ServiceDescription,
+    max: usize,
+) -> Result<(String, String), RegistryError> {
+    let value =
+        serde_json::to_string(description).map_err(|e| RegistryError::Gossip(e.to_string()))?;
+    if value.len() > max {
+        return Err(RegistryError::TooLarge {
+            service: description.name.clone(),
+            size: value.len(),
+            limit: max,
+        });
+    }
+    Ok((service_key(&description.name), value))
+}
+
+pub(super) fn bump_revision(me: &mut NodeState) {
+    let next = me
+        .get(REVISION)
+        .and_then(|r| r.parse::<u64>().ok())
+        .unwrap_or(0)
+        + 1;
+    me.set(REVISION, next);
+}
+
+pub(super) fn mark_leaving(me: &mut NodeState) {
+    me.set(STATUS, LEAVING);
+    let services: Vec<String> = me.iter_prefix(SERVICE).map(|(k, _)| k.to_owned()).collect();
+    for key in services {
+        me.delete(&key);
+    }
+}
+
+/// The index of every live, non-leaving node's services. Of two generations of one node name
+/// (a restart before the old one was declared dead), only the newer counts, so a restart never
+/// resurrects the old entries. An entry that cannot be read is skipped and logged, never fatal.
+pub(super) fn build_index(cc: &Chitchat) -> Index {
+    let mut newest: HashMap<&str, &ChitchatId> = HashMap::new();
+    for id in cc.live_nodes() {
+        let slot = newest.entry(&*id.node_id).or_insert(id);
+        if id.generation_id > slot.generation_id {
+            *slot = id;
+        }
+    }
+    let mut index = Index::default();
+    for id in newest.into_values() {
+        let Some(state) = cc.node_state(id) else {
+            continue;
+        };
+        if state.get(STATUS) == Some(LEAVING) {
+            continue;
+        }
+        let Some(addr) = state.get(RPC).and_then(|a| a.parse().ok()) else {
+            continue;
+        };
+        let node = NodeInfo::new(&*id.node_id, addr, id.generation_id);
+        index.nodes.insert(node.name.clone(), node.clone());
+        for (key, value) in state.iter_prefix(SERVICE) {
+            match serde_json::from_str::<ServiceDescription>(&value.value) {
+                Ok(d) => index.insert(Arc::new(ServiceEntry::new(node.clone(), Arc::new(d)))),
+                Err(e) => tracing::warn!("node {node} gossips an unreadable entry `{key}`: {e}"),
+            }
+        }
+    }
+    index
+}

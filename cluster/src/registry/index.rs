@@ -1,0 +1,194 @@
+//! The local copy every registry backend keeps: who provides what, read without locks held
+//! across calls, replaced whole on every change, with the change told as events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{broadcast, watch};
+
+use super::{NodeInfo, RegistryEvent, ServiceEntry};
+
+/// A snapshot of the registry. Lookups clone an `Arc` of a slice: readers never copy entries.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Index {
+    pub(crate) nodes: BTreeMap<String, NodeInfo>,
+    pub(crate) by_service: HashMap<String, Arc<[Arc<ServiceEntry>]>>,
+}
+
+impl Index {
+    pub(crate) fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
+        self.by_service
+            .get(service)
+            .cloned()
+            .unwrap_or_else(|| Arc::new([]))
+    }
+
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Arc<ServiceEntry>> {
+        self.by_service.values().flat_map(|list| list.iter())
+    }
+
+    /// Adds or replaces (same node, same service) an entry.
+    pub(crate) fn insert(&mut self, entry: Arc<ServiceEntry>) {
+        self.nodes
+            .insert(entry.node.name.clone(), entry.node.clone());
+        let name = entry.description.name.clone();
+        let mut list: Vec<_> = self
+            .by_service
+            .get(&name)
+            .map(|l| l.to_vec())
+            .unwrap_or_default();
+        list.retain(|e| e.node.name != entry.node.name);
+        list.push(entry);
+        self.by_service.insert(name, list.into());
+    }
+
+    /// Removes the entry of `service` on `node`.
+    pub(crate) fn remove(&mut self, node: &str, service: &str) {
+        let Some(list) = self.by_service.get(service) else {
+            return;
+        };
+        let kept: Arc<[Arc<ServiceEntry>]> = list
+            .iter()
+            .filter(|e| e.node.name != node)
+            .cloned()
+            .collect();
+        if kept.is_empty() {
+            self.by_service.remove(service);
+        } else {
+            self.by_service.insert(service.to_owned(), kept);
+        }
+    }
+
+    /// Removes a node and all its entries.
+    pub(crate) fn remove_node(&mut self, node: &str) {
+        self.nodes.remove(node);
+        let services: Vec<String> = self
+            .by_service
+            .iter()
+            .filter(|(_, list)| list.iter().any(|e| e.node.name == node))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for service in services {
+            self.remove(node, &service);
+        }
+    }
+
+    /// The events that turn `self` into `next`: nodes up, services down, services up, nodes
+    /// down. An entry that changed (another description, a new generation) goes down and up.
+    pub(crate) fn changes_to(&self, next: &Index) -> Vec<RegistryEvent> {
+        let mut events = Vec::new();
+        for (name, node) in &next.nodes {
+            if self.nodes.get(name) != Some(node) {
+                events.push(RegistryEvent::NodeUp(node.clone()));
+            }
+        }
+        let key = |e: &Arc<ServiceEntry>| (e.node.name.clone(), e.description.name.clone());
+        let old: HashMap<_, _> = self.entries().map(|e| (key(e), e)).collect();
+        let new: HashMap<_, _> = next.entries().map(|e| (key(e), e)).collect();
+        let mut down: Vec<_> = old
+            .iter()
+            .filter(|(k, e)| new.get(*k).is_none_or(|n| n != *e))
+            .collect();
+        let mut up: Vec<_> = new
+            .iter()
+            .filter(|(k, e)| old.get(*k).is_none_or(|o| o != *e))
+            .collect();
+        down.sort_by(|a, b| a.0.cmp(b.0));
+        up.sort_by(|a, b| a.0.cmp(b.0));
+        events.extend(
+            down.into_iter()
+                .map(|(_, e)| RegistryEvent::ServiceDown(Arc::clone(e))),
+        );
+        events.extend(
+            up.into_iter()
+                .map(|(_, e)| RegistryEvent::ServiceUp(Arc::clone(e))),
+        );
+        for (name, node) in &self.nodes {
+            if next.nodes.get(name) != Some(node) {
+                events.push(RegistryEvent::NodeDown(node.clone()));
+            }
+        }
+        events
+    }
+}
+
+/// The current index, swapped whole, and the channels that tell of each swap.
+#[derive(Debug)]
+pub(crate) struct Published {
+    index: RwLock<Arc<Index>>,
+    events: broadcast::Sender<RegistryEvent>,
+    changes: watch::Sender<u64>,
+}
+
+impl Default for Published {
+    fn default() -> Self {
+        let (events, _) = broadcast::channel(1024);
+        let (changes, _) = watch::channel(0);
+        Self {
+            index: RwLock::default(),
+            events,
+            changes,
+        }
+    }
+}
+
+impl Published {
+    pub(crate) fn current(&self) -> Arc<Index> {
+        self.index.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the index with `next`, logging and sending an event for each change.
+    pub(crate) fn replace(&self, next: Index) {
+        let events = {
+            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            let events = index.changes_to(&next);
+            *index = Arc::new(next);
+            events
+        };
+        if events.is_empty() {
+            return;
+        }
+        for event in events {
+            log(&event);
+            // No subscriber is not an error: events are for whoever listens.
+            let _ = self.events.send(event);
+        }
+        self.changes.send_modify(|v| *v += 1);
+    }
+
+    /// Changes the index under a function of the current one.
+    pub(crate) fn update(&self, change: impl FnOnce(&mut Index)) {
+        let mut next = (*self.current()).clone();
+        change(&mut next);
+        self.replace(next);
+    }
+
+    pub(crate) fn events(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.events.subscribe()
+    }
+
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
+
+fn log(event: &RegistryEvent) {
+    match event {
+        RegistryEvent::ServiceUp(e) => tracing::info!(
+            "service {} {} became available on node {}",
+            e.description.name,
+            e.description.version,
+            e.node
+        ),
+        RegistryEvent::ServiceDown(e) => {
+            tracing::info!(
+                "service {} {} went away from node {}",
+                e.description.name,
+                e.description.version,
+                e.node
+            )
+        }
+        RegistryEvent::NodeUp(n) => tracing::info!("node {n} is up"),
+        RegistryEvent::NodeDown(n) => tracing::info!("node {n} is down"),
+    }
+}

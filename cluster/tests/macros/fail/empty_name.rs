@@ -1,0 +1,6 @@
+#[cluster::service(name = "", version = "1.0.0")]
+pub trait Search {
+    async fn ping(&self);
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[cluster::service(name = "search", version = "1.0.0")]
+pub trait Search {
+    async fn ping(&mut self);
+}
+
+fn main() {}

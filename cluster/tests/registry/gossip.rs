@@ -1,0 +1,212 @@
+//! Convergence, departure and failure detection, against the seed's Phoenix.Tracker timings.
+
+use std::time::Duration;
+
+use cluster::registry::{GossipConfig, GossipRegistry, RegistryError, RegistryEvent};
+use cluster::{Node, Reason};
+
+use crate::support::{
+    Engine, Mode, SearchClient, SearchServer, gossip_node, gossip_provider, providers, seen,
+};
+
+const SEC: Duration = Duration::from_secs(1);
+
+/// Three nodes that see each other.
+async fn trio() -> Vec<(Node, GossipRegistry)> {
+    let first = gossip_node("n0", &[]).await;
+    let seed = first.1.gossip_addr().unwrap();
+    let mut nodes = vec![first];
+    for name in ["n1", "n2"] {
+        nodes.push(gossip_node(name, &[seed]).await);
+    }
+    for (node, _) in &nodes {
+        seen(node, 10 * SEC, |n| n.registry().nodes().len() == 3)
+            .await
+            .expect("the trio converges");
+    }
+    nodes
+}
+
+#[tokio::test]
+async fn a_registration_is_seen_on_every_node_in_under_a_second() {
+    let nodes = trio().await;
+    let engine = std::sync::Arc::new(Engine::new("n0", Mode::Answer));
+    let _r = nodes[0].0.serve(SearchServer::new(engine)).await.unwrap();
+    for (node, _) in &nodes {
+        let took = seen(node, SEC, |n| providers(n) == 1)
+            .await
+            .expect("seen in under 1 s (the seed: 1.5 s)");
+        println!("registration seen on {} after {took:?}", node.name());
+    }
+    // The entry carries the provider's options: they travel with it.
+    let entry = nodes[2].0.registry().lookup("search")[0].clone();
+    assert_eq!(
+        entry.description.options.retry_budget,
+        Some(Duration::from_secs(21))
+    );
+    assert_eq!(entry.node.name, "n0");
+}
+
+#[tokio::test]
+async fn a_clean_shutdown_is_seen_everywhere_before_the_node_exits() {
+    let nodes = trio().await;
+    let engine = std::sync::Arc::new(Engine::new("n2", Mode::Answer));
+    let _r = nodes[2].0.serve(SearchServer::new(engine)).await.unwrap();
+    for (node, _) in &nodes[..2] {
+        seen(node, 10 * SEC, |n| providers(n) == 1).await.unwrap();
+    }
+    let start = std::time::Instant::now();
+    nodes[2].0.shutdown().await;
+    let exited = start.elapsed();
+    for (node, _) in &nodes[..2] {
+        assert_eq!(
+            providers(node),
+            0,
+            "gone from {} before the leaving node exited ({exited:?})",
+            node.name()
+        );
+        assert!(!node.registry().nodes().iter().any(|n| n.name == "n2"));
+    }
+    assert!(
+        exited < Duration::from_millis(500),
+        "the leave took {exited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_deregistration_is_seen_in_under_half_a_second() {
+    let nodes = trio().await;
+    let engine = std::sync::Arc::new(Engine::new("n1", Mode::Answer));
+    let registration = nodes[1].0.serve(SearchServer::new(engine)).await.unwrap();
+    seen(&nodes[0].0, 10 * SEC, |n| providers(n) == 1)
+        .await
+        .unwrap();
+    registration.deregister().await.unwrap();
+    for (node, _) in &nodes {
+        seen(node, Duration::from_millis(500), |n| providers(n) == 0)
+            .await
+            .expect("withdrawn in under 0.5 s");
+    }
+}
+
+#[tokio::test]
+async fn a_crashed_node_is_out_of_every_lookup_in_under_three_seconds() {
+    let nodes = trio().await;
+    let engine = std::sync::Arc::new(Engine::new("n1", Mode::Answer));
+    let _r = nodes[1].0.serve(SearchServer::new(engine)).await.unwrap();
+    for (node, _) in &nodes {
+        seen(node, 10 * SEC, |n| providers(n) == 1).await.unwrap();
+    }
+    let mut events = nodes[0].0.registry().events();
+    nodes[1].0.kill().await; // no leave: gossip stops, the listener closes
+    for (node, _) in [&nodes[0], &nodes[2]] {
+        let took = seen(node, 3 * SEC, |n| providers(n) == 0)
+            .await
+            .expect("dropped in under 3 s (the seed: 30 s)");
+        println!("crash seen by {} after {took:?}", node.name());
+    }
+    let mut saw = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        saw.push(match event {
+            RegistryEvent::ServiceDown(e) => format!("service down {}", e.node.name),
+            RegistryEvent::NodeDown(n) => format!("node down {}", n.name),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(saw, ["service down n1", "node down n1"]);
+}
+
+#[tokio::test]
+async fn a_restart_under_the_same_name_never_resurrects_the_old_entries() {
+    let (seed_node, seed_registry) = gossip_node("n0", &[]).await;
+    let seed = seed_registry.gossip_addr().unwrap();
+    let (old, _engine, _) = gossip_provider("search-1", &[seed], Mode::Answer).await;
+    seen(&seed_node, 10 * SEC, |n| providers(n) == 1)
+        .await
+        .unwrap();
+    let old_addr = old.addr();
+    old.kill().await;
+    // The same name comes back at once, with a new generation, serving nothing yet.
+    let (new, _) = gossip_node("search-1", &[seed]).await;
+    seen(&seed_node, 10 * SEC, |n| {
+        n.registry()
+            .nodes()
+            .iter()
+            .any(|i| i.name == "search-1" && i.addr == new.addr())
+    })
+    .await
+    .expect("the new generation is seen");
+    // Whatever the failure detector decides about the old generation, its entry stays gone.
+    let wait = seen(&seed_node, 3 * SEC, |n| providers(n) == 1).await;
+    assert!(wait.is_err(), "the old generation's entry came back");
+    assert!(
+        seed_node
+            .registry()
+            .lookup("search")
+            .iter()
+            .all(|e| e.node.addr != old_addr)
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_description_is_refused_at_registration() {
+    let registry = GossipRegistry::new(GossipConfig::new().max_entry_bytes(256));
+    let node = Node::builder()
+        .name("small")
+        .registry(registry)
+        .start()
+        .await
+        .unwrap();
+    let engine = std::sync::Arc::new(Engine::new("small", Mode::Answer));
+    let err = node.serve(SearchServer::new(engine)).await.unwrap_err();
+    assert!(
+        matches!(err, RegistryError::TooLarge { limit: 256, .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("more than the registry's limit of 256"),
+        "{err}"
+    );
+    // Nothing half-registered: the node serves no such service.
+    assert!(node.registry().lookup("search").is_empty());
+}
+
+#[tokio::test]
+async fn inspection_from_code() {
+    let nodes = trio().await;
+    let engine = std::sync::Arc::new(Engine::new("n1", Mode::Answer));
+    let _r = nodes[1].0.serve(SearchServer::new(engine)).await.unwrap();
+    let me = &nodes[0].0;
+    seen(me, 10 * SEC, |n| providers(n) == 1).await.unwrap();
+    let registry = me.registry();
+    assert_eq!(registry.services().len(), 1);
+    assert_eq!(registry.services_on("n1").len(), 1);
+    assert!(registry.services_on("n2").is_empty());
+    assert_eq!(registry.find("search", &"^2.0".parse().unwrap()).len(), 1);
+    assert!(registry.find("search", &"^3".parse().unwrap()).is_empty());
+    let mut names: Vec<String> = registry.nodes().into_iter().map(|n| n.name).collect();
+    names.sort();
+    assert_eq!(names, ["n0", "n1", "n2"]);
+}
+
+#[tokio::test]
+async fn a_call_through_gossip_reaches_a_provider_on_another_node() {
+    let nodes = trio().await;
+    let engine = std::sync::Arc::new(Engine::new("n2", Mode::Answer));
+    let _r = nodes[2].0.serve(SearchServer::new(engine)).await.unwrap();
+    seen(&nodes[0].0, 10 * SEC, |n| providers(n) == 1)
+        .await
+        .unwrap();
+    let client = SearchClient::new(&nodes[0].0);
+    assert_eq!(
+        client.search("rust".into()).await.unwrap()[0].title,
+        "rust from n2"
+    );
+    nodes[2].0.shutdown().await;
+    let err = client.search("rust".into()).no_retry().await.unwrap_err();
+    assert!(
+        matches!(err, cluster::CallError::Service(ref e) if e.reason() == Reason::NoService),
+        "{err:?}"
+    );
+}

@@ -1,0 +1,8 @@
+//! The gossip registry over real UDP (gossip) and TCP (calls) on loopback.
+#![allow(unreachable_pub)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod deploys;
+mod gossip;
