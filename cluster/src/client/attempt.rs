@@ -85,7 +85,7 @@ impl<'a> Attempts<'a> {
         let start = Instant::now();
         let mut changes = client.node.registry.changes();
         changes.borrow_and_update();
-        let first = choose(client, function, &[]);
+        let first = choose(client, function, &[], overrides);
         // The retry policy and budget are fixed once, from the first provider found (or, with
         // none yet, from the client's layers), so the budget cannot move under a running call.
         let options = merged(client, first.as_ref().ok(), overrides);
@@ -123,17 +123,16 @@ impl<'a> Attempts<'a> {
     async fn run(&mut self, request: Arc<Request>) -> Result<Vec<u8>, CallError<Infallible>> {
         loop {
             // Step 4: re-resolve before every attempt (the first reuses the lookup made at start).
-            let chosen = match self
-                .first
-                .take()
-                .unwrap_or_else(|| choose(self.client, self.function, &self.failed))
-            {
-                Ok(chosen) => chosen,
-                Err(miss) => {
-                    self.wait_for_provider(miss).await?;
-                    continue;
-                }
-            };
+            let chosen =
+                match self.first.take().unwrap_or_else(|| {
+                    choose(self.client, self.function, &self.failed, self.overrides)
+                }) {
+                    Ok(chosen) => chosen,
+                    Err(miss) => {
+                        self.wait_for_provider(miss).await?;
+                        continue;
+                    }
+                };
             let now = Instant::now();
             if now >= self.deadline {
                 return Err(self.timeout_before_attempt(&chosen.entry));

@@ -32,8 +32,6 @@ pub struct Client {
     pub(crate) signatures: Arc<[u64]>,
     // Spreads calls over equally good providers.
     pub(crate) turn: Arc<AtomicUsize>,
-    // Route only to the newest compatible version, as the seed did (default: any compatible).
-    pub(crate) newest_only: bool,
 }
 
 impl std::fmt::Debug for Client {
@@ -61,16 +59,7 @@ impl Client {
                 .map(|f| signature_hash(&f.signature))
                 .collect(),
             turn: Arc::default(),
-            newest_only: false,
         }
-    }
-
-    /// Routes calls only to providers of the newest compatible version, as the seed did. The
-    /// default spreads calls over every compatible version, so that a rolling deploy does not
-    /// pile every call onto the first upgraded node.
-    pub fn newest_only(mut self, newest_only: bool) -> Self {
-        self.newest_only = newest_only;
-        self
     }
 
     /// Client-side defaults for every call, over the provider's options and under per-call ones.

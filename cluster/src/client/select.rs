@@ -7,6 +7,7 @@ use semver::Version;
 
 use super::Client;
 use crate::error::Reason;
+use crate::options::CallOptions;
 use crate::registry::ServiceEntry;
 
 /// A provider chosen for one attempt, with the index of the function in its description.
@@ -35,6 +36,7 @@ pub(crate) fn choose(
     client: &Client,
     function: usize,
     avoid: &[Arc<ServiceEntry>],
+    overrides: &CallOptions,
 ) -> Result<Chosen, Miss> {
     let wanted = &client.description.functions[function];
     let entries = client.node.registry.lookup(&client.description.name);
@@ -46,7 +48,11 @@ pub(crate) fn choose(
             .function(&wanted.name, &wanted.signature)
             .map(|(i, _)| i)
     };
-    let newest = match client.newest_only {
+    let newest_only = overrides
+        .newest_only
+        .or(client.defaults.newest_only)
+        .unwrap_or(false);
+    let newest = match newest_only {
         true => entries
             .iter()
             .filter(|e| provides(e).is_some())

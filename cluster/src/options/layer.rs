@@ -44,6 +44,11 @@ pub struct CallOptions {
     /// The whole call's time, all attempts and pauses included, from the call's start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_budget: Option<Duration>,
+    /// Route only to the newest compatible version, as the seed did. Read from the client's
+    /// and the call's layers only: it decides which providers are candidates, before any
+    /// provider's options are known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_only: Option<bool>,
 }
 
 /// Only the fields set: `timeout 5s, retry after 200ms, budget 30s`; `(none)` for an empty layer.
@@ -80,6 +85,9 @@ impl std::fmt::Display for CallOptions {
         if let Some(d) = self.retry_budget {
             parts.push(format!("budget {}", Human(d)));
         }
+        if let Some(true) = self.newest_only {
+            parts.push("newest version only".to_owned());
+        }
         if parts.is_empty() {
             f.write_str("(none)")
         } else {
@@ -99,6 +107,7 @@ impl CallOptions {
             retry_factor: None,
             retry_jitter: None,
             retry_budget: None,
+            newest_only: None,
         }
     }
 
@@ -113,6 +122,7 @@ impl CallOptions {
     /// | `retry_factor` | 1.0 (constant pauses, as the seed) |
     /// | `retry_jitter` | false |
     /// | `retry_budget` | 30 s for the whole call |
+    /// | `newest_only` | false: every compatible version gets calls, so a rolling deploy does not pile them onto the first upgraded node |
     pub const fn library_default() -> Self {
         Self {
             timeout: Some(Duration::from_secs(10)),
@@ -122,6 +132,7 @@ impl CallOptions {
             retry_factor: Some(1.0),
             retry_jitter: Some(false),
             retry_budget: Some(Duration::from_secs(30)),
+            newest_only: Some(false),
         }
     }
 
@@ -172,6 +183,12 @@ impl CallOptions {
         self
     }
 
+    /// Routes only to the newest compatible version (or to any compatible one).
+    pub const fn newest_only(mut self, newest_only: bool) -> Self {
+        self.newest_only = Some(newest_only);
+        self
+    }
+
     /// This layer with every field that `over` sets replaced by `over`'s value.
     pub fn overlay(self, over: &CallOptions) -> Self {
         Self {
@@ -182,6 +199,7 @@ impl CallOptions {
             retry_factor: over.retry_factor.or(self.retry_factor),
             retry_jitter: over.retry_jitter.or(self.retry_jitter),
             retry_budget: over.retry_budget.or(self.retry_budget),
+            newest_only: over.newest_only.or(self.newest_only),
         }
     }
 }

@@ -107,3 +107,90 @@ async fn calls_are_spread_over_replicas() {
     let counts: Vec<usize> = engines.iter().map(|e| e.counters.started()).collect();
     assert_eq!(counts, [10, 10, 10]);
 }
+
+/// The next minor version of `search`, half-way through a rolling deploy.
+mod v2_2 {
+    use crate::support::{Hit, SearchError};
+    #[cluster::service(name = "search", version = "2.2.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError>;
+    }
+}
+
+struct Upgraded;
+impl v2_2::Search for Upgraded {
+    async fn search(
+        &self,
+        query: String,
+    ) -> Result<Vec<crate::support::Hit>, crate::support::SearchError> {
+        Ok(vec![crate::support::Hit {
+            id: 22,
+            title: query,
+        }])
+    }
+}
+
+#[tokio::test]
+async fn a_rolling_deploy_spreads_calls_over_old_and_new_versions_unless_told_otherwise() {
+    let cluster = Cluster::tcp();
+    let (_old, old_engine) = cluster.provider("search-1", Mode::Answer).await;
+    let _new = cluster
+        .node("search-2")
+        .await
+        .serve(v2_2::SearchServer::new(Upgraded))
+        .await
+        .unwrap();
+    let client = SearchClient::new(&cluster.node("client").await);
+    let mut upgraded = 0;
+    for _ in 0..10 {
+        upgraded += usize::from(client.search("rust".into()).await.unwrap()[0].id == 22);
+    }
+    assert_eq!(
+        (upgraded, old_engine.counters.started()),
+        (5, 5),
+        "both versions share the load"
+    );
+
+    // As the seed did: only the newest version.
+    let newest = client
+        .clone()
+        .with_options(cluster::CallOptions::new().newest_only(true));
+    for _ in 0..4 {
+        assert_eq!(newest.search("rust".into()).await.unwrap()[0].id, 22);
+    }
+    assert_eq!(old_engine.counters.started(), 5);
+}
+
+#[tokio::test]
+async fn a_slow_replica_gets_fewer_calls_than_its_quick_peers() {
+    let cluster = Cluster::tcp();
+    let (_slow, slow) = cluster
+        .provider("search-slow", Mode::Slow(Duration::from_millis(50)))
+        .await;
+    let (_a, quick_a) = cluster.provider("search-a", Mode::Answer).await;
+    let (_b, quick_b) = cluster.provider("search-b", Mode::Answer).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    // Eight callers in parallel: requests pile up on the slow replica, and two choices on
+    // outstanding requests steer new calls to the quick ones.
+    let mut callers = Vec::new();
+    for _ in 0..8 {
+        let client = client.clone();
+        callers.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                client.search("rust".into()).await.unwrap();
+            }
+        }));
+    }
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let (s, a, b) = (
+        slow.counters.started(),
+        quick_a.counters.started(),
+        quick_b.counters.started(),
+    );
+    println!("slow {s}, quick {a} and {b}");
+    assert_eq!(s + a + b, 200);
+    assert!(s * 2 < a.min(b), "slow {s}, quick {a} and {b}");
+}

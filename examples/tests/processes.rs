@@ -1,0 +1,130 @@
+//! Nodes in separate OS processes, gossiping over UDP on loopback: one is killed with SIGKILL,
+//! another leaves on SIGTERM; a client in this process keeps calling through both.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cluster::Node;
+use cluster::registry::{GossipConfig, GossipRegistry};
+use examples::GreeterClient;
+
+/// A `cluster-node` process, killed when dropped so a failing test leaves nothing behind.
+struct Process {
+    child: Child,
+    gossip: SocketAddr,
+}
+
+impl Process {
+    fn start(name: &str, seeds: &[SocketAddr]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cluster-node"));
+        command
+            .args(["--name", name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for seed in seeds {
+            command.args(["--seed", &seed.to_string()]);
+        }
+        let mut child = command.spawn().expect("cluster-node starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("its first line");
+        let gossip = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("gossip="))
+            .expect("gossip=")
+            .parse()
+            .unwrap();
+        Self { child, gossip }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn until(
+    node: &Node,
+    what: &str,
+    limit: Duration,
+    condition: impl Fn(usize) -> bool,
+) -> Duration {
+    let start = Instant::now();
+    let mut changes = node.registry().changes();
+    while !condition(node.registry().lookup("greeter").len()) {
+        let left = limit
+            .checked_sub(start.elapsed())
+            .unwrap_or_else(|| panic!("not {what} within {limit:?}"));
+        let _ = tokio::time::timeout(left, changes.changed()).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test]
+async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
+    let registry = GossipRegistry::new(GossipConfig::new());
+    let client_node = Node::builder()
+        .name("client")
+        .registry(registry.clone())
+        .start()
+        .await
+        .unwrap();
+    let seed = registry.gossip_addr().unwrap();
+    let a = Process::start("greeter-a", &[seed]);
+    let b = Process::start("greeter-b", &[seed, a.gossip]);
+    until(&client_node, "both seen", Duration::from_secs(10), |n| {
+        n == 2
+    })
+    .await;
+
+    let greeter = GreeterClient::new(&client_node);
+    let mut served_by = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        served_by.insert(greeter.greet("rust".into()).await.unwrap().node);
+    }
+    assert_eq!(
+        served_by.into_iter().collect::<Vec<_>>(),
+        ["greeter-a", "greeter-b"]
+    );
+
+    a.signal("-KILL");
+    // Calls made meanwhile are not lost: a refused connection is retried on the other process.
+    for _ in 0..10 {
+        assert_eq!(
+            greeter.greet("rust".into()).await.unwrap().node,
+            "greeter-b"
+        );
+    }
+    let took = until(
+        &client_node,
+        "the killed process dropped",
+        Duration::from_secs(3),
+        |n| n == 1,
+    )
+    .await;
+    println!("SIGKILL seen after {took:?}");
+
+    b.signal("-TERM");
+    let took = until(
+        &client_node,
+        "the leaving process dropped",
+        Duration::from_secs(2),
+        |n| n == 0,
+    )
+    .await;
+    println!("SIGTERM leave seen after {took:?}");
+    client_node.shutdown().await;
+}
