@@ -25,10 +25,10 @@ pub mod __private;
 pub use client::{Call, CallFuture, Client};
 pub use cluster_macros::service;
 pub use error::{CallError, Reason, RpcError, RpcErrorKind, ServiceError};
-pub use node::{Node, NodeBuilder, Registration, StartError};
+pub use node::{Health, Node, NodeBuilder, Registration, ServiceStatus, StartError};
 pub use options::{CallOptions, Source};
 pub use registry::{MemoryRegistry, Registry};
-pub use server::{DispatchError, Provide};
+pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, Provide};
 pub use service::{FunctionDescription, ServiceDescription};
 pub use transport::{DEFAULT_MAX_FRAME, MemoryNetwork};
 

@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use super::{Listener, Node, NodeInner};
 use crate::client::peers::{DEFAULT_COOLDOWN, Peers};
 use crate::registry::{MemoryRegistry, NodeInfo, Registry, RegistryError};
-use crate::server::Dispatcher;
+use crate::server::{DEFAULT_MAX_CONCURRENT_CALLS, Dispatcher};
 use crate::transport::tcp::{self, TcpConnector};
 use crate::transport::{Connector, DEFAULT_MAX_FRAME, ENVELOPE_OVERHEAD, MemoryNetwork};
 
@@ -21,6 +21,8 @@ use crate::transport::{Connector, DEFAULT_MAX_FRAME, ENVELOPE_OVERHEAD, MemoryNe
 /// | `memory` | off: real TCP |
 /// | `max_frame` | 8 MiB |
 /// | `outlier_cooldown` | 2 s |
+/// | `max_concurrent_calls` | 1024: more are refused before they run, never queued |
+/// | `drain_timeout` | 30 s: how long a shutdown waits for running calls |
 #[derive(Default)]
 #[must_use]
 pub struct NodeBuilder {
@@ -30,6 +32,8 @@ pub struct NodeBuilder {
     memory: Option<MemoryNetwork>,
     max_frame: Option<usize>,
     outlier_cooldown: Option<Duration>,
+    max_concurrent_calls: Option<usize>,
+    drain_timeout: Option<Duration>,
 }
 
 /// A node could not start.
@@ -87,13 +91,30 @@ impl NodeBuilder {
         self
     }
 
+    /// The most calls that run at once here; more are refused with `Overloaded` before they
+    /// run, and clients retry them elsewhere.
+    pub fn max_concurrent_calls(mut self, limit: usize) -> Self {
+        self.max_concurrent_calls = Some(limit);
+        self
+    }
+
+    /// How long [`Node::shutdown`] waits for running calls to finish.
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = Some(timeout);
+        self
+    }
+
     /// Starts listening and joins the registry.
     pub async fn start(self) -> Result<Node, StartError> {
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let max_frame = self.max_frame.unwrap_or(DEFAULT_MAX_FRAME);
-        let dispatcher = Arc::new(Dispatcher::new(max_frame.saturating_sub(ENVELOPE_OVERHEAD)));
+        let dispatcher = Arc::new(Dispatcher::new(
+            max_frame.saturating_sub(ENVELOPE_OVERHEAD),
+            self.max_concurrent_calls
+                .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
+        ));
         let registry = self
             .registry
             .unwrap_or_else(|| Arc::new(MemoryRegistry::new()));
@@ -137,7 +158,8 @@ impl NodeBuilder {
                 max_frame,
                 peers: Peers::new(self.outlier_cooldown.unwrap_or(DEFAULT_COOLDOWN)),
                 dispatcher,
-                served: Mutex::default(),
+                supervisors: Mutex::default(),
+                drain_timeout: self.drain_timeout.unwrap_or(Duration::from_secs(30)),
                 listener: Mutex::new(Some(listener)),
             }),
         })

@@ -6,16 +6,17 @@ use std::sync::{Arc, RwLock};
 use futures::FutureExt;
 use tokio::time::Instant;
 
+use super::admission::Admission;
 use super::{DispatchError, Provide};
 use crate::error::Reason;
 use crate::service::{WIRE_VERSION, signature_hash};
 use crate::transport::{Reply, Request};
 
 /// Routes requests to the services a node hosts.
-#[derive(Default)]
 pub(crate) struct Dispatcher {
     services: RwLock<HashMap<String, Arc<Hosted>>>,
     max_reply: usize,
+    pub(crate) admission: Admission,
 }
 
 struct Hosted {
@@ -36,10 +37,12 @@ impl std::fmt::Debug for Dispatcher {
 impl Dispatcher {
     /// A dispatcher whose encoded replies may be at most `max_reply` bytes: a larger one is
     /// answered with an error instead, rather than breaking the connection for every call on it.
-    pub(crate) fn new(max_reply: usize) -> Self {
+    /// At most `max_concurrent` calls run at once; more are refused before they run.
+    pub(crate) fn new(max_reply: usize, max_concurrent: usize) -> Self {
         Self {
             services: RwLock::default(),
             max_reply,
+            admission: Admission::new(max_concurrent),
         }
     }
 
@@ -101,6 +104,10 @@ impl Dispatcher {
             );
             return refuse(Reason::NoFunction, detail);
         }
+        let _permit = match self.admission.admit() {
+            Ok(permit) => permit,
+            Err((reason, detail)) => return refuse(reason, detail),
+        };
 
         // Building the future runs no user code, but a generated adapter is still code: a panic
         // while building it is caught like one while running it.

@@ -1,9 +1,11 @@
-//! The provider side: what `#[service]` generates implements [`Provide`]; the
-//! [`Dispatcher`] routes requests to it, refuses what it cannot run, catches panics and enforces
-//! the deadline each request carries.
+//! The provider side: what `#[service]` generates implements [`Provide`]; the dispatcher
+//! routes requests to it, refuses what it cannot run (wrong service or signature, draining,
+//! over the concurrency limit), catches panics and enforces the deadline each request carries.
 
+mod admission;
 mod dispatch;
 mod provide;
 
+pub use admission::DEFAULT_MAX_CONCURRENT_CALLS;
 pub(crate) use dispatch::Dispatcher;
 pub use provide::{DispatchError, DispatchFuture, Provide, dispatch_with, unknown_function};

@@ -25,9 +25,10 @@ async fn the_only_provider_stops_mid_call_and_a_replacement_under_another_name_s
     })
     .await;
 
-    // A Deployment rollout: the old pod leaves (its connection breaks mid-call), a new pod
-    // with another name comes up. The seed resolved once and kept calling the dead name.
-    old.shutdown().await;
+    // A Deployment rollout gone wrong: the old pod dies mid-call (its connection breaks; the
+    // registry still lists it), a new pod with another name comes up. The seed resolved once
+    // and kept calling the dead name.
+    old.kill().await;
     let (_new, new_engine) = cluster.provider("search-a1b2", Mode::Answer).await;
 
     let hits = call.await.unwrap().expect("the call survives the deploy");

@@ -188,6 +188,16 @@ impl Cluster {
         }
     }
 
+    pub fn registry_events(
+        &self,
+    ) -> tokio::sync::broadcast::Receiver<cluster::registry::RegistryEvent> {
+        cluster::Registry::events(&self.registry)
+    }
+
+    pub fn registry_is_empty(&self) -> bool {
+        cluster::Registry::services(&self.registry).is_empty()
+    }
+
     pub async fn node(&self, name: &str) -> Node {
         let builder = Node::builder().name(name).registry(self.registry.clone());
         let builder = match &self.memory {

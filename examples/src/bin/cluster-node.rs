@@ -43,20 +43,5 @@ async fn main() {
         node.addr()
     );
 
-    wait_for_termination().await;
-    node.shutdown().await;
-}
-
-async fn wait_for_termination() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+    node.shutdown_on_signal().await;
 }
