@@ -1,4 +1,11 @@
-//! A service shared by the example binaries and the multi-process tests.
+//! Services shared by the example binaries and the tests: `greeter` (for nodes in separate
+//! processes) and `ledger` with its rolling-deploy scenario ([`deploy`]).
+
+pub mod deploy;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -37,5 +44,45 @@ impl Greeter for Host {
             text: format!("hello, {name}"),
             node: self.node.clone(),
         }
+    }
+}
+
+/// A ledger: an idempotent read and a non-idempotent write, which must run exactly once.
+#[cluster::service(
+    name = "ledger",
+    version = "1.0.0",
+    timeout = "2s",
+    retry(after = "20ms", budget = "10s")
+)]
+pub trait Ledger {
+    /// The balance of an account; safe to run twice.
+    #[call(idempotent)]
+    async fn balance(&self, account: u64) -> u64;
+    /// Records deposit `id`; running it twice would count it twice.
+    async fn deposit(&self, id: u64, amount: u64) -> u64;
+}
+
+/// How often each deposit ran, across every replica: the proof of exactly once.
+pub type Executions = Arc<Mutex<HashMap<u64, u32>>>;
+
+/// A ledger replica: takes `work` per call, and counts each deposit in `executions`.
+#[derive(Debug)]
+pub struct Book {
+    /// Time each call takes.
+    pub work: Duration,
+    /// Shared by all replicas.
+    pub executions: Executions,
+}
+
+impl Ledger for Book {
+    async fn balance(&self, account: u64) -> u64 {
+        tokio::time::sleep(self.work).await;
+        account * 10
+    }
+
+    async fn deposit(&self, id: u64, amount: u64) -> u64 {
+        tokio::time::sleep(self.work).await;
+        *self.executions.lock().unwrap().entry(id).or_insert(0) += 1;
+        amount
     }
 }

@@ -16,6 +16,9 @@ pub(crate) struct Chosen {
     pub(crate) function: usize,
 }
 
+/// Which candidates to try first: a predicate over entries.
+type Tier<'a> = &'a dyn Fn(&Arc<ServiceEntry>) -> bool;
+
 /// Why no provider could be chosen.
 pub(crate) struct Miss {
     pub(crate) reason: Reason,
@@ -66,8 +69,7 @@ pub(crate) fn choose(
     let fresh = |e: &Arc<ServiceEntry>| !avoid.iter().any(|a| a.node == e.node);
     let healthy = |e: &Arc<ServiceEntry>| !client.node.peers.is_ejected(e.node.addr);
 
-    let tiers: [&dyn Fn(&Arc<ServiceEntry>) -> bool; 3] =
-        [&|e| fresh(e) && healthy(e), &fresh, &|_| true];
+    let tiers: [Tier<'_>; 3] = [&|e| fresh(e) && healthy(e), &fresh, &|_| true];
     for tier in tiers {
         let count = entries.iter().filter(eligible).filter(|e| tier(e)).count();
         if count == 0 {

@@ -53,6 +53,9 @@ pub(crate) async fn serve(
                 _ = stop.wait_for(|stopped| *stopped) => break,
                 accepted = listener.next() => match accepted {
                     Some(Ok(transport)) => {
+                        // Replies are small frames written one by one: without this, Nagle's
+                        // algorithm holds each behind the client's delayed ACK.
+                        let _ = transport.get_ref().set_nodelay(true);
                         let server = server.clone();
                         connections.spawn(async move {
                             BaseChannel::with_defaults(transport)

@@ -1,0 +1,80 @@
+"""Conformance: two peered servers, seen through py-eureka-client.
+
+Usage: python peers.py URL_A URL_B
+
+An instance registered on A (by the real client) is visible on B; the replicated write is not
+echoed back (A forwarded one write per client write, B forwarded none).
+"""
+
+import asyncio
+import json
+import sys
+import time
+import urllib.request
+
+import py_eureka_client.eureka_basic as eb
+
+A, B = sys.argv[1], sys.argv[2]
+CHECKS = 0
+
+
+def check(condition, what):
+    global CHECKS
+    if not condition:
+        raise AssertionError(what)
+    CHECKS += 1
+    print(f"ok - {what}", flush=True)
+
+
+def status(server):
+    with urllib.request.urlopen(server + "status", timeout=5) as r:
+        return json.load(r)
+
+
+async def until(what, condition, seconds=20):
+    deadline = time.monotonic() + seconds
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting until {what}")
+        await asyncio.sleep(0.1)
+
+
+async def on_b(instance_id):
+    apps = await eb.get_applications(B)
+    app = apps.get_application("PEERED")
+    return app is not None and app.get_instance(instance_id) is not None
+
+
+async def main():
+    now = str(int(time.time() * 1000))
+    inst = eb.Instance(instanceId="peered-1", app="PEERED", hostName="127.0.0.1", ipAddr="127.0.0.1",
+                       port=eb.PortWrapper(9100, True), vipAddress="peered", status="UP",
+                       overriddenstatus="UNKNOWN", lastUpdatedTimestamp=now, lastDirtyTimestamp=now)
+    await eb.register(A, inst)
+    await until("B shows what was registered on A", lambda: on_b("peered-1"))
+    check(True, "registered on A, visible on B")
+
+    await eb.status_update(A, "PEERED", "peered-1", now, "OUT_OF_SERVICE")
+
+    async def b_out_of_service():
+        app = (await eb.get_applications(B)).get_application("PEERED")
+        return app is not None and app.get_instance("peered-1").status == "OUT_OF_SERVICE"
+    await until("B shows the override made on A", b_out_of_service)
+    check(True, "a status override on A reaches B")
+
+    await eb.cancel(A, "PEERED", "peered-1")
+
+    async def gone_on_b():
+        return not await on_b("peered-1")
+    await until("B drops what was cancelled on A", gone_on_b)
+    check(True, "a cancel on A reaches B")
+
+    a, b = status(A), status(B)
+    check(a["forwarded"] == 3, f"A forwarded its 3 client writes once each (got {a['forwarded']})")
+    check(b["replicatedApplied"] == 3, f"B applied 3 replicated writes (got {b['replicatedApplied']})")
+    check(b["forwarded"] == 0, f"B forwarded nothing back (got {b['forwarded']})")
+    check(a["replicatedApplied"] == 0, f"nothing was echoed to A (got {a['replicatedApplied']})")
+    print(f"{CHECKS} passed, 0 failed")
+
+
+asyncio.run(main())

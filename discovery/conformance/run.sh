@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the real Eureka clients against our server: py-eureka-client (PyPI) and
+# eureka-js-client (npm), then two peered servers. Installs both clients here (git-ignored).
+# Fails, loudly, if pip or npm cannot reach their registries.
+# Usage: discovery/conformance/run.sh PATH/TO/cluster-discovery
+set -euo pipefail
+bin=$(realpath "$1") # before the cd: the path may be relative to the caller's directory
+cd "$(dirname "$0")"
+export DIR=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+echo "--- installing py-eureka-client and eureka-js-client"
+if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+.venv/bin/pip install --disable-pip-version-check --quiet -r requirements.txt
+npm ci --no-audit --no-fund --loglevel=error
+
+start() { # name [options...]
+  local name=$1; shift
+  ./run_server.sh "$bin" "$name" "$@"
+  pids+=("$(cat "$DIR/$name.pid")")
+}
+
+show_logs() { for f in "$DIR"/*.log; do echo "--- $f"; tail -40 "$f"; done; }
+
+echo "--- py-eureka-client"
+start single
+.venv/bin/python py_client.py "$(cat "$DIR/single.url")" 2>"$DIR/py-client.log" || { show_logs; cat "$DIR/py-client.log"; exit 1; }
+
+echo "--- eureka-js-client"
+node js_client.js "$(cat "$DIR/single.url")" || { show_logs; exit 1; }
+
+echo "--- two peered servers"
+# Each names the other, so each needs the other's port before it starts: ask the OS for two
+# free ports (a short race with other processes, acceptable here).
+read -r pa pb < <(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(*[x.getsockname()[1] for x in s])
+[x.close() for x in s]')
+start peer-a --port "$pa" --peer "http://127.0.0.1:$pb/eureka/"
+start peer-b --port "$pb" --peer "http://127.0.0.1:$pa/eureka/"
+.venv/bin/python peers.py "$(cat "$DIR/peer-a.url")" "$(cat "$DIR/peer-b.url")" || { show_logs; exit 1; }

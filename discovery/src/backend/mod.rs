@@ -1,0 +1,393 @@
+//! A [`cluster::Registry`] on Eureka servers: nodes of our cluster register each service as an
+//! instance (its metadata carries the version and call options), heartbeat it, and read their
+//! lookups from a local copy of the registry that a background task refreshes.
+
+mod mapping;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use cluster::registry::{
+    NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry,
+};
+use tokio::sync::{Mutex as AsyncMutex, broadcast, watch};
+
+pub use mapping::{NODE_APP, entry_instance, instance_entry, instance_node, keys, node_instance};
+
+use crate::client::{EurekaClient, Heartbeat};
+use crate::model::Instance;
+
+/// How the backend talks to the registry servers.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EurekaRegistryConfig {
+    /// How often the local copy is refreshed from the servers: 5 s (Eureka's clients use 30 s;
+    /// a cluster's calls wait on changes, so shorter is better here).
+    pub fetch_interval: Duration,
+    /// How often registered instances heartbeat: 30 s, as Eureka.
+    pub renewal_interval: Duration,
+    /// The lease duration registered instances ask for: 90 s, as Eureka.
+    pub lease_duration: Duration,
+}
+
+impl Default for EurekaRegistryConfig {
+    fn default() -> Self {
+        Self {
+            fetch_interval: Duration::from_secs(5),
+            renewal_interval: Duration::from_secs(30),
+            lease_duration: Duration::from_secs(90),
+        }
+    }
+}
+
+/// A registry backend on Eureka servers. Clones share one local copy.
+#[derive(Debug, Clone)]
+pub struct EurekaRegistry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Copy {
+    by_service: HashMap<String, Arc<[Arc<ServiceEntry>]>>,
+    nodes: BTreeMap<String, NodeInfo>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: EurekaClient,
+    config: EurekaRegistryConfig,
+    copy: RwLock<Copy>,
+    /// What this process registered, by instance id: heartbeated and re-registered on 404.
+    own: Mutex<BTreeMap<String, Instance>>,
+    events: broadcast::Sender<RegistryEvent>,
+    changes: watch::Sender<u64>,
+    /// One refresh at a time, so that events come out in order.
+    refreshing: AsyncMutex<()>,
+    halted: AtomicBool,
+}
+
+impl EurekaRegistry {
+    /// A backend on these servers; starts its refresh-and-heartbeat task (needs a tokio
+    /// runtime) and reads the registry once before returning.
+    pub async fn start(client: EurekaClient, config: EurekaRegistryConfig) -> Self {
+        let registry = Self::new(client, config);
+        registry.inner.refresh().await;
+        registry
+    }
+
+    /// Like [`EurekaRegistry::start`], without waiting for the first read (the background task
+    /// makes it at once). Must be called inside a tokio runtime.
+    pub fn new(client: EurekaClient, config: EurekaRegistryConfig) -> Self {
+        let (events, _) = broadcast::channel(1024);
+        let (changes, _) = watch::channel(0);
+        let inner = Arc::new(Inner {
+            client,
+            config,
+            copy: RwLock::new(Copy::default()),
+            own: Mutex::new(BTreeMap::new()),
+            events,
+            changes,
+            refreshing: AsyncMutex::new(()),
+            halted: AtomicBool::new(false),
+        });
+        tokio::spawn(background(Arc::downgrade(&inner)));
+        Self { inner }
+    }
+
+    /// Reads the registry now (the background task does so every fetch interval).
+    pub async fn refresh(&self) {
+        self.inner.refresh().await;
+    }
+
+    fn lease(&self) -> (u64, u64) {
+        (
+            self.inner.config.renewal_interval.as_secs().max(1),
+            self.inner.config.lease_duration.as_secs().max(1),
+        )
+    }
+
+    async fn put(&self, instance: Instance) -> Result<(), RegistryError> {
+        let mut instance = instance;
+        instance.last_dirty_timestamp = self.inner.client.now_ms();
+        let id = instance.id().to_owned();
+        self.inner
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, instance.clone());
+        if let Err(e) = self.inner.client.register(&instance).await {
+            // Kept in `own`: the background task registers it when a server answers.
+            tracing::warn!("registering {} failed, will retry: {e}", instance.id());
+        }
+        self.inner.refresh().await;
+        Ok(())
+    }
+
+    async fn remove(&self, ids: Vec<(String, String)>) -> Result<(), RegistryError> {
+        for (app, id) in ids {
+            self.inner
+                .own
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            if let Err(e) = self.inner.client.cancel(&app, &id).await {
+                tracing::warn!("cancelling {id} failed (its lease will expire): {e}");
+            }
+        }
+        self.inner.refresh().await;
+        Ok(())
+    }
+}
+
+async fn background(inner: Weak<Inner>) {
+    let (fetch, renew) = match inner.upgrade() {
+        Some(i) => (i.config.fetch_interval, i.config.renewal_interval),
+        None => return,
+    };
+    let mut fetch_tick = tokio::time::interval(fetch);
+    let mut renew_tick = tokio::time::interval(renew);
+    // The fetch tick fires at once: the first read.
+    renew_tick.tick().await;
+    loop {
+        let renewing = tokio::select! {
+            _ = fetch_tick.tick() => false,
+            _ = renew_tick.tick() => true,
+        };
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.halted.load(Ordering::SeqCst) {
+            return;
+        }
+        if renewing {
+            inner.heartbeat().await;
+        } else {
+            inner.refresh().await;
+        }
+    }
+}
+
+fn log(event: &RegistryEvent) {
+    match event {
+        RegistryEvent::ServiceUp(e) => tracing::info!(
+            "service {} {} became available on node {}",
+            e.description.name,
+            e.description.version,
+            e.node
+        ),
+        RegistryEvent::ServiceDown(e) => tracing::info!(
+            "service {} {} went away from node {}",
+            e.description.name,
+            e.description.version,
+            e.node
+        ),
+        RegistryEvent::NodeUp(n) => tracing::info!("node {n} joined"),
+        RegistryEvent::NodeDown(n) => tracing::info!("node {n} left"),
+        _ => {}
+    }
+}
+
+impl Inner {
+    async fn heartbeat(&self) {
+        let own: Vec<Instance> = self
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for i in own {
+            match self.client.heartbeat(&i).await {
+                Ok(Heartbeat::Renewed) => {}
+                Ok(Heartbeat::Unknown) => {
+                    tracing::info!("the registry does not know {}: registering again", i.id());
+                    if let Err(e) = self.client.register(&i).await {
+                        tracing::warn!("registering {} again failed: {e}", i.id());
+                    }
+                }
+                Err(e) => tracing::warn!("heartbeat of {} failed: {e}", i.id()),
+            }
+        }
+    }
+
+    /// Reads the registry and replaces the local copy, with an event for each difference. When
+    /// no server answers, the copy is kept as it was.
+    async fn refresh(&self) {
+        let _one = self.refreshing.lock().await;
+        let apps = match self.client.applications().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(
+                    "no registry server answers ({e}): keeping the registry as last read"
+                );
+                return;
+            }
+        };
+        let mut by_service: HashMap<String, Vec<Arc<ServiceEntry>>> = HashMap::new();
+        let mut nodes = BTreeMap::new();
+        for i in apps.instances() {
+            if let Some(n) = instance_node(i) {
+                nodes.insert(n.name.clone(), n);
+            } else if let Some(e) = instance_entry(i) {
+                nodes
+                    .entry(e.node.name.clone())
+                    .or_insert_with(|| e.node.clone());
+                by_service
+                    .entry(e.description.name.clone())
+                    .or_default()
+                    .push(Arc::new(e));
+            }
+        }
+        for list in by_service.values_mut() {
+            list.sort_by(|a, b| a.node.name.cmp(&b.node.name));
+        }
+        let events = {
+            let mut copy = self.copy.write().unwrap_or_else(|p| p.into_inner());
+            let mut events = Vec::new();
+            for (name, n) in &nodes {
+                if copy.nodes.get(name) != Some(n) {
+                    events.push(RegistryEvent::NodeUp(n.clone()));
+                }
+            }
+            let old: Vec<Arc<ServiceEntry>> = copy
+                .by_service
+                .values()
+                .flat_map(|l| l.iter().cloned())
+                .collect();
+            let new: Vec<Arc<ServiceEntry>> = by_service
+                .values()
+                .flat_map(|l| l.iter().cloned())
+                .collect();
+            for e in &old {
+                if !new.iter().any(|n| n == e) {
+                    events.push(RegistryEvent::ServiceDown(e.clone()));
+                }
+            }
+            for e in &new {
+                if !old.iter().any(|o| o == e) {
+                    events.push(RegistryEvent::ServiceUp(e.clone()));
+                }
+            }
+            for (name, n) in &copy.nodes {
+                if !nodes.contains_key(name) {
+                    events.push(RegistryEvent::NodeDown(n.clone()));
+                }
+            }
+            copy.by_service = by_service
+                .into_iter()
+                .map(|(k, v)| (k, Arc::from(v)))
+                .collect();
+            copy.nodes = nodes;
+            events
+        };
+        if events.is_empty() {
+            return;
+        }
+        for e in events {
+            log(&e);
+            let _ = self.events.send(e);
+        }
+        self.changes.send_modify(|v| *v += 1);
+    }
+}
+
+impl Registry for EurekaRegistry {
+    fn register(&self, entry: ServiceEntry) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        Box::pin(async move {
+            let node = node_instance(&entry.node, self.lease());
+            let known = self
+                .inner
+                .own
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(node.id());
+            if !known {
+                self.put(node).await?;
+            }
+            self.put(entry_instance(&entry, self.lease())).await
+        })
+    }
+
+    fn deregister(
+        &self,
+        node: &str,
+        service: &str,
+    ) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        let ids = vec![(service.to_ascii_uppercase(), format!("{node}:{service}"))];
+        Box::pin(self.remove(ids))
+    }
+
+    fn join(&self, node: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        Box::pin(self.put(node_instance(&node, self.lease())))
+    }
+
+    fn leave(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        let prefix = format!("{node}:");
+        let mut ids: Vec<(String, String)> = self
+            .inner
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|i| i.id().starts_with(&prefix))
+            .map(|i| (i.app.clone(), i.id().to_owned()))
+            .collect();
+        // Entries of this node that another process registered are removed too.
+        for e in self.services_on(node) {
+            let id = format!("{node}:{}", e.description.name);
+            if !ids.iter().any(|(_, i)| *i == id) {
+                ids.push((e.description.name.to_ascii_uppercase(), id));
+            }
+        }
+        ids.push((NODE_APP.to_owned(), node.to_owned()));
+        Box::pin(self.remove(ids))
+    }
+
+    fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
+        self.inner
+            .copy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_service
+            .get(service)
+            .cloned()
+            .unwrap_or_else(|| Arc::new([]))
+    }
+
+    fn services(&self) -> Vec<Arc<ServiceEntry>> {
+        self.inner
+            .copy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_service
+            .values()
+            .flat_map(|l| l.iter().cloned())
+            .collect()
+    }
+
+    fn nodes(&self) -> Vec<NodeInfo> {
+        self.inner
+            .copy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .nodes
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn events(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.inner.events.subscribe()
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    fn halt(&self) -> RegistryFuture<'_, ()> {
+        self.inner.halted.store(true, Ordering::SeqCst);
+        Box::pin(std::future::ready(()))
+    }
+}

@@ -1,0 +1,190 @@
+//! A client of Eureka's REST API, for our resolvers, registrar and registry backend.
+
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+
+use super::transport::{Call, Transport, TransportError};
+use crate::model::{Applications, Instance, ModelError, json};
+use crate::server::Clock;
+
+/// What a registry server call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No server answered.
+    #[error("none of the {servers} registry servers answered")]
+    Unreachable {
+        /// How many were tried.
+        servers: usize,
+        /// The last failure.
+        #[source]
+        last: Option<TransportError>,
+    },
+    /// A server answered with an unexpected status.
+    #[error("the registry server answered {status}: {body}")]
+    Refused {
+        /// The status.
+        status: u16,
+        /// The body, as text.
+        body: String,
+    },
+    /// A server answered with a document this client cannot read.
+    #[error("the registry server sent an unreadable document")]
+    Malformed(#[source] ModelError),
+}
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// Renewed.
+    Renewed,
+    /// The server does not know the instance: register it again.
+    Unknown,
+}
+
+/// A client of one or more registry servers (tried in order; the first that answers is used).
+#[derive(Debug, Clone)]
+pub struct EurekaClient {
+    servers: Vec<String>,
+    transport: Transport,
+    timeout: Duration,
+    clock: Clock,
+}
+
+impl EurekaClient {
+    /// A client of these servers, by base URL (`http://host:8761/eureka/`), over HTTP.
+    pub fn new<I, S>(servers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            servers: servers
+                .into_iter()
+                .map(|s| format!("{}/", s.into().trim_end_matches('/')))
+                .collect(),
+            transport: Transport::default(),
+            timeout: Duration::from_secs(5),
+            clock: Clock::system(),
+        }
+    }
+
+    /// A client of an in-process server.
+    pub fn in_process(service: crate::server::Service) -> Self {
+        let mut c = Self::new(["http://in-process/eureka/"]);
+        c.transport = Transport::InProcess(service);
+        c
+    }
+
+    /// The time each request may take: 5 s by default.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The clock `lastDirtyTimestamp`s are taken from (the system's by default).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The servers, by base URL.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, axum::body::Bytes), ClientError> {
+        let mut last = None;
+        for server in &self.servers {
+            let call = Call {
+                method: method.clone(),
+                url: format!("{server}{path}"),
+                json_body: body.clone(),
+                timeout: self.timeout,
+            };
+            match self.transport.send(call).await {
+                Ok(answer) if !answer.0.is_server_error() => return Ok(answer),
+                Ok((status, _)) => tracing::debug!("registry server {server} answered {status}"),
+                Err(e) => {
+                    tracing::debug!("registry server {server} did not answer: {e}");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(ClientError::Unreachable {
+            servers: self.servers.len(),
+            last,
+        })
+    }
+
+    fn refused(status: StatusCode, body: &[u8]) -> ClientError {
+        ClientError::Refused {
+            status: status.as_u16(),
+            body: String::from_utf8_lossy(body).into_owned(),
+        }
+    }
+
+    /// `POST apps/{app}`.
+    pub async fn register(&self, instance: &Instance) -> Result<(), ClientError> {
+        let (status, body) = self
+            .send(
+                Method::POST,
+                &format!("apps/{}", instance.app),
+                Some(json::write_instance(instance)),
+            )
+            .await?;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(Self::refused(status, &body))
+        }
+    }
+
+    /// `PUT apps/{app}/{id}`.
+    pub async fn heartbeat(&self, instance: &Instance) -> Result<Heartbeat, ClientError> {
+        let path = format!(
+            "apps/{}/{}?status={}&lastDirtyTimestamp={}",
+            instance.app,
+            instance.id(),
+            instance.status,
+            instance.last_dirty_timestamp
+        );
+        let (status, body) = self.send(Method::PUT, &path, None).await?;
+        match status {
+            s if s.is_success() => Ok(Heartbeat::Renewed),
+            StatusCode::NOT_FOUND => Ok(Heartbeat::Unknown),
+            s => Err(Self::refused(s, &body)),
+        }
+    }
+
+    /// `DELETE apps/{app}/{id}`; false if the server did not know it.
+    pub async fn cancel(&self, app: &str, id: &str) -> Result<bool, ClientError> {
+        let (status, body) = self
+            .send(Method::DELETE, &format!("apps/{app}/{id}"), None)
+            .await?;
+        match status {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            s => Err(Self::refused(s, &body)),
+        }
+    }
+
+    /// `GET apps/`: the whole registry.
+    pub async fn applications(&self) -> Result<Applications, ClientError> {
+        let (status, body) = self.send(Method::GET, "apps/", None).await?;
+        if !status.is_success() {
+            return Err(Self::refused(status, &body));
+        }
+        json::read_applications(&body, self.now_ms()).map_err(ClientError::Malformed)
+    }
+}

@@ -1,0 +1,100 @@
+//! How a client reaches registry servers: HTTP, or an in-process server (for tests on a
+//! paused clock, and for a process that hosts its own registry).
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::BodyExt as _;
+
+use crate::server::Service;
+
+/// HTTP (reqwest, rustls) or an in-process server.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// Real requests.
+    Http(reqwest::Client),
+    /// Requests answered by an in-process server; the URL's host is ignored.
+    InProcess(Service),
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Transport::Http(reqwest::Client::new())
+    }
+}
+
+/// A request that got no answer.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer from {url}")]
+pub struct TransportError {
+    /// The URL.
+    pub url: String,
+    /// Why.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// A request to a registry server.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) method: Method,
+    pub(crate) url: String,
+    pub(crate) json_body: Option<Vec<u8>>,
+    pub(crate) timeout: std::time::Duration,
+}
+
+impl Transport {
+    pub(crate) async fn send(&self, call: Call) -> Result<(StatusCode, Bytes), TransportError> {
+        let url = call.url.clone();
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| TransportError {
+            url: url.clone(),
+            source: e,
+        };
+        match self {
+            Transport::Http(client) => {
+                let mut req = client
+                    .request(call.method, &call.url)
+                    .timeout(call.timeout)
+                    .header(header::ACCEPT.as_str(), "application/json");
+                if let Some(body) = call.json_body {
+                    req = req
+                        .header(header::CONTENT_TYPE.as_str(), "application/json")
+                        .body(body);
+                }
+                let res = req.send().await.map_err(|e| err(Box::new(e)))?;
+                let status = res.status();
+                let body = res.bytes().await.map_err(|e| err(Box::new(e)))?;
+                Ok((status, body))
+            }
+            Transport::InProcess(service) => {
+                let path = match call.url.find("://") {
+                    Some(i) => {
+                        let rest = &call.url[i + 3..];
+                        rest.find('/').map_or("/", |p| &rest[p..]).to_owned()
+                    }
+                    None => call.url.clone(),
+                };
+                let mut req = Request::builder()
+                    .method(call.method)
+                    .uri(path)
+                    .header(header::ACCEPT, HeaderValue::from_static("application/json"));
+                let body = match call.json_body {
+                    Some(b) => {
+                        req = req.header(header::CONTENT_TYPE, "application/json");
+                        Body::from(b)
+                    }
+                    None => Body::empty(),
+                };
+                let req = req.body(body).map_err(|e| err(Box::new(e)))?;
+                let res = service.call(req).await;
+                let status = res.status();
+                let body = res
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| err(Box::new(e)))?
+                    .to_bytes();
+                Ok((status, body))
+            }
+        }
+    }
+}

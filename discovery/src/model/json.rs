@@ -1,0 +1,501 @@
+//! Eureka's JSON: root-wrapped entities, `$`/`@enabled` ports, `@Auto` fields as strings,
+//! arrays always arrays; read leniently (strings or numbers, `null` as absent, both spellings of
+//! `overriddenStatus`, a bare integer port, a missing lease).
+
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::{Map, Value};
+
+use super::{
+    ActionType, Application, Applications, DataCenterInfo, Instance, LeaseInfo, ModelError, Port,
+    Status,
+};
+
+/// A JSON value whose object keys keep the order they were written in.
+#[derive(Debug, Clone)]
+pub(crate) enum Ordered {
+    Str(String),
+    Num(i64),
+    Obj(Vec<(&'static str, Ordered)>),
+    Map(Vec<(String, Ordered)>),
+    Arr(Vec<Ordered>),
+}
+
+impl Serialize for Ordered {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Ordered::Str(v) => s.serialize_str(v),
+            Ordered::Num(v) => s.serialize_i64(*v),
+            Ordered::Obj(fields) => {
+                let mut m = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+            Ordered::Map(fields) => {
+                let mut m = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+            Ordered::Arr(items) => {
+                let mut q = s.serialize_seq(Some(items.len()))?;
+                for i in items {
+                    q.serialize_element(i)?;
+                }
+                q.end()
+            }
+        }
+    }
+}
+
+fn s(v: impl Into<String>) -> Ordered {
+    Ordered::Str(v.into())
+}
+
+fn port(p: Port) -> Ordered {
+    Ordered::Obj(vec![
+        ("$", Ordered::Num(p.port.into())),
+        ("@enabled", s(p.enabled.to_string())),
+    ])
+}
+
+fn num(n: u64) -> Ordered {
+    Ordered::Num(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// The instance object, unwrapped, fields in the order Eureka's serializer writes them.
+pub(crate) fn instance_value(i: &Instance) -> Ordered {
+    let mut f: Vec<(&'static str, Ordered)> = Vec::with_capacity(26);
+    if let Some(id) = &i.instance_id {
+        f.push(("instanceId", s(id)));
+    }
+    f.push(("hostName", s(&i.host_name)));
+    f.push(("app", s(&i.app)));
+    f.push(("ipAddr", s(&i.ip_addr)));
+    f.push(("status", s(i.status.as_str())));
+    f.push(("overriddenStatus", s(i.overridden_status.as_str())));
+    f.push(("port", port(i.port)));
+    f.push(("securePort", port(i.secure_port)));
+    f.push(("countryId", Ordered::Num(i.country_id)));
+    let mut dc = vec![
+        ("@class", s(&i.data_center.class)),
+        ("name", s(&i.data_center.name)),
+    ];
+    if !i.data_center.metadata.is_empty() {
+        dc.push((
+            "metadata",
+            Ordered::Map(
+                i.data_center
+                    .metadata
+                    .iter()
+                    .map(|(k, v)| (k.clone(), s(v)))
+                    .collect(),
+            ),
+        ));
+    }
+    f.push(("dataCenterInfo", Ordered::Obj(dc)));
+    let l = &i.lease;
+    f.push((
+        "leaseInfo",
+        Ordered::Obj(vec![
+            ("renewalIntervalInSecs", num(l.renewal_interval_secs)),
+            ("durationInSecs", num(l.duration_secs)),
+            ("registrationTimestamp", num(l.registration_timestamp)),
+            ("lastRenewalTimestamp", num(l.last_renewal_timestamp)),
+            ("evictionTimestamp", num(l.eviction_timestamp)),
+            ("serviceUpTimestamp", num(l.service_up_timestamp)),
+        ]),
+    ));
+    f.push((
+        "metadata",
+        if i.metadata.is_empty() {
+            Ordered::Obj(vec![("@class", s("java.util.Collections$EmptyMap"))])
+        } else {
+            Ordered::Map(i.metadata.iter().map(|(k, v)| (k.clone(), s(v))).collect())
+        },
+    ));
+    let optional = [
+        ("appGroupName", &i.app_group_name),
+        ("homePageUrl", &i.home_page_url),
+        ("statusPageUrl", &i.status_page_url),
+        ("healthCheckUrl", &i.health_check_url),
+        ("secureHealthCheckUrl", &i.secure_health_check_url),
+        ("vipAddress", &i.vip_address),
+        ("secureVipAddress", &i.secure_vip_address),
+    ];
+    for (k, v) in optional {
+        if let Some(v) = v {
+            f.push((k, s(v)));
+        }
+    }
+    f.push((
+        "isCoordinatingDiscoveryServer",
+        s(i.is_coordinating_discovery_server.to_string()),
+    ));
+    f.push((
+        "lastUpdatedTimestamp",
+        s(i.last_updated_timestamp.to_string()),
+    ));
+    f.push(("lastDirtyTimestamp", s(i.last_dirty_timestamp.to_string())));
+    if let Some(a) = i.action_type {
+        f.push(("actionType", s(a.as_str())));
+    }
+    if let Some(a) = &i.asg_name {
+        f.push(("asgName", s(a)));
+    }
+    Ordered::Obj(f)
+}
+
+fn application_value(a: &Application) -> Ordered {
+    Ordered::Obj(vec![
+        ("name", s(&a.name)),
+        (
+            "instance",
+            Ordered::Arr(a.instances.iter().map(instance_value).collect()),
+        ),
+    ])
+}
+
+fn to_bytes(v: Ordered) -> Vec<u8> {
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// `{"instance":{…}}`.
+pub fn write_instance(i: &Instance) -> Vec<u8> {
+    to_bytes(Ordered::Obj(vec![("instance", instance_value(i))]))
+}
+
+/// `{"application":{"name":…,"instance":[…]}}`.
+pub fn write_application(a: &Application) -> Vec<u8> {
+    to_bytes(Ordered::Obj(vec![("application", application_value(a))]))
+}
+
+/// `{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[…]}}`.
+pub fn write_applications(apps: &Applications) -> Vec<u8> {
+    to_bytes(Ordered::Obj(vec![(
+        "applications",
+        Ordered::Obj(vec![
+            ("versions__delta", s(&apps.versions_delta)),
+            ("apps__hashcode", s(&apps.apps_hashcode)),
+            (
+                "application",
+                Ordered::Arr(apps.applications.iter().map(application_value).collect()),
+            ),
+        ]),
+    )]))
+}
+
+// ---- reading -------------------------------------------------------------------------------
+
+/// Reads a field of an object, treating `null` as absent.
+fn get<'a>(o: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    o.get(key).filter(|v| !v.is_null())
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        // XML leaves with attributes come as {"$": text}.
+        Value::Object(o) => get(o, "$").and_then(text),
+        _ => None,
+    }
+}
+
+fn str_field(o: &Map<String, Value>, key: &str) -> Option<String> {
+    get(o, key).and_then(text)
+}
+
+fn u64_of(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n
+            .as_u64()
+            .or_else(|| n.as_i64().map(|i| i.max(0) as u64))
+            .or_else(|| n.as_f64().map(|f| f.max(0.0) as u64)),
+        Value::String(s) => s.trim().parse().ok(),
+        Value::Object(o) => get(o, "$").and_then(u64_of),
+        _ => None,
+    }
+}
+
+fn u64_field(o: &Map<String, Value>, key: &str) -> Option<u64> {
+    get(o, key).and_then(u64_of)
+}
+
+fn bool_of(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        },
+        Value::Number(n) => n.as_u64().map(|n| n != 0),
+        _ => None,
+    }
+}
+
+fn port_field(o: &Map<String, Value>, key: &str, default: Port) -> Result<Port, ModelError> {
+    let Some(v) = get(o, key) else {
+        return Ok(default);
+    };
+    let bad = || ModelError::Field {
+        field: key.to_owned(),
+        reason: "expected a port number".into(),
+    };
+    let (number, enabled) = match v {
+        Value::Object(p) => (
+            get(p, "$").ok_or_else(bad)?,
+            get(p, "@enabled")
+                .or_else(|| get(p, "enabled"))
+                .and_then(bool_of)
+                .unwrap_or(default.enabled),
+        ),
+        other => (other, default.enabled),
+    };
+    let n = u64_of(number).ok_or_else(bad)?;
+    Ok(Port {
+        port: u16::try_from(n).map_err(|_| bad())?,
+        enabled,
+    })
+}
+
+fn string_map(v: Option<&Value>) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    if let Some(Value::Object(m)) = v {
+        for (k, v) in m {
+            if k == "@class" {
+                continue;
+            }
+            if let Some(t) = text(v) {
+                out.insert(k.clone(), t);
+            }
+        }
+    }
+    out
+}
+
+/// Reads an instance from its object (root-wrapped or not), as leniently as real clients need;
+/// `now` fills the timestamps a client left out.
+pub fn instance_from_value(v: &Value, now: u64) -> Result<Instance, ModelError> {
+    let Value::Object(root) = v else {
+        return Err(ModelError::Shape("expected an object".into()));
+    };
+    let o = match get(root, "instance") {
+        Some(Value::Object(inner)) => inner,
+        Some(_) => return Err(ModelError::Shape("`instance` is not an object".into())),
+        None => root,
+    };
+    let mut i = Instance::new("", "", 7001);
+    i.app = str_field(o, "app").unwrap_or_default().to_ascii_uppercase();
+    i.vip_address = None;
+    i.instance_id = str_field(o, "instanceId");
+    i.host_name = str_field(o, "hostName").unwrap_or_default();
+    i.ip_addr = str_field(o, "ipAddr").unwrap_or_default();
+    i.app_group_name = str_field(o, "appGroupName");
+    i.status = str_field(o, "status")
+        .map(|s| Status::lenient(&s))
+        .unwrap_or(Status::Up);
+    i.overridden_status = str_field(o, "overriddenStatus")
+        .or_else(|| str_field(o, "overriddenstatus"))
+        .map(|s| Status::lenient(&s))
+        .unwrap_or(Status::Unknown);
+    i.port = port_field(
+        o,
+        "port",
+        Port {
+            port: 7001,
+            enabled: true,
+        },
+    )?;
+    i.secure_port = port_field(
+        o,
+        "securePort",
+        Port {
+            port: 7002,
+            enabled: false,
+        },
+    )?;
+    i.country_id = u64_field(o, "countryId").map_or(1, |c| c as i64);
+    if let Some(Value::Object(dc)) = get(o, "dataCenterInfo") {
+        i.data_center = DataCenterInfo {
+            class: str_field(dc, "@class")
+                .or_else(|| str_field(dc, "class"))
+                .unwrap_or_else(|| super::DEFAULT_DATA_CENTER_CLASS.to_owned()),
+            name: str_field(dc, "name").unwrap_or_else(|| "MyOwn".to_owned()),
+            metadata: string_map(get(dc, "metadata")),
+        };
+    }
+    if let Some(Value::Object(l)) = get(o, "leaseInfo") {
+        i.lease = LeaseInfo {
+            renewal_interval_secs: u64_field(l, "renewalIntervalInSecs").unwrap_or(0),
+            duration_secs: u64_field(l, "durationInSecs").unwrap_or(0),
+            registration_timestamp: u64_field(l, "registrationTimestamp").unwrap_or(0),
+            last_renewal_timestamp: u64_field(l, "lastRenewalTimestamp").unwrap_or(0),
+            eviction_timestamp: u64_field(l, "evictionTimestamp").unwrap_or(0),
+            service_up_timestamp: u64_field(l, "serviceUpTimestamp").unwrap_or(0),
+        };
+    }
+    i.metadata = string_map(get(o, "metadata"));
+    i.home_page_url = str_field(o, "homePageUrl");
+    i.status_page_url = str_field(o, "statusPageUrl");
+    i.health_check_url = str_field(o, "healthCheckUrl");
+    i.secure_health_check_url = str_field(o, "secureHealthCheckUrl");
+    i.vip_address = str_field(o, "vipAddress");
+    i.secure_vip_address = str_field(o, "secureVipAddress");
+    i.is_coordinating_discovery_server = get(o, "isCoordinatingDiscoveryServer")
+        .and_then(bool_of)
+        .unwrap_or(false);
+    i.last_updated_timestamp = u64_field(o, "lastUpdatedTimestamp").unwrap_or(now);
+    i.last_dirty_timestamp = u64_field(o, "lastDirtyTimestamp").unwrap_or(now);
+    i.action_type = str_field(o, "actionType").and_then(|a| ActionType::parse(&a));
+    i.asg_name = str_field(o, "asgName");
+    Ok(i)
+}
+
+/// Reads an instance from a JSON body.
+pub fn read_instance(body: &[u8], now: u64) -> Result<Instance, ModelError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| ModelError::Json(e.to_string()))?;
+    instance_from_value(&v, now)
+}
+
+/// One or many: Eureka's readers accept a single object where a list is expected.
+fn list(v: Option<&Value>) -> Vec<&Value> {
+    match v {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(v @ Value::Object(_)) => vec![v],
+        _ => Vec::new(),
+    }
+}
+
+fn application_from_value(v: &Value, now: u64) -> Result<Application, ModelError> {
+    let Value::Object(o) = v else {
+        return Err(ModelError::Shape("`application` is not an object".into()));
+    };
+    Ok(Application {
+        name: str_field(o, "name")
+            .unwrap_or_default()
+            .to_ascii_uppercase(),
+        instances: list(get(o, "instance"))
+            .into_iter()
+            .map(|i| instance_from_value(i, now))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// Reads `{"applications":{…}}` (or the unwrapped object).
+pub fn applications_from_value(v: &Value, now: u64) -> Result<Applications, ModelError> {
+    let Value::Object(root) = v else {
+        return Err(ModelError::Shape("expected an object".into()));
+    };
+    let o = match get(root, "applications") {
+        Some(Value::Object(inner)) => inner,
+        _ => root,
+    };
+    Ok(Applications {
+        // XML's element names unescape to one underscore.
+        versions_delta: str_field(o, "versions__delta")
+            .or_else(|| str_field(o, "versions_delta"))
+            .unwrap_or_default(),
+        apps_hashcode: str_field(o, "apps__hashcode")
+            .or_else(|| str_field(o, "apps_hashcode"))
+            .unwrap_or_default(),
+        applications: list(get(o, "application"))
+            .into_iter()
+            .map(|a| application_from_value(a, now))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// Reads an `applications` document from a JSON body.
+pub fn read_applications(body: &[u8], now: u64) -> Result<Applications, ModelError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| ModelError::Json(e.to_string()))?;
+    applications_from_value(&v, now)
+}
+
+/// Reads `{"application":{…}}`.
+pub fn read_application(body: &[u8], now: u64) -> Result<Application, ModelError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| ModelError::Json(e.to_string()))?;
+    match &v {
+        Value::Object(root) => application_from_value(get(root, "application").unwrap_or(&v), now),
+        _ => Err(ModelError::Shape("expected an object".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_what_the_js_client_sends_and_fills_eurekas_defaults() {
+        let body = br#"{"instance":{"app":"js-demo","instanceId":"js-demo-1","hostName":"127.0.0.1","ipAddr":"127.0.0.1","statusPageUrl":"http://127.0.0.1:3000/info","port":{"$":3000,"@enabled":true},"vipAddress":"js-demo","dataCenterInfo":{"@class":"com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo","name":"MyOwn"},"metadata":{"team":"y","@class":"java.util.HashMap"},"status":"UP"}}"#;
+        let i = read_instance(body, 42).unwrap();
+        assert_eq!(i.app, "JS-DEMO");
+        assert_eq!(i.id(), "js-demo-1");
+        assert_eq!(
+            i.port,
+            Port {
+                port: 3000,
+                enabled: true
+            }
+        );
+        assert_eq!(i.secure_port.port, 7002);
+        assert!(!i.secure_port.enabled);
+        assert_eq!(i.last_dirty_timestamp, 42);
+        assert_eq!(i.metadata.len(), 1, "@class is dropped from metadata");
+        assert_eq!(i.overridden_status, Status::Unknown);
+    }
+
+    #[test]
+    fn reads_spring_and_py_spellings_nulls_and_bare_ports() {
+        let body = br#"{"instance":{"app":"W","hostName":"h","ipAddr":"1.2.3.4","appGroupName":null,"overriddenstatus":"OUT_OF_SERVICE","port":8082,"isCoordinatingDiscoveryServer":"false","lastDirtyTimestamp":1630906182808,"lastUpdatedTimestamp":"1630906180645","leaseInfo":{"durationInSecs":"6"}}}"#;
+        let i = read_instance(body, 0).unwrap();
+        assert_eq!(i.overridden_status, Status::OutOfService);
+        assert_eq!(i.port.port, 8082);
+        assert_eq!(i.app_group_name, None);
+        assert_eq!(i.last_dirty_timestamp, 1630906182808);
+        assert_eq!(i.last_updated_timestamp, 1630906180645);
+        assert_eq!(i.lease.duration_secs, 6);
+    }
+
+    #[test]
+    fn writes_eurekas_shape_and_reads_it_back() {
+        let mut i = Instance::new("orders", "10.0.0.1", 8080).with_id("o-1");
+        i.last_dirty_timestamp = 7;
+        let out = String::from_utf8(write_instance(&i)).unwrap();
+        assert!(
+            out.starts_with(
+                r#"{"instance":{"instanceId":"o-1","hostName":"10.0.0.1","app":"ORDERS""#
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#""port":{"$":8080,"@enabled":"true"}"#),
+            "{out}"
+        );
+        assert!(out.contains(r#""metadata":{"@class":"java.util.Collections$EmptyMap"}"#));
+        assert!(out.contains(r#""lastDirtyTimestamp":"7""#));
+        assert_eq!(read_instance(out.as_bytes(), 0).unwrap(), i);
+
+        let empty =
+            String::from_utf8(write_applications(&Applications::group("1", "", []))).unwrap();
+        assert_eq!(
+            empty,
+            r#"{"applications":{"versions__delta":"1","apps__hashcode":"","application":[]}}"#
+        );
+        let one = Applications::group("1", "UP_1_", [i]);
+        let back = read_applications(&write_applications(&one), 0).unwrap();
+        assert_eq!(back, one);
+    }
+
+    #[test]
+    fn malformed_bodies_are_errors_not_panics() {
+        assert!(read_instance(b"{not json", 0).is_err());
+        assert!(read_instance(b"[1,2]", 0).is_err());
+        assert!(read_instance(br#"{"instance":{"port":{"$":"x"}}}"#, 0).is_err());
+        assert!(read_instance(br#"{"instance":{"port":70000}}"#, 0).is_err());
+    }
+}

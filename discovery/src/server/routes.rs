@@ -1,0 +1,398 @@
+//! Eureka's REST routes, under `/eureka/` and `/eureka/v2/`, with or without a trailing slash.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+
+use super::peers::{Action, Item};
+use super::store::Renewed;
+use super::{Shared, dashboard, peers};
+use crate::model::{self, Format, Status};
+
+/// Eureka's replication marker header.
+pub const REPLICATION_HEADER: &str = "x-netflix-discovery-replication";
+
+/// Every route of a server, before path normalisation.
+pub(super) fn router(shared: Arc<Shared>) -> Router {
+    let max = shared.config.max_body_bytes;
+    let api = Router::new()
+        .route("/eureka/apps", get(all_apps))
+        .route("/eureka/apps/delta", get(delta))
+        .route("/eureka/apps/{app}", post(register).get(one_app))
+        .route(
+            "/eureka/apps/{app}/{id}",
+            put(heartbeat).delete(cancel).get(one_instance),
+        )
+        .route(
+            "/eureka/apps/{app}/{id}/status",
+            put(set_status).delete(remove_status),
+        )
+        .route("/eureka/apps/{app}/{id}/metadata", put(metadata))
+        .route("/eureka/instances/{id}", get(instance_by_id))
+        .route("/eureka/vips/{vip}", get(vip))
+        .route("/eureka/svips/{vip}", get(svip))
+        .route("/eureka/status", get(status))
+        .route("/eureka/serverinfo/statusoverrides", get(overrides))
+        .route("/serverinfo/statusoverrides", get(overrides))
+        .layer(DefaultBodyLimit::max(max))
+        .route(
+            "/eureka/peerreplication/batch",
+            post(peers::batch).layer(DefaultBodyLimit::max(max.saturating_mul(8))),
+        );
+    api.merge(dashboard::routes(&shared.dashboard))
+        .with_state(shared)
+}
+
+/// Maps `/eureka/v2/x` to `/eureka/x` and drops a trailing slash, before routing.
+pub(super) fn normalize(mut req: Request) -> Request {
+    let uri = req.uri();
+    let path = uri.path();
+    let mut new_path = path
+        .strip_prefix("/eureka/v2")
+        .map_or_else(|| path.to_owned(), |rest| format!("/eureka{rest}"));
+    while new_path.len() > 1 && new_path.ends_with('/') {
+        new_path.pop();
+    }
+    if new_path != path {
+        let pq = match uri.query() {
+            Some(q) => format!("{new_path}?{q}"),
+            None => new_path,
+        };
+        if let Ok(pq) = pq.parse::<axum::http::uri::PathAndQuery>() {
+            let mut parts = uri.clone().into_parts();
+            parts.path_and_query = Some(pq);
+            if let Ok(u) = axum::http::Uri::from_parts(parts) {
+                *req.uri_mut() = u;
+            }
+        }
+    }
+    req
+}
+
+pub(super) fn empty(status: StatusCode) -> Response {
+    (status, Body::empty()).into_response()
+}
+
+fn bad_request(message: impl Into<String>) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message.into(),
+    )
+        .into_response()
+}
+
+fn format_of(headers: &HeaderMap) -> Format {
+    Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
+}
+
+fn document(shared: &Shared, format: Format, body: Vec<u8>) -> Response {
+    let mut r = (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, format.content_type())],
+        body,
+    )
+        .into_response();
+    if shared.store.health().self_preservation {
+        r.headers_mut().insert(
+            "x-discovery-self-preservation",
+            HeaderValue::from_static("true"),
+        );
+    }
+    r
+}
+
+/// Whether a write is a replication from a peer (and counts it): Eureka's header, or the
+/// seed's query flag.
+fn replicated(shared: &Shared, headers: &HeaderMap, query: &Marks) -> bool {
+    let marked = is_replication(headers, query);
+    if marked {
+        shared
+            .peers
+            .applied
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    marked
+}
+
+fn is_replication(headers: &HeaderMap, query: &Marks) -> bool {
+    headers
+        .get(REPLICATION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        || query
+            .is_replication
+            .as_deref()
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// The query parameters of Eureka's writes.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Marks {
+    #[serde(rename = "isReplication")]
+    is_replication: Option<String>,
+    #[serde(rename = "lastDirtyTimestamp")]
+    last_dirty_timestamp: Option<String>,
+    value: Option<String>,
+}
+
+impl Marks {
+    fn last_dirty(&self) -> Option<u64> {
+        self.last_dirty_timestamp
+            .as_deref()
+            .and_then(|t| t.trim().parse().ok())
+    }
+}
+
+async fn register(
+    State(shared): State<Arc<Shared>>,
+    Path(app): Path<String>,
+    Query(marks): Query<Marks>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return bad_request("Missing instance: the body is empty");
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let now = shared.store.clock().now_ms();
+    let instance = match model::read_instance(content_type, &body, now) {
+        Ok(i) => i,
+        Err(e) => return bad_request(e.to_string()),
+    };
+    match shared.store.register(&app, instance) {
+        Ok(stored) => {
+            tracing::debug!("registered {} of {}", stored.id(), stored.app);
+            if !replicated(&shared, &headers, &marks) {
+                shared.peers.forward(Item::register(&stored));
+            }
+            // 204, "to be backwards compatible": the js and Java clients require exactly it.
+            empty(StatusCode::NO_CONTENT)
+        }
+        Err(e) => bad_request(e.to_string()),
+    }
+}
+
+async fn heartbeat(
+    State(shared): State<Arc<Shared>>,
+    Path((app, id)): Path<(String, String)>,
+    Query(marks): Query<Marks>,
+    headers: HeaderMap,
+) -> Response {
+    let replication = replicated(&shared, &headers, &marks);
+    let outcome = shared
+        .store
+        .renew(&app, &id, marks.last_dirty(), replication);
+    if !replication && outcome != Renewed::NotFound {
+        shared
+            .peers
+            .forward(Item::heartbeat(&app, &id, marks.last_dirty()));
+    }
+    match outcome {
+        Renewed::Ok => empty(StatusCode::OK),
+        // Empty: a JSON body on this 404 breaks the Java clients' re-registration.
+        Renewed::NotFound => empty(StatusCode::NOT_FOUND),
+        Renewed::Conflict(mine) => (
+            StatusCode::CONFLICT,
+            [(header::CONTENT_TYPE, Format::Json.content_type())],
+            Format::Json.instance(&mine),
+        )
+            .into_response(),
+    }
+}
+
+async fn cancel(
+    State(shared): State<Arc<Shared>>,
+    Path((app, id)): Path<(String, String)>,
+    Query(marks): Query<Marks>,
+    headers: HeaderMap,
+) -> Response {
+    if !shared.store.cancel(&app, &id) {
+        return empty(StatusCode::NOT_FOUND);
+    }
+    if !replicated(&shared, &headers, &marks) {
+        shared.peers.forward(Item::new(Action::Cancel, &app, &id));
+    }
+    empty(StatusCode::OK)
+}
+
+async fn set_status(
+    State(shared): State<Arc<Shared>>,
+    Path((app, id)): Path<(String, String)>,
+    Query(marks): Query<Marks>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(value) = marks.value.as_deref() else {
+        return bad_request("Missing value: PUT …/status?value=OUT_OF_SERVICE");
+    };
+    let status: Status = match value.parse() {
+        Ok(s) => s,
+        Err(e) => return bad_request(format!("{e}")),
+    };
+    if !shared
+        .store
+        .override_status(&app, &id, Some(status), status, marks.last_dirty())
+    {
+        return empty(StatusCode::NOT_FOUND);
+    }
+    if !replicated(&shared, &headers, &marks) {
+        let mut item = Item::new(Action::StatusUpdate, &app, &id);
+        item.status = Some(status.as_str().to_owned());
+        item.last_dirty_timestamp = marks.last_dirty();
+        shared.peers.forward(item);
+    }
+    empty(StatusCode::OK)
+}
+
+async fn remove_status(
+    State(shared): State<Arc<Shared>>,
+    Path((app, id)): Path<(String, String)>,
+    Query(marks): Query<Marks>,
+    headers: HeaderMap,
+) -> Response {
+    let fallback = match marks.value.as_deref().map(str::parse::<Status>) {
+        None => Status::Unknown,
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return bad_request(format!("{e}")),
+    };
+    if !shared
+        .store
+        .override_status(&app, &id, None, fallback, marks.last_dirty())
+    {
+        return empty(StatusCode::NOT_FOUND);
+    }
+    if !replicated(&shared, &headers, &marks) {
+        let mut item = Item::new(Action::DeleteStatusOverride, &app, &id);
+        item.status = Some(fallback.as_str().to_owned());
+        item.last_dirty_timestamp = marks.last_dirty();
+        shared.peers.forward(item);
+    }
+    empty(StatusCode::OK)
+}
+
+async fn metadata(
+    State(shared): State<Arc<Shared>>,
+    Path((app, id)): Path<(String, String)>,
+    Query(pairs): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+) -> Response {
+    let mut seen = std::collections::HashSet::new();
+    let mut first = Vec::new();
+    let mut replication = false;
+    for (k, v) in pairs {
+        if k == "isReplication" {
+            replication = v.eq_ignore_ascii_case("true");
+        } else if seen.insert(k.clone()) {
+            first.push((k, v));
+        }
+    }
+    let Some(updated) = shared.store.update_metadata(&app, &id, first) else {
+        return empty(StatusCode::NOT_FOUND);
+    };
+    if !replication && !replicated(&shared, &headers, &Marks::default()) {
+        // Eureka replicates a metadata change as a registration.
+        shared.peers.forward(Item::register(&updated));
+    }
+    empty(StatusCode::OK)
+}
+
+async fn all_apps(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let format = format_of(&headers);
+    let apps = shared.store.applications();
+    document(&shared, format, format.applications(&apps))
+}
+
+async fn delta(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let format = format_of(&headers);
+    let apps = shared.store.delta();
+    document(&shared, format, format.applications(&apps))
+}
+
+async fn one_app(
+    State(shared): State<Arc<Shared>>,
+    Path(app): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let format = format_of(&headers);
+    match shared.store.application(&app) {
+        Some(a) => document(&shared, format, format.application(&a)),
+        None => empty(StatusCode::NOT_FOUND),
+    }
+}
+
+async fn one_instance(
+    State(shared): State<Arc<Shared>>,
+    Path((app, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let format = format_of(&headers);
+    match shared.store.instance(&app, &id) {
+        Some(i) => document(&shared, format, format.instance(&i)),
+        None => empty(StatusCode::NOT_FOUND),
+    }
+}
+
+async fn instance_by_id(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let format = format_of(&headers);
+    match shared.store.instance_by_id(&id) {
+        Some(i) => document(&shared, format, format.instance(&i)),
+        None => empty(StatusCode::NOT_FOUND),
+    }
+}
+
+async fn vip(
+    State(shared): State<Arc<Shared>>,
+    Path(vip): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let format = format_of(&headers);
+    let apps = shared.store.vip(&vip, false);
+    document(&shared, format, format.applications(&apps))
+}
+
+async fn svip(
+    State(shared): State<Arc<Shared>>,
+    Path(vip): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let format = format_of(&headers);
+    let apps = shared.store.vip(&vip, true);
+    document(&shared, format, format.applications(&apps))
+}
+
+async fn status(State(shared): State<Arc<Shared>>) -> Response {
+    let h = shared.store.health();
+    let r = shared.peers.stats();
+    axum::Json(serde_json::json!({
+        "forwarded": r.forwarded,
+        "replicatedApplied": r.applied,
+        "instances": h.instances,
+        "quiet": h.quiet,
+        "selfPreservation": h.self_preservation,
+        "renewals": h.renewals,
+        "peers": shared.peers.urls(),
+    }))
+    .into_response()
+}
+
+async fn overrides(State(shared): State<Arc<Shared>>) -> Response {
+    let map: serde_json::Map<String, serde_json::Value> = shared
+        .store
+        .overrides()
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v.as_str().to_owned())))
+        .collect();
+    axum::Json(serde_json::Value::Object(map)).into_response()
+}

@@ -1,0 +1,8 @@
+//! Our clients: the Static / Dns / Discovery resolvers and the registrar.
+#![allow(unreachable_pub)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod registrar;
+mod resolvers;

@@ -1,0 +1,127 @@
+//! Malformed documents, mismatched or unknown applications, huge bodies: a clear 4xx, and the
+//! registry unchanged.
+
+use axum::body::Body;
+use axum::http::{Method, StatusCode};
+use cluster_discovery::server::{RegistryServer, ServerConfig, Service};
+
+use crate::support::{call, get_json, register};
+
+fn server() -> Service {
+    let mut config = ServerConfig::default();
+    config.max_body_bytes = 64 * 1024;
+    RegistryServer::new().config(config).service()
+}
+
+async fn registry(svc: &Service) -> String {
+    // Without the lease timestamps, which move with every read.
+    let doc = get_json(svc, "/eureka/apps").await.json();
+    format!(
+        "{} {}",
+        doc["applications"]["apps__hashcode"],
+        crate::support::ids(&doc).join(",")
+    )
+}
+
+async fn refused(svc: &Service, content_type: &str, body: impl Into<Body>) -> (StatusCode, String) {
+    let a = call(
+        svc,
+        Method::POST,
+        "/eureka/apps/ORDERS",
+        &[("content-type", content_type)],
+        body,
+    )
+    .await;
+    (a.status, a.text())
+}
+
+#[tokio::test]
+async fn malformed_json_and_xml_are_400_with_a_reason_and_change_nothing() {
+    let svc = server();
+    register(&svc, "orders", "o-1").await;
+    let before = registry(&svc).await;
+    let cases: [(&str, &str, &str); 7] = [
+        ("application/json", "{\"instance\": {", "malformed JSON"),
+        ("application/json", "[1,2,3]", "unexpected document"),
+        (
+            "application/json",
+            r#"{"instance":{"app":"ORDERS","hostName":"h","ipAddr":"1.1.1.1","port":{"$":"eighty"}}}"#,
+            "port",
+        ),
+        (
+            "application/xml",
+            "<instance><app>ORDERS</app>",
+            "malformed XML",
+        ),
+        ("application/xml", "<applications/>", "not <instance>"),
+        (
+            "application/json",
+            r#"{"instance":{"app":"ORDERS","ipAddr":"1.1.1.1"}}"#,
+            "Missing hostname",
+        ),
+        (
+            "application/json",
+            r#"{"instance":{"app":"BILLING","hostName":"h","ipAddr":"1.1.1.1"}}"#,
+            "Mismatched appName",
+        ),
+    ];
+    for (ct, body, reason) in cases {
+        let (status, text) = refused(&svc, ct, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(text.contains(reason), "{body}: {text}");
+    }
+    let (status, text) = refused(&svc, "application/json", "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(text.contains("empty"), "{text}");
+    assert_eq!(registry(&svc).await, before);
+}
+
+#[tokio::test]
+async fn a_huge_body_is_413_and_changes_nothing() {
+    let svc = server();
+    let before = registry(&svc).await;
+    let huge = format!(
+        r#"{{"instance":{{"app":"ORDERS","hostName":"h","ipAddr":"1.1.1.1","metadata":{{"x":"{}"}}}}}}"#,
+        "a".repeat(100 * 1024)
+    );
+    let (status, text) = refused(&svc, "application/json", huge).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
+    assert!(text.contains("length limit"), "{text}");
+    assert_eq!(registry(&svc).await, before);
+}
+
+#[tokio::test]
+async fn unknown_apps_and_instances_are_404_and_bad_statuses_400() {
+    let svc = server();
+    register(&svc, "orders", "o-1").await;
+    let before = registry(&svc).await;
+    for (method, path) in [
+        (Method::PUT, "/eureka/apps/NOPE/o-1"),
+        (Method::DELETE, "/eureka/apps/NOPE/o-1"),
+        (Method::PUT, "/eureka/apps/NOPE/o-1/status?value=DOWN"),
+        (Method::DELETE, "/eureka/apps/NOPE/o-1/status"),
+        (Method::PUT, "/eureka/apps/NOPE/o-1/metadata?a=b"),
+        (Method::GET, "/eureka/apps/NOPE"),
+    ] {
+        let a = call(&svc, method.clone(), path, &[], Body::empty()).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{method} {path}");
+    }
+    for path in [
+        "/eureka/apps/ORDERS/o-1/status?value=SLEEPING",
+        "/eureka/apps/ORDERS/o-1/status",
+    ] {
+        let a = call(&svc, Method::PUT, path, &[], Body::empty()).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(!a.text().is_empty());
+    }
+    let batch = call(
+        &svc,
+        Method::POST,
+        "/eureka/peerreplication/batch/",
+        &[("content-type", "application/json")],
+        "{\"replicationList\": 3}",
+    )
+    .await;
+    assert_eq!(batch.status, StatusCode::BAD_REQUEST);
+    assert_eq!(registry(&svc).await, before);
+}

@@ -1,0 +1,179 @@
+//! Two servers on loopback: writes are forwarded once, marked, applied and never forwarded
+//! on; a starting server pulls the registry from a peer.
+
+use std::time::Duration;
+
+use cluster_discovery::server::{RegistryServer, RunningServer};
+
+async fn get(url: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(url)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn ids_on(server: &RunningServer) -> Vec<String> {
+    crate::support::ids(&get(&format!("{}apps/", server.url())).await)
+}
+
+/// Waits (on real time, for real sockets) until `f` holds; 10 s is only reached when broken.
+async fn until<F, Fut>(what: &str, f: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !f().await {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "gave up waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn a_write_on_one_server_is_seen_on_the_other_and_not_echoed_back() {
+    // Each names the other, so the ports are chosen first.
+    let (pa, pb) = (free_port(), free_port());
+    let url = |p: u16| format!("http://127.0.0.1:{p}/eureka/");
+    let a = RegistryServer::new()
+        .peers([url(pa), url(pb)])
+        .own_url(&url(pa))
+        .start(([127, 0, 0, 1], pa).into())
+        .await
+        .unwrap();
+    let b = RegistryServer::new()
+        .peers([url(pa), url(pb)])
+        .own_url(&url(pb))
+        .start(([127, 0, 0, 1], pb).into())
+        .await
+        .unwrap();
+
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}apps/ORDERS", a.url()))
+        .header("content-type", "application/json")
+        .body(crate::support::js_body("orders", "o-1", 8080))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    until("b sees o-1", || async { ids_on(&b).await == ["o-1"] }).await;
+    let heartbeat = http
+        .put(format!("{}apps/ORDERS/o-1", a.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(heartbeat.status(), 200);
+    until("b applied the heartbeat", || async {
+        b.replication().applied == 2
+    })
+    .await;
+
+    assert_eq!(
+        a.replication().forwarded,
+        2,
+        "a forwarded its two client writes, once each"
+    );
+    assert_eq!(
+        b.replication().forwarded,
+        0,
+        "b forwarded none of what it applied"
+    );
+    assert_eq!(a.replication().applied, 0, "nothing came back to a");
+    assert_eq!(b.health().renewals, 1, "b counted the replicated heartbeat");
+
+    let cancel = http
+        .delete(format!("{}apps/ORDERS/o-1", b.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 200);
+    until("a drops o-1 cancelled on b", || async {
+        ids_on(&a).await.is_empty()
+    })
+    .await;
+    assert_eq!(b.replication().forwarded, 1);
+    assert_eq!(
+        a.replication().forwarded,
+        2,
+        "a did not forward b's cancel back"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_single_write_marked_as_a_replication_is_applied_and_not_forwarded() {
+    let b = RegistryServer::new()
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let a = RegistryServer::new()
+        .peers([b.url()])
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}apps/ORDERS", a.url()))
+        .header("content-type", "application/json")
+        .header("x-netflix-discovery-replication", "true")
+        .body(crate::support::js_body("orders", "o-1", 8080))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(ids_on(&a).await, ["o-1"]);
+    assert_eq!(a.replication().forwarded, 0);
+    assert_eq!(a.replication().applied, 1);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_starting_server_pulls_the_registry_from_a_peer() {
+    let a = RegistryServer::new()
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    for id in ["o-1", "o-2"] {
+        http.post(format!("{}apps/ORDERS", a.url()))
+            .header("content-type", "application/json")
+            .body(crate::support::js_body("orders", id, 8080))
+            .send()
+            .await
+            .unwrap();
+    }
+    let b = RegistryServer::new()
+        .peers([a.url()])
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    assert_eq!(
+        ids_on(&b).await,
+        ["o-1", "o-2"],
+        "b has them as soon as it serves"
+    );
+    assert_eq!(
+        b.replication().forwarded,
+        0,
+        "what it pulled is not forwarded back"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
