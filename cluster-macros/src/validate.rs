@@ -13,8 +13,16 @@ use crate::attr::is_call;
 use crate::errors::Errors;
 use crate::signature::normalize;
 
-/// Names the generated client already uses for its own methods.
-const RESERVED: [&str; 4] = ["new", "with_options", "require", "description"];
+/// Names the generated client already uses for its own methods, and those of the traits it
+/// derives (a function named `clone` would shadow `Clone::clone` in method calls).
+const RESERVED: [&str; 6] = [
+    "new",
+    "with_options",
+    "require",
+    "description",
+    "clone",
+    "fmt",
+];
 
 /// Trait-level checks: no generics, no where clause, no `#[call]` on the trait.
 pub(crate) fn check_trait(item: &ItemTrait, errors: &mut Errors) {

@@ -6,7 +6,50 @@
 //! merges call options field by field, retries only what is safe to retry under one budget
 //! clock, re-resolves the provider before every attempt, and fails with typed, readable errors.
 //!
-//! See `docs/calls.md` for the call path and `docs/errors.md` for the errors.
+//! ```
+//! #[cluster::service(name = "search", version = "2.1.0", timeout = "5s",
+//!                    retry(after = "200ms", budget = "30s"))]
+//! pub trait Search {
+//!     /// Safe to run twice: may be retried after a timeout.
+//!     #[call(idempotent)]
+//!     async fn search(&self, query: String) -> Result<Vec<String>, String>;
+//!     /// Not idempotent: never run again once it may have run.
+//!     #[call(timeout = "60s")]
+//!     async fn reindex(&self, full: bool) -> u64;
+//! }
+//!
+//! struct Engine;
+//! impl Search for Engine {
+//!     async fn search(&self, query: String) -> Result<Vec<String>, String> {
+//!         if query.is_empty() { Err("empty query".into()) } else { Ok(vec![query]) }
+//!     }
+//!     async fn reindex(&self, _full: bool) -> u64 { 42 }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Two nodes on loopback TCP sharing an in-process registry (use
+//! // `registry::GossipRegistry` across processes).
+//! let registry = cluster::MemoryRegistry::new();
+//! let provider = cluster::Node::builder().name("search-1").registry(registry.clone()).start().await?;
+//! let _registration = provider.serve(SearchServer::new(Engine)).await?;
+//! let node = cluster::Node::builder().name("web-1").registry(registry).start().await?;
+//!
+//! let search = SearchClient::new(&node);
+//! assert_eq!(search.search("rust".into()).await?, ["rust"]);
+//! assert_eq!(search.reindex(true).timeout(std::time::Duration::from_secs(120)).await?, 42);
+//! match search.search(String::new()).await {
+//!     Err(cluster::CallError::App(e)) => assert_eq!(e, "empty query"),
+//!     other => panic!("{other:?}"),
+//! }
+//! provider.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! The long-form docs explain each mechanism: `docs/calls.md` (the call path),
+//! `docs/errors.md` (the errors), `docs/registry.md` (the registry and routing),
+//! `docs/deploys.md` (health, draining, rolling deploys), `docs/discovery.md` (Eureka and the
+//! resolvers), `docs/benchmarks.md` (what it costs).
 #![deny(missing_docs)]
 
 mod client;
@@ -44,3 +87,11 @@ struct ErrorsDoc;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadMe;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/registry.md")]
+struct RegistryDoc;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/deploys.md")]
+struct DeploysDoc;

@@ -224,3 +224,26 @@ async fn client_defaults_sit_between_the_provider_and_the_call() {
     let (_, at) = timed(client.search("rust".into()).budget(S)).await;
     assert_eq!(at, S);
 }
+
+#[test]
+fn the_options_on_the_attribute_are_in_the_description() {
+    // The seed's struct showed the library defaults instead of what the source declared.
+    let d = SearchClient::description();
+    let declared = cluster::CallOptions::new()
+        .timeout(6 * S)
+        .retry_enabled(true)
+        .retry_after(S)
+        .retry_budget(21 * S);
+    assert_eq!(d.options, declared);
+    assert_eq!(d.version, semver::Version::new(2, 1, 0));
+    let search = &d.functions[0];
+    assert_eq!((search.name.as_str(), search.idempotent), ("search", true));
+    assert_eq!(
+        search.signature,
+        "search(String) -> Result<Vec<Hit>, SearchError>"
+    );
+    assert!(
+        !d.functions[1].idempotent,
+        "reindex is not declared idempotent"
+    );
+}

@@ -266,3 +266,30 @@ async fn a_minor_version_may_add_a_defaulted_field_without_breaking_either_side(
         "the 2.0 provider skipped the field it does not know"
     );
 }
+
+#[tokio::test]
+async fn a_broken_pooled_connection_is_reestablished_within_the_same_attempt() {
+    let cluster = Cluster::tcp();
+    let (first, _engine) = cluster.provider("search-1", Mode::Answer).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    assert_eq!(client.reindex(true).no_retry().await.unwrap(), 42);
+    // The provider restarts on the same address: the client's pooled connection is dead.
+    let addr = first.addr();
+    first.kill().await;
+    let again = cluster::Node::builder()
+        .name("search-1")
+        .listen(addr)
+        .registry(cluster.registry.clone())
+        .start()
+        .await
+        .unwrap();
+    let engine = Arc::new(crate::support::Engine::new("search-1", Mode::Answer));
+    let _r = again
+        .serve(crate::support::SearchServer::new(engine.clone()))
+        .await
+        .unwrap();
+    // One attempt, no retry: the dead connection is noticed before the request leaves, and a
+    // new one is made for it.
+    assert_eq!(client.reindex(true).no_retry().await.unwrap(), 42);
+    assert_eq!(engine.counters.started(), 1);
+}
