@@ -1,5 +1,5 @@
 //! The local copy every registry backend keeps: who provides what, read without locks held
-//! across calls, replaced whole on every change, with the change told as events.
+//! across calls, replaced whole on every change, with the change told as events and a log line.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -112,15 +112,18 @@ impl Index {
     }
 }
 
-/// The current index, swapped whole, and the channels that tell of each swap.
+/// A registry backend's local copy: what [`Registry::lookup`](super::Registry::lookup) and the
+/// other reads answer from, replaced whole on every change, each difference told as a
+/// [`RegistryEvent`] and an info log line. Backends (in this crate and others) keep one and
+/// delegate their reads to it.
 #[derive(Debug)]
-pub(crate) struct Published {
+pub struct LocalCopy {
     index: RwLock<Arc<Index>>,
     events: broadcast::Sender<RegistryEvent>,
     changes: watch::Sender<u64>,
 }
 
-impl Default for Published {
+impl Default for LocalCopy {
     fn default() -> Self {
         let (events, _) = broadcast::channel(1024);
         let (changes, _) = watch::channel(0);
@@ -132,7 +135,43 @@ impl Default for Published {
     }
 }
 
-impl Published {
+impl LocalCopy {
+    /// An empty copy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replaces the copy with these nodes and entries (an entry's node counts as a node too).
+    pub fn replace_with(
+        &self,
+        nodes: impl IntoIterator<Item = NodeInfo>,
+        entries: impl IntoIterator<Item = Arc<ServiceEntry>>,
+    ) {
+        let mut next = Index::default();
+        for node in nodes {
+            next.nodes.insert(node.name.clone(), node);
+        }
+        for entry in entries {
+            next.insert(entry);
+        }
+        self.replace(next);
+    }
+
+    /// The entries named `service`.
+    pub fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
+        self.current().lookup(service)
+    }
+
+    /// Every entry.
+    pub fn services(&self) -> Vec<Arc<ServiceEntry>> {
+        self.current().entries().cloned().collect()
+    }
+
+    /// Every node.
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        self.current().nodes.values().cloned().collect()
+    }
+
     pub(crate) fn current(&self) -> Arc<Index> {
         self.index.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -163,11 +202,13 @@ impl Published {
         self.replace(next);
     }
 
-    pub(crate) fn events(&self) -> broadcast::Receiver<RegistryEvent> {
+    /// Events from now on.
+    pub fn events(&self) -> broadcast::Receiver<RegistryEvent> {
         self.events.subscribe()
     }
 
-    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+    /// A counter that moves on every change.
+    pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
 }

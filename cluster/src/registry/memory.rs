@@ -2,7 +2,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, watch};
 
-use super::index::{Index, Published};
+use super::index::{Index, LocalCopy};
 use super::{NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry};
 
 /// A registry held in this process and shared by the nodes of this process: for tests and for
@@ -14,7 +14,7 @@ pub struct MemoryRegistry {
 
 #[derive(Debug, Default)]
 struct Inner {
-    published: Published,
+    copy: LocalCopy,
     // Serialises writers: each takes the current index, changes a copy and publishes it.
     writer: Mutex<()>,
 }
@@ -30,7 +30,7 @@ impl MemoryRegistry {
         change: impl FnOnce(&mut Index),
     ) -> RegistryFuture<'_, Result<(), RegistryError>> {
         let _writer = self.inner.writer.lock().unwrap_or_else(|p| p.into_inner());
-        self.inner.published.update(change);
+        self.inner.copy.update(change);
         Box::pin(std::future::ready(Ok(())))
     }
 }
@@ -63,29 +63,23 @@ impl Registry for MemoryRegistry {
     }
 
     fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
-        self.inner.published.current().lookup(service)
+        self.inner.copy.lookup(service)
     }
 
     fn services(&self) -> Vec<Arc<ServiceEntry>> {
-        self.inner.published.current().entries().cloned().collect()
+        self.inner.copy.services()
     }
 
     fn nodes(&self) -> Vec<NodeInfo> {
-        self.inner
-            .published
-            .current()
-            .nodes
-            .values()
-            .cloned()
-            .collect()
+        self.inner.copy.nodes()
     }
 
     fn events(&self) -> broadcast::Receiver<RegistryEvent> {
-        self.inner.published.events()
+        self.inner.copy.events()
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
-        self.inner.published.changes()
+        self.inner.copy.changes()
     }
 }
 

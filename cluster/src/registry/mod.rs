@@ -18,6 +18,7 @@ use tokio::sync::{broadcast, watch};
 
 pub use entry::{NodeInfo, RegistryEvent, ServiceEntry};
 pub use gossip::{GossipConfig, GossipRegistry};
+pub use index::LocalCopy;
 pub use memory::MemoryRegistry;
 use semver::VersionReq;
 

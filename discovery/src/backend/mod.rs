@@ -4,13 +4,13 @@
 
 mod mapping;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use cluster::registry::{
-    NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry,
+    LocalCopy, NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry,
 };
 use tokio::sync::{Mutex as AsyncMutex, broadcast, watch};
 
@@ -48,21 +48,13 @@ pub struct EurekaRegistry {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug, Default)]
-struct Copy {
-    by_service: HashMap<String, Arc<[Arc<ServiceEntry>]>>,
-    nodes: BTreeMap<String, NodeInfo>,
-}
-
 #[derive(Debug)]
 struct Inner {
     client: EurekaClient,
     config: EurekaRegistryConfig,
-    copy: RwLock<Copy>,
+    copy: LocalCopy,
     /// What this process registered, by instance id: heartbeated and re-registered on 404.
     own: Mutex<BTreeMap<String, Instance>>,
-    events: broadcast::Sender<RegistryEvent>,
-    changes: watch::Sender<u64>,
     /// One refresh at a time, so that events come out in order.
     refreshing: AsyncMutex<()>,
     halted: AtomicBool,
@@ -80,15 +72,11 @@ impl EurekaRegistry {
     /// Like [`EurekaRegistry::start`], without waiting for the first read (the background task
     /// makes it at once). Must be called inside a tokio runtime.
     pub fn new(client: EurekaClient, config: EurekaRegistryConfig) -> Self {
-        let (events, _) = broadcast::channel(1024);
-        let (changes, _) = watch::channel(0);
         let inner = Arc::new(Inner {
             client,
             config,
-            copy: RwLock::new(Copy::default()),
+            copy: LocalCopy::new(),
             own: Mutex::new(BTreeMap::new()),
-            events,
-            changes,
             refreshing: AsyncMutex::new(()),
             halted: AtomicBool::new(false),
         });
@@ -169,26 +157,6 @@ async fn background(inner: Weak<Inner>) {
     }
 }
 
-fn log(event: &RegistryEvent) {
-    match event {
-        RegistryEvent::ServiceUp(e) => tracing::info!(
-            "service {} {} became available on node {}",
-            e.description.name,
-            e.description.version,
-            e.node
-        ),
-        RegistryEvent::ServiceDown(e) => tracing::info!(
-            "service {} {} went away from node {}",
-            e.description.name,
-            e.description.version,
-            e.node
-        ),
-        RegistryEvent::NodeUp(n) => tracing::info!("node {n} joined"),
-        RegistryEvent::NodeDown(n) => tracing::info!("node {n} left"),
-        _ => {}
-    }
-}
-
 impl Inner {
     async fn heartbeat(&self) {
         let own: Vec<Instance> = self
@@ -225,71 +193,17 @@ impl Inner {
                 return;
             }
         };
-        let mut by_service: HashMap<String, Vec<Arc<ServiceEntry>>> = HashMap::new();
-        let mut nodes = BTreeMap::new();
+        let mut nodes = Vec::new();
+        let mut entries = Vec::new();
         for i in apps.instances() {
             if let Some(n) = instance_node(i) {
-                nodes.insert(n.name.clone(), n);
+                nodes.push(n);
             } else if let Some(e) = instance_entry(i) {
-                nodes
-                    .entry(e.node.name.clone())
-                    .or_insert_with(|| e.node.clone());
-                by_service
-                    .entry(e.description.name.clone())
-                    .or_default()
-                    .push(Arc::new(e));
+                entries.push(Arc::new(e));
             }
         }
-        for list in by_service.values_mut() {
-            list.sort_by(|a, b| a.node.name.cmp(&b.node.name));
-        }
-        let events = {
-            let mut copy = self.copy.write().unwrap_or_else(|p| p.into_inner());
-            let mut events = Vec::new();
-            for (name, n) in &nodes {
-                if copy.nodes.get(name) != Some(n) {
-                    events.push(RegistryEvent::NodeUp(n.clone()));
-                }
-            }
-            let old: Vec<Arc<ServiceEntry>> = copy
-                .by_service
-                .values()
-                .flat_map(|l| l.iter().cloned())
-                .collect();
-            let new: Vec<Arc<ServiceEntry>> = by_service
-                .values()
-                .flat_map(|l| l.iter().cloned())
-                .collect();
-            for e in &old {
-                if !new.iter().any(|n| n == e) {
-                    events.push(RegistryEvent::ServiceDown(e.clone()));
-                }
-            }
-            for e in &new {
-                if !old.iter().any(|o| o == e) {
-                    events.push(RegistryEvent::ServiceUp(e.clone()));
-                }
-            }
-            for (name, n) in &copy.nodes {
-                if !nodes.contains_key(name) {
-                    events.push(RegistryEvent::NodeDown(n.clone()));
-                }
-            }
-            copy.by_service = by_service
-                .into_iter()
-                .map(|(k, v)| (k, Arc::from(v)))
-                .collect();
-            copy.nodes = nodes;
-            events
-        };
-        if events.is_empty() {
-            return;
-        }
-        for e in events {
-            log(&e);
-            let _ = self.events.send(e);
-        }
-        self.changes.send_modify(|v| *v += 1);
+        // The copy tells every difference as an event and a log line.
+        self.copy.replace_with(nodes, entries);
     }
 }
 
@@ -346,44 +260,23 @@ impl Registry for EurekaRegistry {
     }
 
     fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
-        self.inner
-            .copy
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .by_service
-            .get(service)
-            .cloned()
-            .unwrap_or_else(|| Arc::new([]))
+        self.inner.copy.lookup(service)
     }
 
     fn services(&self) -> Vec<Arc<ServiceEntry>> {
-        self.inner
-            .copy
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .by_service
-            .values()
-            .flat_map(|l| l.iter().cloned())
-            .collect()
+        self.inner.copy.services()
     }
 
     fn nodes(&self) -> Vec<NodeInfo> {
-        self.inner
-            .copy
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .nodes
-            .values()
-            .cloned()
-            .collect()
+        self.inner.copy.nodes()
     }
 
     fn events(&self) -> broadcast::Receiver<RegistryEvent> {
-        self.inner.events.subscribe()
+        self.inner.copy.events()
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
-        self.inner.changes.subscribe()
+        self.inner.copy.changes()
     }
 
     fn halt(&self) -> RegistryFuture<'_, ()> {

@@ -16,7 +16,7 @@ use tokio::sync::{Notify, broadcast, watch};
 
 pub use config::GossipConfig;
 
-use super::index::{Index, Published};
+use super::index::{Index, LocalCopy};
 use super::{NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry};
 
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
@@ -36,7 +36,7 @@ pub struct GossipRegistry {
 #[derive(Debug)]
 struct Inner {
     config: GossipConfig,
-    published: Published,
+    copy: LocalCopy,
     running: Mutex<Option<Arc<Running>>>,
 }
 
@@ -62,7 +62,7 @@ impl GossipRegistry {
         Self {
             inner: Arc::new(Inner {
                 config,
-                published: Published::default(),
+                copy: LocalCopy::default(),
                 running: Mutex::new(None),
             }),
         }
@@ -176,7 +176,7 @@ impl GossipRegistry {
 
     async fn rebuild(&self, running: &Running) {
         let index = state::build_index(&*running.chitchat.lock().await);
-        self.inner.published.replace(index);
+        self.inner.copy.replace(index);
     }
 
     async fn stop(&self) -> Option<Arc<Running>> {
@@ -204,7 +204,7 @@ async fn watch_gossip(
             () = notify.notified() => {}
         }
         let index = state::build_index(&*chitchat.lock().await);
-        inner.published.replace(index);
+        inner.copy.replace(index);
     }
 }
 
@@ -263,7 +263,7 @@ impl Registry for GossipRegistry {
             if let Some(running) = self.stop().await {
                 let _ = running.handle.initiate_shutdown();
             }
-            self.inner.published.replace(Index::default());
+            self.inner.copy.replace(Index::default());
             Ok(())
         })
     }
@@ -273,33 +273,27 @@ impl Registry for GossipRegistry {
             if let Some(running) = self.stop().await {
                 running.handle.abort();
             }
-            self.inner.published.replace(Index::default());
+            self.inner.copy.replace(Index::default());
         })
     }
 
     fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
-        self.inner.published.current().lookup(service)
+        self.inner.copy.lookup(service)
     }
 
     fn services(&self) -> Vec<Arc<ServiceEntry>> {
-        self.inner.published.current().entries().cloned().collect()
+        self.inner.copy.services()
     }
 
     fn nodes(&self) -> Vec<NodeInfo> {
-        self.inner
-            .published
-            .current()
-            .nodes
-            .values()
-            .cloned()
-            .collect()
+        self.inner.copy.nodes()
     }
 
     fn events(&self) -> broadcast::Receiver<RegistryEvent> {
-        self.inner.published.events()
+        self.inner.copy.events()
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
-        self.inner.published.changes()
+        self.inner.copy.changes()
     }
 }
