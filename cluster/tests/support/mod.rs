@@ -165,17 +165,33 @@ impl Search for Arc<Engine> {
     }
 }
 
+/// A registry the test clusters can be built on: the in-process one here, a Eureka-backed one
+/// in `discovery/tests/calls_on_eureka`, which runs these same call-path tests.
+pub trait TestRegistry: cluster::Registry + Clone {
+    /// A new, empty registry shared by every node of one test cluster.
+    fn fresh() -> Self;
+}
+
+impl TestRegistry for MemoryRegistry {
+    fn fresh() -> Self {
+        MemoryRegistry::new()
+    }
+}
+
 /// A cluster in one process: one registry, and an in-memory or a TCP network.
-pub struct Cluster {
-    pub registry: MemoryRegistry,
+pub struct TestCluster<R> {
+    pub registry: R,
     pub memory: Option<MemoryNetwork>,
 }
 
-impl Cluster {
+/// The cluster of the core tests: on the in-process registry.
+pub type Cluster = TestCluster<MemoryRegistry>;
+
+impl<R: TestRegistry> TestCluster<R> {
     /// Nodes on the in-memory network: for tests on tokio's paused clock.
     pub fn memory() -> Self {
         Self {
-            registry: MemoryRegistry::new(),
+            registry: R::fresh(),
             memory: Some(MemoryNetwork::new()),
         }
     }
@@ -183,7 +199,7 @@ impl Cluster {
     /// Nodes on real TCP sockets on loopback, ports from the OS.
     pub fn tcp() -> Self {
         Self {
-            registry: MemoryRegistry::new(),
+            registry: R::fresh(),
             memory: None,
         }
     }
