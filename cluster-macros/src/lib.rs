@@ -24,7 +24,7 @@ use proc_macro::TokenStream;
 /// Turns a trait into a cluster service: the trait (rewritten so providers can be spawned), a
 /// typed `{Trait}Client` and a `{Trait}Server<T>` adapter for providers.
 ///
-/// ```ignore
+/// ```text
 /// #[cluster::service(name = "search", version = "2.1.0", timeout = "5s",
 ///                    retry(after = "200ms", budget = "30s"))]
 /// pub trait Search {

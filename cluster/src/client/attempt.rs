@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::time::{Instant, sleep};
@@ -31,6 +32,19 @@ pub(crate) async fn run(
     let span =
         tracing::debug_span!("call", service = %client.description.name, function = %wanted.name);
     async move {
+        if client
+            .node
+            .stopped
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            let detail = format!("node {} has shut down", client.node.info);
+            return Err(early_error(
+                client,
+                function,
+                RpcErrorKind::NoConnection,
+                detail,
+            ));
+        }
         if args.len() + ENVELOPE_OVERHEAD > client.node.max_frame {
             let detail = format!(
                 "the arguments are {} bytes; frames are limited to {} bytes",
@@ -90,12 +104,14 @@ impl<'a> Attempts<'a> {
         // none yet, from the client's layers), so the budget cannot move under a running call.
         let options = merged(client, first.as_ref().ok(), overrides);
         let retry = options.retry;
-        let deadline = start
-            + if retry.enabled {
+        let deadline = later(
+            start,
+            if retry.enabled {
                 retry.budget
             } else {
                 options.timeout
-            };
+            },
+        );
         let mut pauses = ExponentialBuilder::default()
             .with_min_delay(retry.after)
             .with_max_delay(retry.max_after)
@@ -139,7 +155,23 @@ impl<'a> Attempts<'a> {
             }
             // The per-attempt timeout follows the provider actually chosen, cut to what is left.
             let options = merged(self.client, Some(&chosen), self.overrides);
-            let attempt_deadline = (now + options.timeout).min(self.deadline);
+            let attempt_deadline = later(now, options.timeout).min(self.deadline);
+            if let Some(limit) = chosen.entry.node.max_frame
+                && request.args.len() + ENVELOPE_OVERHEAD > limit
+            {
+                // Sent anyway, the frame would break the provider's connection for every call
+                // on it. It would not fit any attempt later either.
+                let detail = format!(
+                    "the arguments are {} bytes; {} accepts frames of at most {limit} bytes",
+                    request.args.len(),
+                    chosen.entry.node
+                );
+                return Err(CallError::Rpc(RpcError::new(
+                    RpcErrorKind::TooLarge,
+                    detail,
+                    self.report(Some(&chosen.entry)),
+                )));
+            }
             let number = self.attempts.len() + 1;
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt");
             let addr = chosen.entry.node.addr;
@@ -175,7 +207,7 @@ impl<'a> Attempts<'a> {
             }
             // Step 3: a pause that would reach the deadline ends the call; no "one last try".
             let pause = self.pauses.next().unwrap_or(self.retry.max_after);
-            if Instant::now() + pause >= self.deadline {
+            if later(Instant::now(), pause) >= self.deadline {
                 return Err(self.fail(failure, &chosen.entry));
             }
             self.failed.push(chosen.entry);
@@ -245,6 +277,13 @@ impl<'a> Attempts<'a> {
                 .then_some((self.retry.budget, self.budget_source)),
         }
     }
+}
+
+/// `from + by`, saturating far in the future instead of overflowing: a duration such as
+/// `Duration::MAX`, from a caller or from another node's registry entry, means "no limit".
+fn later(from: Instant, by: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    from.checked_add(by.min(FAR)).unwrap_or(from)
 }
 
 /// Step 2: library default < provider service < provider function < client < this call.

@@ -63,8 +63,9 @@ impl Client {
     }
 
     /// Client-side defaults for every call, over the provider's options and under per-call ones.
+    /// Fields `options` sets override those set by earlier `with_options` calls; the others stay.
     pub fn with_options(mut self, options: CallOptions) -> Self {
-        self.defaults = options;
+        self.defaults = self.defaults.overlay(&options);
         self
     }
 

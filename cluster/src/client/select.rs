@@ -16,9 +16,6 @@ pub(crate) struct Chosen {
     pub(crate) function: usize,
 }
 
-/// Which candidates to try first: a predicate over entries.
-type Tier<'a> = &'a dyn Fn(&Arc<ServiceEntry>) -> bool;
-
 /// Why no provider could be chosen.
 pub(crate) struct Miss {
     pub(crate) reason: Reason,
@@ -43,59 +40,54 @@ pub(crate) fn choose(
 ) -> Result<Chosen, Miss> {
     let wanted = &client.description.functions[function];
     let entries = client.node.registry.lookup(&client.description.name);
-    let provides = |e: &ServiceEntry| -> Option<usize> {
-        if !client.requirement.matches(&e.description.version) {
-            return None;
-        }
-        e.description
-            .function(&wanted.name, &wanted.signature)
-            .map(|(i, _)| i)
-    };
+    // Each entry is judged once: (entry, its index of the function, preference rank 0..=2).
+    let mut eligible: Vec<(&Arc<ServiceEntry>, usize, u8)> = entries
+        .iter()
+        .filter(|e| client.requirement.matches(&e.description.version))
+        .filter_map(|e| {
+            let (index, _) = e.description.function(&wanted.name, &wanted.signature)?;
+            let failed_here = avoid.iter().any(|a| a.node == e.node);
+            let rank = match (failed_here, client.node.peers.is_ejected(e.node.addr)) {
+                (false, false) => 0,
+                (false, true) => 1,
+                (true, _) => 2,
+            };
+            Some((e, index, rank))
+        })
+        .collect();
     let newest_only = overrides
         .newest_only
         .or(client.defaults.newest_only)
         .unwrap_or(false);
-    let newest = match newest_only {
-        true => entries
+    if newest_only
+        && let Some(newest) = eligible
             .iter()
-            .filter(|e| provides(e).is_some())
-            .map(|e| &e.description.version)
-            .max(),
-        false => None,
-    };
-    let eligible = |e: &&Arc<ServiceEntry>| {
-        provides(e).is_some() && newest.is_none_or(|v| &e.description.version == v)
-    };
-    let fresh = |e: &Arc<ServiceEntry>| !avoid.iter().any(|a| a.node == e.node);
-    let healthy = |e: &Arc<ServiceEntry>| !client.node.peers.is_ejected(e.node.addr);
-
-    let tiers: [Tier<'_>; 3] = [&|e| fresh(e) && healthy(e), &fresh, &|_| true];
-    for tier in tiers {
-        let count = entries.iter().filter(eligible).filter(|e| tier(e)).count();
-        if count == 0 {
-            continue;
-        }
-        let mut candidates = entries.iter().filter(eligible).filter(|e| tier(e));
-        let turn = client.turn.fetch_add(1, Ordering::Relaxed) % count;
-        let first = candidates.clone().nth(turn).expect("counted above");
-        let entry = if count > 1 {
-            let second = candidates.nth((turn + 1) % count).expect("counted above");
-            let peers = &client.node.peers;
-            if peers.outstanding(second.node.addr) < peers.outstanding(first.node.addr) {
-                second
-            } else {
-                first
-            }
-        } else {
-            first
-        };
-        let function = provides(entry).expect("eligible");
-        return Ok(Chosen {
-            entry: entry.clone(),
-            function,
-        });
+            .map(|(e, ..)| e.description.version.clone())
+            .max()
+    {
+        eligible.retain(|(e, ..)| e.description.version == newest);
     }
-    Err(miss(client, &entries, function))
+    let Some(best) = eligible.iter().map(|(.., rank)| *rank).min() else {
+        return Err(miss(client, &entries, function));
+    };
+    eligible.retain(|(.., rank)| *rank == best);
+
+    let count = eligible.len();
+    let turn = client.turn.fetch_add(1, Ordering::Relaxed) % count;
+    let first = eligible[turn];
+    let second = eligible[(turn + 1) % count];
+    let peers = &client.node.peers;
+    let (entry, index, _) = if count > 1
+        && peers.outstanding(second.0.node.addr) < peers.outstanding(first.0.node.addr)
+    {
+        second
+    } else {
+        first
+    };
+    Ok(Chosen {
+        entry: entry.clone(),
+        function: index,
+    })
 }
 
 fn miss(client: &Client, entries: &[Arc<ServiceEntry>], function: usize) -> Miss {

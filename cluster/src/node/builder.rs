@@ -147,7 +147,7 @@ impl NodeBuilder {
                 }
             };
         let name = self.name.unwrap_or_else(|| format!("node-{generation}"));
-        let info = NodeInfo::new(name, addr, generation);
+        let info = NodeInfo::new(name, addr, generation).with_max_frame(Some(max_frame));
         registry.join(info.clone()).await?;
         tracing::info!("node {info} started");
         Ok(Node {
@@ -159,6 +159,7 @@ impl NodeBuilder {
                 peers: Peers::new(self.outlier_cooldown.unwrap_or(DEFAULT_COOLDOWN)),
                 dispatcher,
                 supervisors: Mutex::default(),
+                stopped: Default::default(),
                 drain_timeout: self.drain_timeout.unwrap_or(Duration::from_secs(30)),
                 listener: Mutex::new(Some(listener)),
             }),

@@ -98,9 +98,9 @@ impl Health {
         self
     }
 
-    /// Time between checks; a check that takes longer counts as failed.
+    /// Time between checks (at least 1 ms); a check that takes longer counts as failed.
     pub fn every(mut self, interval: Duration) -> Self {
-        self.every = interval;
+        self.every = interval.max(Duration::from_millis(1));
         self
     }
 

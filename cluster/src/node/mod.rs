@@ -13,6 +13,7 @@ use tokio::sync::watch;
 pub use builder::{NodeBuilder, StartError};
 pub use health::{Health, ServiceStatus};
 pub use serve::Registration;
+use serve::Supervisor;
 
 use crate::client::peers::Peers;
 use crate::registry::{NodeInfo, Registry};
@@ -41,7 +42,9 @@ pub(crate) struct NodeInner {
     pub(crate) peers: Peers,
     dispatcher: Arc<Dispatcher>,
     // The supervisor of each service served here (health checks, bound tasks).
-    supervisors: Mutex<Vec<tokio::task::AbortHandle>>,
+    supervisors: Mutex<Vec<Supervisor>>,
+    // Set once the node has shut down or been killed: its clients fail at once.
+    pub(crate) stopped: std::sync::atomic::AtomicBool,
     listener: Mutex<Option<Listener>>,
     drain_timeout: std::time::Duration,
 }

@@ -19,7 +19,24 @@ pub struct Registration {
     node: Node,
     service: String,
     status: watch::Receiver<ServiceStatus>,
-    supervisor: Option<tokio::task::AbortHandle>,
+    supervisor: Option<Supervisor>,
+}
+
+/// A running supervisor task, and a way to know it has stopped: it owns the status sender, so
+/// the status channel closes when the task is gone.
+#[derive(Debug, Clone)]
+pub(super) struct Supervisor {
+    task: tokio::task::AbortHandle,
+    status: watch::Receiver<ServiceStatus>,
+}
+
+impl Supervisor {
+    /// Aborts the task and waits until it is gone, so that a registration it was making cannot
+    /// land after the caller's deregistration.
+    pub(super) async fn stop(mut self) {
+        self.task.abort();
+        while self.status.changed().await.is_ok() {}
+    }
 }
 
 impl Registration {
@@ -42,8 +59,8 @@ impl Registration {
     /// Removes the service from the registry (every node stops routing to it), then stops
     /// serving it here. Calls already running finish.
     pub async fn deregister(self) -> Result<(), RegistryError> {
-        if let Some(supervisor) = &self.supervisor {
-            supervisor.abort();
+        if let Some(supervisor) = self.supervisor {
+            supervisor.stop().await;
         }
         let inner = &self.node.inner;
         let result = inner
@@ -78,18 +95,22 @@ impl Node {
     pub fn serve_with<P: Provide>(&self, provider: P, health: Health) -> Registration {
         let (service, entry) = self.host(provider);
         let (status_tx, status) = watch::channel(ServiceStatus::Starting);
-        let supervisor = tokio::spawn(supervise(self.inner.clone(), entry, health, status_tx));
-        let abort = supervisor.abort_handle();
+        let task =
+            tokio::spawn(supervise(self.inner.clone(), entry, health, status_tx)).abort_handle();
+        let supervisor = Supervisor {
+            task,
+            status: status.clone(),
+        };
         self.inner
             .supervisors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(abort.clone());
+            .push(supervisor.clone());
         Registration {
             node: self.clone(),
             service,
             status,
-            supervisor: Some(abort),
+            supervisor: Some(supervisor),
         }
     }
 

@@ -25,14 +25,7 @@ impl Node {
             "node {} is draining: leaving the registry so that clients stop choosing it",
             inner.info
         );
-        for supervisor in inner
-            .supervisors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
-            supervisor.abort();
-        }
+        self.stop_supervisors().await;
         if let Err(e) = inner.registry.leave(&inner.info.name).await {
             tracing::warn!("node {} could not leave the registry: {e}", inner.info);
         }
@@ -83,20 +76,29 @@ impl Node {
     /// close, running handlers are dropped, and the others find out through failure detection.
     /// For tests.
     pub async fn kill(&self) {
-        for supervisor in self
+        self.stop_supervisors().await;
+        self.inner.registry.halt().await;
+        self.stop_listening().await;
+    }
+
+    async fn stop_supervisors(&self) {
+        let supervisors: Vec<_> = self
             .inner
             .supervisors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .drain(..)
-        {
-            supervisor.abort();
+            .collect();
+        for supervisor in supervisors {
+            supervisor.stop().await;
         }
-        self.inner.registry.halt().await;
-        self.stop_listening().await;
     }
 
     async fn stop_listening(&self) {
+        self.inner
+            .stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.connector.close();
         let listener = self
             .inner
             .listener

@@ -97,15 +97,25 @@ impl ResolvedOptions {
         } else {
             1.0
         };
+        let timeout = merged.timeout.unwrap_or(Duration::from_secs(10));
+        let mut budget = merged.retry_budget.unwrap_or_default();
+        // A timeout longer than the budget, set by a more specific layer than the budget (a
+        // function's `timeout = "60s"` under its service's 30 s budget, a call's
+        // `.timeout(120s)`), is meant: the budget grows to one full attempt. A budget set by
+        // the more specific layer (a call's `.budget(3s)`) cuts the attempt instead.
+        if timeout > budget && sources[0] > sources[6] {
+            budget = timeout;
+            sources[6] = sources[0];
+        }
         Self {
-            timeout: merged.timeout.unwrap_or(Duration::from_secs(10)),
+            timeout,
             retry: RetryPolicy {
                 enabled: merged.retry_enabled.unwrap_or(true),
                 after: merged.retry_after.unwrap_or_default(),
                 max_after: merged.retry_max_after.unwrap_or(Duration::MAX),
                 factor,
                 jitter: merged.retry_jitter.unwrap_or(false),
-                budget: merged.retry_budget.unwrap_or_default(),
+                budget,
             },
             sources,
         }
@@ -134,14 +144,14 @@ mod tests {
             .timeout(5 * S)
             .retry_after(2 * S)
             .retry_budget(30 * S);
-        let function = CallOptions::new().timeout(60 * S);
+        let function = CallOptions::new().timeout(20 * S);
         let call = CallOptions::new().retry_after(Duration::from_millis(100));
         let r = ResolvedOptions::merge(&[
             (Source::ProviderService, &service),
             (Source::ProviderFunction, &function),
             (Source::Call, &call),
         ]);
-        assert_eq!(r.timeout, 60 * S);
+        assert_eq!(r.timeout, 20 * S);
         assert_eq!(r.timeout_source(), Source::ProviderFunction);
         assert_eq!(r.retry.after, Duration::from_millis(100));
         // The seed's trap: a per-call retry(after) kept none of the provider's retry list and
@@ -150,6 +160,34 @@ mod tests {
         assert_eq!(r.budget_source(), Source::ProviderService);
         assert_eq!(r.retry.factor, 1.0);
         assert_eq!(r.sources[4], Source::Library);
+    }
+
+    #[test]
+    fn a_longer_timeout_from_a_more_specific_layer_makes_room_for_one_attempt() {
+        let service = CallOptions::new().retry_budget(30 * S);
+        let function = CallOptions::new().timeout(60 * S);
+        let r = ResolvedOptions::merge(&[
+            (Source::ProviderService, &service),
+            (Source::ProviderFunction, &function),
+        ]);
+        assert_eq!(
+            (r.timeout, r.retry.budget, r.budget_source()),
+            (60 * S, 60 * S, Source::ProviderFunction)
+        );
+
+        let call = CallOptions::new().retry_budget(3 * S);
+        let r =
+            ResolvedOptions::merge(&[(Source::ProviderFunction, &function), (Source::Call, &call)]);
+        assert_eq!(
+            (r.timeout, r.retry.budget),
+            (60 * S, 3 * S),
+            "the call's own budget cuts the attempt"
+        );
+
+        let call = CallOptions::new().timeout(120 * S);
+        let r =
+            ResolvedOptions::merge(&[(Source::ProviderService, &service), (Source::Call, &call)]);
+        assert_eq!(r.retry.budget, 120 * S);
     }
 
     #[test]

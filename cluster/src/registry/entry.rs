@@ -16,6 +16,10 @@ pub struct NodeInfo {
     pub addr: SocketAddr,
     /// Distinguishes a restarted node from its earlier life under the same name.
     pub generation: u64,
+    /// The largest frame the node accepts, if it says: a client does not send it a request
+    /// that would not fit (which would break the connection for every call on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_frame: Option<usize>,
 }
 
 impl NodeInfo {
@@ -25,7 +29,14 @@ impl NodeInfo {
             name: name.into(),
             addr,
             generation,
+            max_frame: None,
         }
+    }
+
+    /// The node, saying the largest frame it accepts.
+    pub fn with_max_frame(mut self, max_frame: Option<usize>) -> Self {
+        self.max_frame = max_frame;
+        self
     }
 }
 

@@ -2,7 +2,7 @@
 //! across calls, replaced whole on every change, with the change told as events and a log line.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 use tokio::sync::{broadcast, watch};
 
@@ -17,10 +17,12 @@ pub(crate) struct Index {
 
 impl Index {
     pub(crate) fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
+        // A miss (a call waiting for a provider looks again on every change) allocates nothing.
+        static NONE: LazyLock<Arc<[Arc<ServiceEntry>]>> = LazyLock::new(|| Arc::new([]));
         self.by_service
             .get(service)
             .cloned()
-            .unwrap_or_else(|| Arc::new([]))
+            .unwrap_or_else(|| NONE.clone())
     }
 
     pub(crate) fn entries(&self) -> impl Iterator<Item = &Arc<ServiceEntry>> {
@@ -73,15 +75,12 @@ impl Index {
         }
     }
 
-    /// The events that turn `self` into `next`: nodes up, services down, services up, nodes
-    /// down. An entry that changed (another description, a new generation) goes down and up.
+    /// The events that turn `self` into `next`, departures first (services down, then nodes
+    /// down), then arrivals (nodes up, then services up): a consumer applying them in order
+    /// never holds a service whose node it has dropped, and a node restarted under the same
+    /// name goes down (old generation) before it comes up (new one). An entry that changed
+    /// (another description, a new generation) goes down and up.
     pub(crate) fn changes_to(&self, next: &Index) -> Vec<RegistryEvent> {
-        let mut events = Vec::new();
-        for (name, node) in &next.nodes {
-            if self.nodes.get(name) != Some(node) {
-                events.push(RegistryEvent::NodeUp(node.clone()));
-            }
-        }
         let key = |e: &Arc<ServiceEntry>| (e.node.name.clone(), e.description.name.clone());
         let old: HashMap<_, _> = self.entries().map(|e| (key(e), e)).collect();
         let new: HashMap<_, _> = next.entries().map(|e| (key(e), e)).collect();
@@ -95,19 +94,25 @@ impl Index {
             .collect();
         down.sort_by(|a, b| a.0.cmp(b.0));
         up.sort_by(|a, b| a.0.cmp(b.0));
-        events.extend(
-            down.into_iter()
-                .map(|(_, e)| RegistryEvent::ServiceDown(Arc::clone(e))),
-        );
-        events.extend(
-            up.into_iter()
-                .map(|(_, e)| RegistryEvent::ServiceUp(Arc::clone(e))),
-        );
+
+        let mut events: Vec<_> = down
+            .into_iter()
+            .map(|(_, e)| RegistryEvent::ServiceDown(Arc::clone(e)))
+            .collect();
         for (name, node) in &self.nodes {
             if next.nodes.get(name) != Some(node) {
                 events.push(RegistryEvent::NodeDown(node.clone()));
             }
         }
+        for (name, node) in &next.nodes {
+            if self.nodes.get(name) != Some(node) {
+                events.push(RegistryEvent::NodeUp(node.clone()));
+            }
+        }
+        events.extend(
+            up.into_iter()
+                .map(|(_, e)| RegistryEvent::ServiceUp(Arc::clone(e))),
+        );
         events
     }
 }
@@ -119,6 +124,8 @@ impl Index {
 #[derive(Debug)]
 pub struct LocalCopy {
     index: RwLock<Arc<Index>>,
+    // Serialises replacements, so that the diff is computed outside the lock lookups take.
+    writer: Mutex<()>,
     events: broadcast::Sender<RegistryEvent>,
     changes: watch::Sender<u64>,
 }
@@ -129,6 +136,7 @@ impl Default for LocalCopy {
         let (changes, _) = watch::channel(0);
         Self {
             index: RwLock::default(),
+            writer: Mutex::default(),
             events,
             changes,
         }
@@ -178,12 +186,9 @@ impl LocalCopy {
 
     /// Replaces the index with `next`, logging and sending an event for each change.
     pub(crate) fn replace(&self, next: Index) {
-        let events = {
-            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-            let events = index.changes_to(&next);
-            *index = Arc::new(next);
-            events
-        };
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let events = self.current().changes_to(&next);
+        *self.index.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
         if events.is_empty() {
             return;
         }
@@ -195,7 +200,8 @@ impl LocalCopy {
         self.changes.send_modify(|v| *v += 1);
     }
 
-    /// Changes the index under a function of the current one.
+    /// Changes the index under a function of the current one. Callers serialise their updates
+    /// (a read-modify-write between two replacements).
     pub(crate) fn update(&self, change: impl FnOnce(&mut Index)) {
         let mut next = (*self.current()).clone();
         change(&mut next);

@@ -35,10 +35,13 @@ impl Admission {
 
     /// Admits a call, or says why not: the node is draining, or at its limit. Never queues.
     pub(crate) fn admit(&self) -> Result<Permit<'_>, (Reason, String)> {
+        // Counted first, checked second: a drain that starts in between either sees this call
+        // running (and waits for it) or is seen by it (and refuses it).
+        let before = self.running.fetch_add(1, Ordering::SeqCst);
         if self.draining.load(Ordering::SeqCst) {
+            self.release();
             return Err((Reason::Draining, "the node is shutting down".to_owned()));
         }
-        let before = self.running.fetch_add(1, Ordering::SeqCst);
         if before >= self.limit {
             self.release();
             return Err((

@@ -30,6 +30,9 @@ pub(crate) trait Connector: Send + Sync + 'static {
         request: Arc<Request>,
         deadline: Instant,
     ) -> Pin<Box<dyn Future<Output = Result<Reply, TransportError>> + Send + 'static>>;
+
+    /// Closes every connection this node opened; later sends open new ones.
+    fn close(&self) {}
 }
 
 /// Why an attempt got no reply. The split is what matters for retries: whether the request may

@@ -48,7 +48,11 @@ pub(crate) async fn serve(
     let server = WireServer(dispatcher);
     let task = tokio::spawn(async move {
         let mut connections = JoinSet::new();
+        let mut pause = false;
         loop {
+            if std::mem::take(&mut pause) {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
             tokio::select! {
                 _ = stop.wait_for(|stopped| *stopped) => break,
                 accepted = listener.next() => match accepted {
@@ -65,8 +69,12 @@ pub(crate) async fn serve(
                         });
                     }
                     // A failed accept (a peer that reset at once, too many open files) costs
-                    // that connection, not the listener.
-                    Some(Err(e)) => tracing::warn!("accepting a connection on {local} failed: {e}"),
+                    // that connection, not the listener; a pause keeps a persistent cause
+                    // (out of file handles) from spinning the loop.
+                    Some(Err(e)) => {
+                        tracing::warn!("accepting a connection on {local} failed: {e}");
+                        pause = true;
+                    }
                     None => break,
                 },
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -80,8 +88,22 @@ pub(crate) async fn serve(
 
 /// The client side: a pool of one tarpc connection per peer.
 pub(crate) struct TcpConnector {
-    pool: Mutex<HashMap<SocketAddr, WireClient>>,
+    pool: Mutex<HashMap<SocketAddr, Connection>>,
     max_frame: usize,
+}
+
+/// One pooled connection: the tarpc client, and its dispatch task, whose end means the
+/// connection is closed.
+#[derive(Clone)]
+struct Connection {
+    client: WireClient,
+    dispatch: tokio::task::AbortHandle,
+}
+
+impl Connection {
+    fn is_open(&self) -> bool {
+        !self.dispatch.is_finished()
+    }
 }
 
 impl TcpConnector {
@@ -92,26 +114,33 @@ impl TcpConnector {
         }
     }
 
-    fn pooled(&self, to: SocketAddr) -> Option<WireClient> {
-        self.pool
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&to)
-            .cloned()
+    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Connection>> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn evict(&self, to: SocketAddr) {
-        self.pool
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&to);
+    /// Removes `conn` from the pool, unless another call has replaced it already.
+    fn evict(&self, to: SocketAddr, conn: &Connection) {
+        let mut pool = self.pool();
+        if pool
+            .get(&to)
+            .is_some_and(|c| c.dispatch.id() == conn.dispatch.id())
+        {
+            pool.remove(&to);
+        }
+    }
+
+    /// Closes every pooled connection (the node is stopping).
+    pub(crate) fn close(&self) {
+        for (_, conn) in self.pool().drain() {
+            conn.dispatch.abort();
+        }
     }
 
     async fn connect(
         &self,
         to: SocketAddr,
         deadline: Instant,
-    ) -> Result<WireClient, TransportError> {
+    ) -> Result<Connection, TransportError> {
         let mut connect = tarpc::serde_transport::tcp::connect(to, Bincode::default);
         connect.config_mut().max_frame_length(self.max_frame);
         let transport = match tokio::time::timeout_at(deadline, connect).await {
@@ -128,11 +157,18 @@ impl TcpConnector {
             }
         };
         let _ = transport.get_ref().set_nodelay(true);
-        let client = WireClient::new(tarpc::client::Config::default(), transport).spawn();
+        let tarpc::client::NewClient { client, dispatch } =
+            WireClient::new(tarpc::client::Config::default(), transport);
+        let dispatch = tokio::spawn(async move {
+            if let Err(e) = dispatch.await {
+                tracing::debug!("the connection to {to} closed: {e}");
+            }
+        })
+        .abort_handle();
+        let conn = Connection { client, dispatch };
         // Two calls racing to a new peer both connect; the first one pooled is kept and the
         // other connection closes when its last call ends.
-        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(pool.entry(to).or_insert(client).clone())
+        Ok(self.pool().entry(to).or_insert(conn).clone())
     }
 
     async fn send_to(
@@ -141,51 +177,50 @@ impl TcpConnector {
         request: Arc<Request>,
         deadline: Instant,
     ) -> Result<Reply, TransportError> {
-        let mut reconnected = false;
-        loop {
-            let client = match self.pooled(to) {
-                Some(c) => c,
-                None => {
-                    reconnected = true;
-                    self.connect(to, deadline).await?
-                }
-            };
-            let mut ctx = tarpc::context::current();
-            ctx.deadline =
-                std::time::Instant::now() + deadline.saturating_duration_since(Instant::now());
-            let call = client.call(ctx, Arc::clone(&request));
-            let result = match tokio::time::timeout_at(deadline, call).await {
-                Ok(r) => r,
-                Err(_) => return Err(TransportError::Timeout),
-            };
-            use tarpc::client::RpcError as E;
-            return match result {
-                Ok(reply) => Ok(reply),
-                // The pooled connection had died before this request was queued: it never
-                // left. Reconnect once, within the same attempt.
-                Err(E::Shutdown) if !reconnected => {
-                    self.evict(to);
-                    continue;
-                }
-                Err(E::Shutdown) => Err(TransportError::NotSent(format!(
-                    "the connection to {to} is closed"
-                ))),
-                Err(E::Send(e)) => {
-                    Err(TransportError::NotSent(format!("cannot send to {to}: {e}")))
-                }
-                Err(E::Channel(e)) => {
-                    self.evict(to);
-                    Err(TransportError::Lost(format!(
-                        "the connection to {to} broke: {e}"
-                    )))
-                }
-                Err(E::DeadlineExceeded) => Err(TransportError::Timeout),
-                // tarpc's own refusals (throttling) happen before the handler runs.
-                Err(E::Server(e)) => Err(TransportError::NotSent(format!(
-                    "{to} refused the request: {}",
-                    e.detail
-                ))),
-            };
+        let pooled = self.pool().get(&to).cloned();
+        let conn = match pooled {
+            Some(conn) if conn.is_open() => conn,
+            // Closed before this request was handed to it: the request has not left. A new
+            // connection takes it, within the same attempt.
+            Some(closed) => {
+                self.evict(to, &closed);
+                self.connect(to, deadline).await?
+            }
+            None => self.connect(to, deadline).await?,
+        };
+        let mut ctx = tarpc::context::current();
+        ctx.deadline =
+            std::time::Instant::now() + deadline.saturating_duration_since(Instant::now());
+        let call = conn.client.call(ctx, Arc::clone(&request));
+        let result = match tokio::time::timeout_at(deadline, call).await {
+            Ok(r) => r,
+            Err(_) => return Err(TransportError::Timeout),
+        };
+        use tarpc::client::RpcError as E;
+        match result {
+            Ok(reply) => Ok(reply),
+            // tarpc says `Shutdown` both when a request could not be queued and when the
+            // connection closed with the request in flight. It was open when the request was
+            // handed over, so the request may have reached the provider.
+            Err(E::Shutdown) => {
+                self.evict(to, &conn);
+                Err(TransportError::Lost(format!(
+                    "the connection to {to} closed with the request in flight"
+                )))
+            }
+            Err(E::Send(e)) => Err(TransportError::NotSent(format!("cannot send to {to}: {e}"))),
+            Err(E::Channel(e)) => {
+                self.evict(to, &conn);
+                Err(TransportError::Lost(format!(
+                    "the connection to {to} broke: {e}"
+                )))
+            }
+            Err(E::DeadlineExceeded) => Err(TransportError::Timeout),
+            // tarpc's own refusals (throttling) happen before the handler runs.
+            Err(E::Server(e)) => Err(TransportError::NotSent(format!(
+                "{to} refused the request: {}",
+                e.detail
+            ))),
         }
     }
 }
@@ -198,5 +233,9 @@ impl Connector for Arc<TcpConnector> {
         deadline: Instant,
     ) -> Pin<Box<dyn Future<Output = Result<Reply, TransportError>> + Send + 'static>> {
         Box::pin(Arc::clone(self).send_to(to, request, deadline))
+    }
+
+    fn close(&self) {
+        TcpConnector::close(self);
     }
 }

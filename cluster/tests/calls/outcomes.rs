@@ -288,8 +288,11 @@ async fn a_broken_pooled_connection_is_reestablished_within_the_same_attempt() {
         .serve(crate::support::SearchServer::new(engine.clone()))
         .await
         .unwrap();
-    // One attempt, no retry: the dead connection is noticed before the request leaves, and a
-    // new one is made for it.
+    // Give the client's connection task a moment to read the close (on a multi-threaded
+    // runtime it runs concurrently; here it runs when this task waits). Once it has, the dead
+    // connection is noticed before a request is handed to it, and a new one takes the request
+    // within the same attempt: no retry, safe for a non-idempotent function.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert_eq!(client.reindex(true).no_retry().await.unwrap(), 42);
     assert_eq!(engine.counters.started(), 1);
 }

@@ -65,6 +65,31 @@ async fn a_crashed_provider_still_listed_is_passed_over_for_a_live_one_even_for_
 }
 
 #[tokio::test]
+async fn a_non_idempotent_call_in_flight_on_a_provider_that_dies_is_not_run_again() {
+    let cluster = Cluster::tcp();
+    let (dying, dying_engine) = cluster.provider("search-1", Mode::Hang).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.reindex(true).await }
+    });
+    until("the call runs", || dying_engine.counters.started() == 1).await;
+    let (_other, other_engine) = cluster.provider("search-2", Mode::Answer).await;
+    dying.kill().await;
+    let err = call.await.unwrap().unwrap_err();
+    assert!(err.may_have_run(), "{err}");
+    assert!(
+        matches!(err, cluster::CallError::Rpc(ref e) if e.kind() == cluster::RpcErrorKind::ConnectionLost),
+        "{err}"
+    );
+    assert_eq!(
+        other_engine.counters.started(),
+        0,
+        "never run a second time elsewhere"
+    );
+}
+
+#[tokio::test]
 async fn a_timed_out_attempt_is_no_longer_running_when_the_next_starts() {
     let cluster = Cluster::tcp();
     let (_p, engine) = cluster.provider("search-1", Mode::Hang).await;
@@ -72,12 +97,13 @@ async fn a_timed_out_attempt_is_no_longer_running_when_the_next_starts() {
     let err = client
         .search("rust".into())
         .timeout(Duration::from_millis(200))
-        .retry_after(Duration::from_millis(100))
-        .budget(Duration::from_millis(900))
+        .retry_after(Duration::from_millis(300))
+        .budget(Duration::from_millis(1400))
         .await
         .unwrap_err();
+    // At 0, 500 and 1000 ms on a quiet machine; a loaded one may fit in fewer.
     let attempts = err.report().unwrap().attempts.len();
-    assert_eq!(attempts, 3, "at 0, 300 and 600 ms");
+    assert!((2..=3).contains(&attempts), "{attempts} attempts");
     until("the last handler is dropped too", || {
         engine.counters.running() == 0
     })

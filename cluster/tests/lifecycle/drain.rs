@@ -18,10 +18,7 @@ async fn calls_beyond_the_limit_are_refused_before_they_run_and_retried() {
         .start()
         .await
         .unwrap();
-    let engine = Arc::new(Engine::new(
-        "search-1",
-        Mode::Slow(Duration::from_millis(200)),
-    ));
+    let engine = Arc::new(Engine::new("search-1", Mode::Slow(Duration::from_secs(1))));
     let _r = node.serve(SearchServer::new(engine.clone())).await.unwrap();
     let client = SearchClient::new(&cluster.node("client").await);
 

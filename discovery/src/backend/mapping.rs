@@ -30,6 +30,8 @@ pub mod keys {
     pub const OPTIONS: &str = "cluster.options";
     /// The whole description, JSON.
     pub const DESCRIPTION: &str = "cluster.description";
+    /// The largest frame the node accepts, in bytes.
+    pub const MAX_FRAME: &str = "cluster.max_frame";
 }
 
 fn base(app: &str, id: String, node: &NodeInfo, lease: (u64, u64)) -> Instance {
@@ -39,6 +41,9 @@ fn base(app: &str, id: String, node: &NodeInfo, lease: (u64, u64)) -> Instance {
         .lease(lease.0, lease.1)
         .meta(keys::NODE, node.name.clone())
         .meta(keys::GENERATION, node.generation.to_string());
+    if let Some(max) = node.max_frame {
+        i = i.meta(keys::MAX_FRAME, max.to_string());
+    }
     i.vip_address = Some(app.to_ascii_lowercase());
     i
 }
@@ -79,11 +84,9 @@ fn node_of(i: &Instance) -> Option<NodeInfo> {
         .get(keys::GENERATION)
         .and_then(|g| g.parse().ok())
         .unwrap_or(0);
-    Some(NodeInfo::new(
-        name.clone(),
-        SocketAddr::new(ip, i.port.port),
-        generation,
-    ))
+    let node = NodeInfo::new(name.clone(), SocketAddr::new(ip, i.port.port), generation);
+    let max_frame = i.metadata.get(keys::MAX_FRAME).and_then(|m| m.parse().ok());
+    Some(node.with_max_frame(max_frame))
 }
 
 /// The node an instance stands for, if it is a node registration of ours and UP.

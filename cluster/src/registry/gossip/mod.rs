@@ -90,32 +90,7 @@ impl GossipRegistry {
         if self.running().is_some() {
             return Ok(());
         }
-        let config = &self.inner.config;
-        let listen = config::resolve_port(config.listen)
-            .map_err(|e| RegistryError::Gossip(e.to_string()))?;
-        let advertise = config.advertise.unwrap_or(listen);
-        let chitchat_config = ChitchatConfig {
-            chitchat_id: ChitchatId::new(own.name.clone(), own.generation, advertise),
-            cluster_id: config.cluster_id.clone(),
-            gossip_interval: config.gossip_interval,
-            listen_addr: listen,
-            seed_nodes: config.seeds.clone(),
-            failure_detector_config: FailureDetectorConfig {
-                phi_threshold: config.phi_threshold,
-                // The default (5 s) makes a crash right after start take over 10 s to detect.
-                initial_interval: config.gossip_interval,
-                dead_node_grace_period: config.purge_after,
-                ..FailureDetectorConfig::default()
-            },
-            marked_for_deletion_grace_period: config.purge_after,
-            catchup_callback: None,
-            extra_liveness_predicate: None,
-            protocol_version: ProtocolVersion::V0,
-        };
-        let initial = state::initial_keys(&own);
-        let handle = chitchat::spawn_chitchat(chitchat_config, initial, &UdpTransport)
-            .await
-            .map_err(|e| RegistryError::Gossip(format!("{e:#}")))?;
+        let handle = self.spawn(&own).await?;
         let chitchat = handle.chitchat();
         let notify = Arc::new(Notify::new());
         let (live, listener) = {
@@ -142,11 +117,53 @@ impl GossipRegistry {
         *self.inner.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.clone());
         self.rebuild(&running).await;
         tracing::info!(
-            "gossip for node {} on {advertise}, seeds {:?}",
+            "gossip for node {} on {}, seeds {:?}",
             running.own,
-            config.seeds
+            running.handle.chitchat_id().gossip_advertise_addr,
+            self.inner.config.seeds
         );
         Ok(())
+    }
+
+    /// Starts chitchat. With port 0 the port is picked before chitchat binds it (chitchat must
+    /// advertise it first), so another socket may take it in between: then a new port is
+    /// picked, a few times.
+    async fn spawn(&self, own: &NodeInfo) -> Result<ChitchatHandle, RegistryError> {
+        let config = &self.inner.config;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let listen = config::resolve_port(config.listen)
+                .map_err(|e| RegistryError::Gossip(e.to_string()))?;
+            let advertise = config.advertise.unwrap_or(listen);
+            let chitchat_config = ChitchatConfig {
+                chitchat_id: ChitchatId::new(own.name.clone(), own.generation, advertise),
+                cluster_id: config.cluster_id.clone(),
+                gossip_interval: config.gossip_interval,
+                listen_addr: listen,
+                seed_nodes: config.seeds.clone(),
+                failure_detector_config: FailureDetectorConfig {
+                    phi_threshold: config.phi_threshold,
+                    // The default (5 s) makes a crash right after start take over 10 s to detect.
+                    initial_interval: config.gossip_interval,
+                    dead_node_grace_period: config.purge_after,
+                    ..FailureDetectorConfig::default()
+                },
+                marked_for_deletion_grace_period: config.purge_after,
+                catchup_callback: None,
+                extra_liveness_predicate: None,
+                protocol_version: ProtocolVersion::V0,
+            };
+            match chitchat::spawn_chitchat(chitchat_config, state::initial_keys(own), &UdpTransport)
+                .await
+            {
+                Ok(handle) => return Ok(handle),
+                Err(e) if config.listen.port() == 0 && tries < 5 => {
+                    tracing::debug!("gossip could not bind {listen} ({e:#}); picking another port");
+                }
+                Err(e) => return Err(RegistryError::Gossip(format!("{e:#}"))),
+            }
+        }
     }
 
     /// Changes this node's own state, then pushes it to every live peer at once rather than
@@ -175,8 +192,10 @@ impl GossipRegistry {
     }
 
     async fn rebuild(&self, running: &Running) {
-        let index = state::build_index(&*running.chitchat.lock().await);
-        self.inner.copy.replace(index);
+        // Replaced under the chitchat lock: two rebuilds (a local change, a gossip event) then
+        // publish in the order they read the state, and an older one never wins.
+        let cc = running.chitchat.lock().await;
+        self.inner.copy.replace(state::build_index(&cc));
     }
 
     async fn stop(&self) -> Option<Arc<Running>> {
@@ -203,8 +222,8 @@ async fn watch_gossip(
             changed = live.changed() => if changed.is_err() { return },
             () = notify.notified() => {}
         }
-        let index = state::build_index(&*chitchat.lock().await);
-        inner.copy.replace(index);
+        let cc = chitchat.lock().await;
+        inner.copy.replace(state::build_index(&cc));
     }
 }
 
@@ -247,7 +266,7 @@ impl Registry for GossipRegistry {
     }
 
     /// chitchat has no graceful leave: mark the node leaving and delete its entries, push that
-    /// to every peer at once, give it a gossip round to spread, then stop.
+    /// to every peer at once, give it two gossip rounds to spread, then stop.
     fn leave(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
         let node = node.to_owned();
         Box::pin(async move {
@@ -259,7 +278,8 @@ impl Registry for GossipRegistry {
                 });
             }
             self.change(state::mark_leaving).await?;
-            tokio::time::sleep(self.inner.config.gossip_interval).await;
+            // Two rounds: a peer that missed the push (a lost datagram) hears it in a round.
+            tokio::time::sleep(2 * self.inner.config.gossip_interval).await;
             if let Some(running) = self.stop().await {
                 let _ = running.handle.initiate_shutdown();
             }

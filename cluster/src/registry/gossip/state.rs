@@ -11,6 +11,8 @@ use crate::service::ServiceDescription;
 
 /// Where the node serves calls.
 const RPC: &str = "rpc";
+/// The largest frame it accepts.
+const MAX_FRAME: &str = "frame";
 /// `up` or `leaving`: a leaving node is out of every lookup as soon as peers hear it.
 const STATUS: &str = "status";
 const LEAVING: &str = "leaving";
@@ -21,11 +23,15 @@ const REVISION: &str = "rev";
 const SERVICE: &str = "svc:";
 
 pub(super) fn initial_keys(own: &NodeInfo) -> Vec<(String, String)> {
-    vec![
+    let mut keys = vec![
         (RPC.to_owned(), own.addr.to_string()),
         (STATUS.to_owned(), "up".to_owned()),
         (REVISION.to_owned(), "0".to_owned()),
-    ]
+    ];
+    if let Some(max) = own.max_frame {
+        keys.push((MAX_FRAME.to_owned(), max.to_string()));
+    }
+    keys
 }
 
 pub(super) fn service_key(service: &str) -> String {
@@ -88,7 +94,8 @@ pub(super) fn build_index(cc: &Chitchat) -> Index {
         let Some(addr) = state.get(RPC).and_then(|a| a.parse().ok()) else {
             continue;
         };
-        let node = NodeInfo::new(&*id.node_id, addr, id.generation_id);
+        let max_frame = state.get(MAX_FRAME).and_then(|m| m.parse().ok());
+        let node = NodeInfo::new(&*id.node_id, addr, id.generation_id).with_max_frame(max_frame);
         index.nodes.insert(node.name.clone(), node.clone());
         for (key, value) in state.iter_prefix(SERVICE) {
             match serde_json::from_str::<ServiceDescription>(&value.value) {
