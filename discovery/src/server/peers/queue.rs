@@ -1,0 +1,146 @@
+//! The forwarding side: one queue per peer, drained in batches by a task that also acts on
+//! what the peer answered for each item.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::send::post_batch;
+use super::wire::{Action, Item};
+use super::{ReplicationStats, base_url};
+use crate::model::json;
+use crate::server::Shared;
+
+/// The other registry servers and the forwarding queues to them.
+#[derive(Debug)]
+pub(crate) struct Peers {
+    urls: Vec<String>,
+    queues: Vec<mpsc::UnboundedSender<Item>>,
+    pub(crate) forwarded: AtomicU64,
+    pub(crate) applied: AtomicU64,
+    pub(crate) failed: Arc<AtomicU64>,
+}
+
+impl Peers {
+    /// Peers at these base URLs (`http://host:port/eureka/`), each with its forwarding task.
+    pub(crate) fn start(
+        urls: Vec<String>,
+        http: reqwest::Client,
+        store: std::sync::Weak<Shared>,
+        timeout: Duration,
+    ) -> Self {
+        let urls: Vec<String> = urls.iter().map(|u| base_url(u)).collect();
+        let failed = Arc::new(AtomicU64::new(0));
+        let queues = urls
+            .iter()
+            .map(|url| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(forward_loop(
+                    url.clone(),
+                    rx,
+                    tx.downgrade(),
+                    http.clone(),
+                    store.clone(),
+                    timeout,
+                    failed.clone(),
+                ));
+                tx
+            })
+            .collect();
+        Self {
+            urls,
+            queues,
+            forwarded: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
+            failed,
+        }
+    }
+
+    /// No peers.
+    pub(crate) fn none() -> Self {
+        Self {
+            urls: Vec::new(),
+            queues: Vec::new(),
+            forwarded: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
+            failed: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub(crate) fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// Queues a client's write for every peer.
+    pub(crate) fn forward(&self, item: Item) {
+        for q in &self.queues {
+            if q.send(item.clone()).is_ok() {
+                self.forwarded.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    pub(crate) fn stats(&self) -> ReplicationStats {
+        ReplicationStats {
+            forwarded: self.forwarded.load(Ordering::SeqCst),
+            applied: self.applied.load(Ordering::SeqCst),
+            failed: self.failed.load(Ordering::SeqCst),
+        }
+    }
+}
+
+const BATCH_SIZE: usize = 250;
+
+async fn forward_loop(
+    url: String,
+    mut rx: mpsc::UnboundedReceiver<Item>,
+    requeue: mpsc::WeakUnboundedSender<Item>,
+    http: reqwest::Client,
+    shared: std::sync::Weak<Shared>,
+    timeout: Duration,
+    failed: Arc<AtomicU64>,
+) {
+    let endpoint = format!("{url}peerreplication/batch/");
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH_SIZE {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        let Some(answer) = post_batch(&http, &url, &endpoint, &batch, timeout).await else {
+            tracing::warn!("peer {url} did not take a batch of {} writes", batch.len());
+            failed.fetch_add(batch.len() as u64, Ordering::SeqCst);
+            continue;
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        for (item, response) in batch.iter().zip(answer.response_list) {
+            match (item.action, response.status_code) {
+                // The peer does not know it: send it the registration.
+                (Action::Heartbeat, 404) => {
+                    if let Some(i) = shared.store.instance(&item.app_name, &item.id)
+                        && let Some(q) = requeue.upgrade()
+                    {
+                        let _ = q.send(Item::register(&i));
+                    }
+                }
+                // The peer's copy is newer: adopt it, as a replication (not forwarded).
+                (Action::Heartbeat, 409) => {
+                    if let Some(entity) = response.response_entity {
+                        let now = shared.store.clock().now_ms();
+                        if let Ok(i) = json::instance_from_value(&entity, now) {
+                            let app = i.app.clone();
+                            let _ = shared.store.register(&app, i);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
