@@ -1,9 +1,7 @@
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{broadcast, watch};
-
 use super::index::{Index, LocalCopy};
-use super::{NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry};
+use super::{NodeInfo, Registry, RegistryError, RegistryFuture, ServiceEntry};
 
 /// A registry held in this process and shared by the nodes of this process: for tests and for
 /// single-process deployments. Every change is visible to every node at once.
@@ -62,24 +60,8 @@ impl Registry for MemoryRegistry {
         self.update(|index| index.remove_node(node))
     }
 
-    fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
-        self.inner.copy.lookup(service)
-    }
-
-    fn services(&self) -> Vec<Arc<ServiceEntry>> {
-        self.inner.copy.services()
-    }
-
-    fn nodes(&self) -> Vec<NodeInfo> {
-        self.inner.copy.nodes()
-    }
-
-    fn events(&self) -> broadcast::Receiver<RegistryEvent> {
-        self.inner.copy.events()
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        self.inner.copy.changes()
+    fn local_copy(&self) -> &LocalCopy {
+        &self.inner.copy
     }
 }
 
@@ -88,6 +70,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::registry::RegistryEvent;
     use crate::options::CallOptions;
     use crate::service::{ServiceDescription, version};
 

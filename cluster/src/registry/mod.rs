@@ -43,20 +43,34 @@ pub trait Registry: Send + Sync + 'static {
     /// Removes a node and every entry of it.
     fn leave(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>>;
 
+    /// The local copy every read below answers from. Every backend keeps one: lookups never
+    /// leave the node.
+    fn local_copy(&self) -> &LocalCopy;
+
     /// The entries named `service`, from the local copy. Cheap: no I/O, no allocation per entry.
-    fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]>;
+    fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
+        self.local_copy().lookup(service)
+    }
 
     /// Every entry, from the local copy.
-    fn services(&self) -> Vec<Arc<ServiceEntry>>;
+    fn services(&self) -> Vec<Arc<ServiceEntry>> {
+        self.local_copy().services()
+    }
 
     /// The nodes known to be up.
-    fn nodes(&self) -> Vec<NodeInfo>;
+    fn nodes(&self) -> Vec<NodeInfo> {
+        self.local_copy().nodes()
+    }
 
     /// Service and node up/down events, from now on.
-    fn events(&self) -> broadcast::Receiver<RegistryEvent>;
+    fn events(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.local_copy().events()
+    }
 
     /// A counter that changes whenever the registry does, for waiting on a provider to appear.
-    fn changes(&self) -> watch::Receiver<u64>;
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.local_copy().changes()
+    }
 
     /// Stops replicating at once without telling anyone, as a crashed process would: the others
     /// find out through failure detection. For tests; a backend without replication does

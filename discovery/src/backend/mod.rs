@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use cluster::registry::{
-    LocalCopy, NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry,
+    LocalCopy, NodeInfo, Registry, RegistryError, RegistryFuture, ServiceEntry,
 };
-use tokio::sync::{Mutex as AsyncMutex, broadcast, watch};
+use tokio::sync::Mutex as AsyncMutex;
 
 pub use mapping::{NODE_APP, entry_instance, instance_entry, instance_node, keys, node_instance};
 
@@ -259,24 +259,8 @@ impl Registry for EurekaRegistry {
         Box::pin(self.remove(ids))
     }
 
-    fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
-        self.inner.copy.lookup(service)
-    }
-
-    fn services(&self) -> Vec<Arc<ServiceEntry>> {
-        self.inner.copy.services()
-    }
-
-    fn nodes(&self) -> Vec<NodeInfo> {
-        self.inner.copy.nodes()
-    }
-
-    fn events(&self) -> broadcast::Receiver<RegistryEvent> {
-        self.inner.copy.events()
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        self.inner.copy.changes()
+    fn local_copy(&self) -> &LocalCopy {
+        &self.inner.copy
     }
 
     fn halt(&self) -> RegistryFuture<'_, ()> {

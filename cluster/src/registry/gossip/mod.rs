@@ -12,12 +12,12 @@ use chitchat::transport::UdpTransport;
 use chitchat::{
     Chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, ProtocolVersion,
 };
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::{Notify, watch};
 
 pub use config::GossipConfig;
 
 use super::index::{Index, LocalCopy};
-use super::{NodeInfo, Registry, RegistryError, RegistryEvent, RegistryFuture, ServiceEntry};
+use super::{NodeInfo, Registry, RegistryError, RegistryFuture, ServiceEntry};
 
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
 ///
@@ -297,23 +297,7 @@ impl Registry for GossipRegistry {
         })
     }
 
-    fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
-        self.inner.copy.lookup(service)
-    }
-
-    fn services(&self) -> Vec<Arc<ServiceEntry>> {
-        self.inner.copy.services()
-    }
-
-    fn nodes(&self) -> Vec<NodeInfo> {
-        self.inner.copy.nodes()
-    }
-
-    fn events(&self) -> broadcast::Receiver<RegistryEvent> {
-        self.inner.copy.events()
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        self.inner.copy.changes()
+    fn local_copy(&self) -> &LocalCopy {
+        &self.inner.copy
     }
 }
