@@ -70,8 +70,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::registry::RegistryEvent;
     use crate::options::CallOptions;
+    use crate::registry::RegistryEvent;
     use crate::service::{ServiceDescription, version};
 
     fn entry(node: &str, port: u16) -> ServiceEntry {

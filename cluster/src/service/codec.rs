@@ -5,7 +5,39 @@ use serde::de::DeserializeOwned;
 /// 2.1 provider may add a `#[serde(default)]` field to a struct and a 2.0 peer still reads it
 /// (unknown fields are skipped, missing ones defaulted). bincode, tarpc's default, cannot.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
-    rmp_serde::to_vec_named(value).map_err(|e| CodecError(e.to_string()))
+    // Room for a small value from the start: grown from empty, the buffer is reallocated once or
+    // twice for most values, and this runs twice per call (arguments and return value).
+    let mut out = Fallible(Vec::with_capacity(ENCODE_CAPACITY));
+    rmp_serde::encode::write_named(&mut out, value).map_err(|e| CodecError(e.to_string()))?;
+    Ok(out.0)
+}
+
+/// The capacity [`encode`] starts with, in bytes.
+const ENCODE_CAPACITY: usize = 128;
+
+/// A buffer that fails with an error, rather than aborting, when it cannot grow (as
+/// `rmp_serde::to_vec_named`'s own writer does).
+struct Fallible(Vec<u8>);
+
+impl std::io::Write for Fallible {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.0
+            .try_reserve(buf.len())
+            .map_err(|_| std::io::ErrorKind::OutOfMemory)?;
+        self.0.extend_from_slice(buf);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Decodes what [`encode`] wrote.
@@ -63,6 +95,30 @@ mod tests {
                 id: 2,
                 title: "tokio".into()
             }
+        );
+    }
+
+    #[test]
+    fn the_presized_buffer_writes_what_rmp_serde_writes() {
+        let small = (String::from("rust"), 7u32);
+        let large = (
+            vec![0xa5u8; 1000],
+            HitV20 {
+                id: 3,
+                title: "x".repeat(300),
+            },
+        );
+        assert_eq!(
+            super::encode(&small).unwrap(),
+            rmp_serde::to_vec_named(&small).unwrap()
+        );
+        assert_eq!(
+            super::encode(&large).unwrap(),
+            rmp_serde::to_vec_named(&large).unwrap()
+        );
+        assert_eq!(
+            super::encode(&()).unwrap(),
+            rmp_serde::to_vec_named(&()).unwrap()
         );
     }
 

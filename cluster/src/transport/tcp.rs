@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::wire::{Wire, WireClient};
+use super::wire::{Shared, Wire, WireClient};
 use super::{Connector, Reply, Request, TransportError};
 use crate::server::Dispatcher;
 
@@ -23,14 +23,20 @@ use crate::server::Dispatcher;
 struct WireServer(Arc<Dispatcher>);
 
 impl Wire for WireServer {
-    async fn call(self, ctx: tarpc::context::Context, request: Arc<Request>) -> Reply {
+    // Not an `async fn`: that would keep its arguments (the context, the request) in every
+    // request's task beside the handler's future for as long as the call runs.
+    fn call(self, ctx: tarpc::context::Context, request: Shared) -> impl Future<Output = Reply> {
         // tarpc carries the deadline as a relative duration, rebuilt against this node's clock.
         let left = ctx
             .deadline
             .saturating_duration_since(std::time::Instant::now());
-        self.0
-            .handle(Arc::unwrap_or_clone(request), Instant::now() + left)
-            .await
+        let deadline = Instant::now() + left;
+        async move {
+            let dispatcher = self.0;
+            dispatcher
+                .handle(Arc::unwrap_or_clone(request.0), deadline)
+                .await
+        }
     }
 }
 
@@ -191,7 +197,7 @@ impl TcpConnector {
         let mut ctx = tarpc::context::current();
         ctx.deadline =
             std::time::Instant::now() + deadline.saturating_duration_since(Instant::now());
-        let call = conn.client.call(ctx, Arc::clone(&request));
+        let call = conn.client.call(ctx, Shared(Arc::clone(&request)));
         let result = match tokio::time::timeout_at(deadline, call).await {
             Ok(r) => r,
             Err(_) => return Err(TransportError::Timeout),

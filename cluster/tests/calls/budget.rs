@@ -96,7 +96,7 @@ async fn the_seed_timing_table_with_one_budget_clock() {
     assert_eq!(rpc_kind(&err), RpcErrorKind::Timeout);
     assert_eq!(
         starts(&err).into_iter().map(ms).collect::<Vec<_>>(),
-        [0 * S, 7 * S, 14 * S]
+        [Duration::ZERO, 7 * S, 14 * S]
     );
     assert_eq!(at, 20 * S);
     assert_eq!(engine.counters.started(), 3);
@@ -110,7 +110,7 @@ async fn the_seed_timing_table_with_one_budget_clock() {
     // Not idempotent: it may have run, so it is never run again. One attempt, fails at 6 s.
     let (err, at) = timed(client.reindex(true)).await;
     assert_eq!(rpc_kind(&err), RpcErrorKind::Timeout);
-    assert_eq!(starts(&err), [0 * S]);
+    assert_eq!(starts(&err), [Duration::ZERO]);
     assert_eq!(at, 6 * S);
     assert_eq!(engine.counters.started(), 4);
     rows.push(Row {
@@ -216,7 +216,7 @@ async fn client_defaults_sit_between_the_provider_and_the_call() {
     let (err, at) = timed(client.search("rust".into())).await;
     assert_eq!(
         starts(&err).into_iter().map(ms).collect::<Vec<_>>(),
-        [0 * S, 2 * S, 4 * S]
+        [Duration::ZERO, 2 * S, 4 * S]
     );
     assert_eq!(at, 5 * S);
     assert_eq!(err.report().unwrap().budget, Some((5 * S, Source::Client)));

@@ -30,7 +30,7 @@ impl Load {
                 let mut i = 0u64;
                 while !stop.load(Ordering::SeqCst) {
                     i += 1;
-                    let (function, result) = if i % 2 == 0 {
+                    let (function, result) = if i.is_multiple_of(2) {
                         (
                             "search",
                             client
