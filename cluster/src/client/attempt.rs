@@ -1,5 +1,6 @@
 //! Steps 2 to 6 of the call path: options, the budget clock, the attempts.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,8 +62,9 @@ pub(crate) async fn run(
         let mut call = Attempts::start(client, function, overrides);
         let request = Arc::new(Request {
             wire: WIRE_VERSION,
-            service: client.description.name.clone(),
-            function: wanted.name.clone(),
+            // Borrowed from the static description: no allocation per call.
+            service: Cow::Borrowed(client.description.name.as_str()),
+            function: Cow::Borrowed(wanted.name.as_str()),
             signature: client.signatures[function],
             args,
         });
@@ -88,6 +90,8 @@ struct Attempts<'a> {
     attempts: Vec<AttemptRecord>,
     changes: tokio::sync::watch::Receiver<u64>,
     first: Option<Result<Chosen, Miss>>,
+    // The options merged for that first provider, reused by its attempt.
+    first_options: Option<ResolvedOptions>,
 }
 
 impl<'a> Attempts<'a> {
@@ -132,6 +136,7 @@ impl<'a> Attempts<'a> {
             failed: Vec::new(),
             attempts: Vec::new(),
             changes,
+            first_options: first.is_ok().then_some(options),
             first: Some(first),
         }
     }
@@ -154,7 +159,10 @@ impl<'a> Attempts<'a> {
                 return Err(self.timeout_before_attempt(&chosen.entry));
             }
             // The per-attempt timeout follows the provider actually chosen, cut to what is left.
-            let options = merged(self.client, Some(&chosen), self.overrides);
+            let options = match self.first_options.take() {
+                Some(options) => options,
+                None => merged(self.client, Some(&chosen), self.overrides),
+            };
             let attempt_deadline = later(now, options.timeout).min(self.deadline);
             if let Some(limit) = chosen.entry.node.max_frame
                 && request.args.len() + ENVELOPE_OVERHEAD > limit

@@ -119,33 +119,32 @@ impl NodeBuilder {
             .registry
             .unwrap_or_else(|| Arc::new(MemoryRegistry::new()));
 
-        let (addr, listener, connector): (SocketAddr, Listener, Arc<dyn Connector>) =
-            match self.memory {
-                Some(network) => {
-                    let addr = network.bind(&dispatcher);
-                    (
-                        addr,
-                        Listener::Memory {
-                            network: network.clone(),
-                        },
-                        Arc::new(network),
-                    )
-                }
-                None => {
-                    let addr = self
-                        .listen
-                        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-                    let (stop, stopped) = watch::channel(false);
-                    let (local, task) = tcp::serve(addr, dispatcher.clone(), max_frame, stopped)
-                        .await
-                        .map_err(|source| StartError::Listen { addr, source })?;
-                    (
-                        local,
-                        Listener::Tcp { stop, task },
-                        Arc::new(Arc::new(TcpConnector::new(max_frame))),
-                    )
-                }
-            };
+        let (addr, listener, connector): (SocketAddr, Listener, Connector) = match self.memory {
+            Some(network) => {
+                let addr = network.bind(&dispatcher);
+                (
+                    addr,
+                    Listener::Memory {
+                        network: network.clone(),
+                    },
+                    Connector::Memory(network),
+                )
+            }
+            None => {
+                let addr = self
+                    .listen
+                    .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+                let (stop, stopped) = watch::channel(false);
+                let (local, task) = tcp::serve(addr, dispatcher.clone(), max_frame, stopped)
+                    .await
+                    .map_err(|source| StartError::Listen { addr, source })?;
+                (
+                    local,
+                    Listener::Tcp { stop, task },
+                    Connector::Tcp(TcpConnector::new(max_frame)),
+                )
+            }
+        };
         let name = self.name.unwrap_or_else(|| format!("node-{generation}"));
         let info = NodeInfo::new(name, addr, generation).with_max_frame(Some(max_frame));
         registry.join(info.clone()).await?;

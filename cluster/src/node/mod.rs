@@ -37,7 +37,7 @@ pub struct Node {
 pub(crate) struct NodeInner {
     pub(crate) info: NodeInfo,
     pub(crate) registry: Arc<dyn Registry>,
-    pub(crate) connector: Arc<dyn Connector>,
+    pub(crate) connector: Connector,
     pub(crate) max_frame: usize,
     pub(crate) peers: Peers,
     dispatcher: Arc<Dispatcher>,

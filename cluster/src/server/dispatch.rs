@@ -1,4 +1,5 @@
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::AssertUnwindSafe;
@@ -167,13 +168,13 @@ impl Dispatcher {
             );
             return Err(refuse(Reason::WireVersion, detail));
         }
-        let Some(hosted) = self.read().get(&request.service).cloned() else {
+        let Some(hosted) = self.read().get(request.service.as_ref()).cloned() else {
             return Err(refuse(
                 Reason::NoService,
                 format!("this node does not provide `{}`", request.service),
             ));
         };
-        let Some(&(index, signature)) = hosted.functions.get(&request.function) else {
+        let Some(&(index, signature)) = hosted.functions.get(request.function.as_ref()) else {
             let detail = format!(
                 "`{}` has no function `{}`",
                 request.service, request.function
@@ -216,8 +217,8 @@ struct Started<'a> {
     /// The handler's future, or the panic that building it raised.
     run: std::thread::Result<DispatchFuture>,
     /// For the log, should the handler panic.
-    service: String,
-    function: String,
+    service: Cow<'static, str>,
+    function: Cow<'static, str>,
     /// Held until the call ends; lets the next call in when dropped.
     _permit: Permit<'a>,
 }

@@ -1,13 +1,11 @@
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::time::Instant;
 
-use super::{Connector, Reply, Request, TransportError};
+use super::{Reply, Request, TransportError};
 use crate::server::Dispatcher;
 
 /// An in-process network: nodes "listen" on made-up addresses and calls go straight to their
@@ -50,26 +48,24 @@ impl MemoryNetwork {
     }
 }
 
-impl Connector for MemoryNetwork {
-    fn send(
+impl MemoryNetwork {
+    pub(crate) async fn send(
         &self,
         to: SocketAddr,
         request: Arc<Request>,
         deadline: Instant,
-    ) -> Pin<Box<dyn Future<Output = Result<Reply, TransportError>> + Send + 'static>> {
+    ) -> Result<Reply, TransportError> {
         let target = self.nodes().get(&to).and_then(Weak::upgrade);
-        Box::pin(async move {
-            let Some(dispatcher) = target else {
-                return Err(TransportError::NotSent(format!(
-                    "connection refused: nothing listens on {to}"
-                )));
-            };
-            let request = Arc::unwrap_or_clone(request);
-            // Dropping this future (the caller's timeout) drops the handler, as a real provider
-            // does when the deadline that travels with the request passes.
-            tokio::time::timeout_at(deadline, dispatcher.handle(request, deadline))
-                .await
-                .map_err(|_| TransportError::Timeout)
-        })
+        let Some(dispatcher) = target else {
+            return Err(TransportError::NotSent(format!(
+                "connection refused: nothing listens on {to}"
+            )));
+        };
+        let request = Arc::unwrap_or_clone(request);
+        // Dropping this future (the caller's timeout) drops the handler, as a real provider
+        // does when the deadline that travels with the request passes.
+        tokio::time::timeout_at(deadline, dispatcher.handle(request, deadline))
+            .await
+            .map_err(|_| TransportError::Timeout)
     }
 }

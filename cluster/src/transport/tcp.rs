@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -16,7 +15,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::wire::{Shared, Wire, WireClient};
-use super::{Connector, Reply, Request, TransportError};
+use super::{Reply, Request, TransportError};
 use crate::server::Dispatcher;
 
 #[derive(Clone)]
@@ -177,8 +176,8 @@ impl TcpConnector {
         Ok(self.pool().entry(to).or_insert(conn).clone())
     }
 
-    async fn send_to(
-        self: Arc<Self>,
+    pub(crate) async fn send(
+        &self,
         to: SocketAddr,
         request: Arc<Request>,
         deadline: Instant,
@@ -228,20 +227,5 @@ impl TcpConnector {
                 e.detail
             ))),
         }
-    }
-}
-
-impl Connector for Arc<TcpConnector> {
-    fn send(
-        &self,
-        to: SocketAddr,
-        request: Arc<Request>,
-        deadline: Instant,
-    ) -> Pin<Box<dyn Future<Output = Result<Reply, TransportError>> + Send + 'static>> {
-        Box::pin(Arc::clone(self).send_to(to, request, deadline))
-    }
-
-    fn close(&self) {
-        TcpConnector::close(self);
     }
 }

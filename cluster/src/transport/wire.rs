@@ -1,5 +1,6 @@
 //! The envelope every call travels in, whatever the service: one tarpc service with one method.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -10,9 +11,9 @@ pub(crate) struct Request {
     /// [`WIRE_VERSION`](crate::service::WIRE_VERSION) of the sender.
     pub(crate) wire: u32,
     /// The service's name.
-    pub(crate) service: String,
+    pub(crate) service: Cow<'static, str>,
     /// The function's name.
-    pub(crate) function: String,
+    pub(crate) function: Cow<'static, str>,
     /// [`signature_hash`](crate::service::signature_hash) of the function the client means.
     pub(crate) signature: u64,
     /// The arguments, encoded by [`encode`](crate::service::encode).
