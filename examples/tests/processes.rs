@@ -108,10 +108,11 @@ async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
             "greeter-b"
         );
     }
+    // Bounds with room for a loaded machine; the figures are the registry benchmark's.
     let took = until(
         &client_node,
         "the killed process dropped",
-        Duration::from_secs(3),
+        Duration::from_secs(10),
         |n| n == 1,
     )
     .await;
@@ -121,7 +122,7 @@ async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
     let took = until(
         &client_node,
         "the leaving process dropped",
-        Duration::from_secs(2),
+        Duration::from_secs(10),
         |n| n == 0,
     )
     .await;
