@@ -247,3 +247,40 @@ fn the_options_on_the_attribute_are_in_the_description() {
         "reindex is not declared idempotent"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn durations_too_large_for_the_clock_mean_no_limit_not_a_panic() {
+    let cluster = Cluster::memory();
+    let (_provider, engine) = cluster.provider("search-1", Mode::Answer).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    client
+        .search("rust".into())
+        .timeout(Duration::MAX)
+        .await
+        .unwrap();
+    client
+        .search("rust".into())
+        .budget(Duration::MAX)
+        .retry_after(Duration::MAX)
+        .await
+        .unwrap();
+    client
+        .reindex(true)
+        .timeout(Duration::MAX)
+        .no_retry()
+        .await
+        .unwrap();
+    assert_eq!(engine.counters.started(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_function_timeout_longer_than_the_service_budget_gets_its_full_attempt() {
+    let cluster = Cluster::memory();
+    let (_provider, _engine) = cluster.provider("search-1", Mode::Hang).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    // The per-call timeout (120 s) is more specific than the provider's 21 s budget: one full
+    // attempt, not a cut at 21 s. The seed's README example would otherwise fail early.
+    let (err, at) = timed(client.search("rust".into()).timeout(120 * S)).await;
+    assert_eq!(at, 120 * S);
+    assert_eq!(err.report().unwrap().attempts.len(), 1);
+}
