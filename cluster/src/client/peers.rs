@@ -13,6 +13,9 @@ use tokio::time::Instant;
 /// How long a peer whose connection just failed is passed over, when others can serve.
 pub(crate) const DEFAULT_COOLDOWN: Duration = Duration::from_secs(2);
 
+/// How many peers are remembered before idle ones are forgotten.
+const PRUNE_AT: usize = 1024;
+
 #[derive(Debug)]
 pub(crate) struct Peers {
     map: RwLock<HashMap<SocketAddr, Arc<Peer>>>,
@@ -42,12 +45,23 @@ impl Peers {
         {
             return peer.clone();
         }
-        self.map
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(addr)
-            .or_default()
-            .clone()
+        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+        // Every deploy brings new addresses; forget idle ones once there are many, so the map
+        // does not grow with the cluster's history.
+        if map.len() >= PRUNE_AT {
+            let now = Instant::now();
+            map.retain(|_, peer| {
+                let ejected = peer
+                    .ejected_until
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_some_and(|u| now < u);
+                peer.outstanding.load(Ordering::Relaxed) > 0
+                    || ejected
+                    || Arc::strong_count(peer) > 1
+            });
+        }
+        map.entry(addr).or_default().clone()
     }
 
     /// Requests outstanding to `addr`, without creating an entry for it.
@@ -103,5 +117,26 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.outstanding.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_peers_are_forgotten_and_busy_or_ejected_ones_kept() {
+        let peers = Peers::new(DEFAULT_COOLDOWN);
+        let addr = |i: u16| SocketAddr::from(([127, 0, 0, 1], i));
+        let busy = InFlight::start(peers.get(addr(1)));
+        peers.eject(addr(2));
+        for i in 3..3000 {
+            drop(peers.get(addr(i)));
+        }
+        let len = peers.map.read().unwrap().len();
+        assert!(len <= PRUNE_AT + 1, "{len} peers remembered");
+        assert_eq!(peers.outstanding(addr(1)), 1, "a busy peer is kept");
+        assert!(peers.is_ejected(addr(2)), "an ejected peer is kept");
+        drop(busy);
     }
 }

@@ -172,8 +172,11 @@ impl TcpConnector {
         .abort_handle();
         let conn = Connection { client, dispatch };
         // Two calls racing to a new peer both connect; the first one pooled is kept and the
-        // other connection closes when its last call ends.
-        Ok(self.pool().entry(to).or_insert(conn).clone())
+        // other connection closes when its last call ends. Connections that have closed (peers
+        // gone after a deploy) are dropped from the pool here, so it does not grow with history.
+        let mut pool = self.pool();
+        pool.retain(|_, c| c.is_open());
+        Ok(pool.entry(to).or_insert(conn).clone())
     }
 
     pub(crate) async fn send(
