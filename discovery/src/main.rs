@@ -18,6 +18,9 @@ usage: cluster-discovery serve [options]
   --lease-duration SECS    lease duration for instances that do not say (default 90)
   --renewal-interval SECS  heartbeat interval for instances that do not say (default 30)
   --no-self-preservation   expire quiet instances even when most of the registry went quiet
+  --no-warm-up             answer reads at once after starting with an empty registry (by
+                           default they answer 503 for one renewal interval, or until an
+                           instance registers, so that clients keep their copy)
 
 Prints `listening on http://ADDR/eureka/` once it accepts requests.";
 
@@ -75,6 +78,7 @@ fn parse(args: &[String]) -> Options {
             "--lease-duration" => config.lease_duration = secs(value(&mut it, arg), arg),
             "--renewal-interval" => config.renewal_interval = secs(value(&mut it, arg), arg),
             "--no-self-preservation" => config.self_preservation = false,
+            "--no-warm-up" => config.warm_up = false,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0)

@@ -3,6 +3,7 @@
 mod apps;
 mod instance;
 pub mod json;
+mod text;
 pub mod xml;
 
 pub use apps::{Application, Applications, hashcode, parse_hashcode};
@@ -10,6 +11,7 @@ pub use instance::{
     ActionType, BadStatus, DEFAULT_DATA_CENTER_CLASS, DataCenterInfo, Instance, LeaseInfo, Port,
     Status,
 };
+pub(crate) use text::{instance_unrepresentable, unrepresentable};
 
 /// A body that is not an instance or registry document.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

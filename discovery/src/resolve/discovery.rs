@@ -1,8 +1,14 @@
 //! `Discovery`: registry servers, cached. When no server answers it goes on serving what it
 //! last read, with no expiry, and says it is stale: an outage of the registry costs changes
 //! (a new instance is not noticed, a departed one is still offered), never all traffic.
+//!
+//! A resolve never waits for the registry once something is cached: when the cache is due it
+//! answers from it and starts one read in the background. Reading inline would put a registry
+//! round trip (or its timeout, in an outage) on the caller's path, and every caller that found
+//! the cache due at once would start its own read.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -14,9 +20,19 @@ use crate::model::{Applications, Status};
 /// Resolves through registry servers, with a cache that never expires.
 #[derive(Debug)]
 pub struct Discovery {
-    client: EurekaClient,
+    shared: Arc<Shared>,
     refresh: Duration,
+    /// Held by the callers that wait for the first read, so that they make one between them.
+    first: tokio::sync::Mutex<()>,
+}
+
+/// What the background reads share with the resolver.
+#[derive(Debug)]
+struct Shared {
+    client: EurekaClient,
     cache: Mutex<Option<Cached>>,
+    /// Set while a background read is in flight: at most one at a time.
+    refreshing: AtomicBool,
 }
 
 #[derive(Debug, Clone)]
@@ -31,14 +47,18 @@ impl Discovery {
     /// A resolver reading from these servers, refreshing at most every 30 s.
     pub fn new(client: EurekaClient) -> Self {
         Self {
-            client,
+            shared: Arc::new(Shared {
+                client,
+                cache: Mutex::new(None),
+                refreshing: AtomicBool::new(false),
+            }),
             refresh: Duration::from_secs(30),
-            cache: Mutex::new(None),
+            first: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// How old the cached registry may get before a resolve reads it again (30 s by
-    /// default, Eureka's fetch interval). A failed read keeps the cache.
+    /// How old the cached registry may get before a resolve starts a background read of it
+    /// (30 s by default, Eureka's fetch interval). A failed read keeps the cache.
     pub fn refresh(mut self, every: Duration) -> Self {
         self.refresh = every;
         self
@@ -46,17 +66,55 @@ impl Discovery {
 
     /// Whether the last read failed and the answers come from an older read.
     pub fn is_stale(&self) -> bool {
-        self.lock()
+        self.shared
+            .lock()
             .as_ref()
             .is_some_and(|c| c.stale_since.is_some())
     }
 
+    /// Reads the registry now, whatever the age of the cache, and waits for the read.
+    pub async fn reload(&self) -> Result<(), crate::client::ClientError> {
+        self.shared.reload().await
+    }
+
+    /// Starts a read in the background, unless one is in flight already.
+    fn refresh_in_background(&self) {
+        if self.shared.refreshing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // Cleared however the read ends, even if its task is dropped or panics.
+        struct Done(Arc<Shared>);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.refreshing.store(false, Ordering::SeqCst);
+            }
+        }
+        let done = Done(self.shared.clone());
+        tokio::spawn(async move {
+            // A failure is logged and kept in the cache's staleness.
+            let _ = done.0.reload().await;
+        });
+    }
+
+    fn lookup(apps: &Applications, service: &str) -> Vec<Endpoint> {
+        let mut out: Vec<Endpoint> = apps
+            .instances()
+            .filter(|i| i.status == Status::Up)
+            .filter(|i| i.app.eq_ignore_ascii_case(service) || i.serves_vip(service, false))
+            .map(|i| Endpoint::new(i.ip_addr.clone(), i.port.port))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Cached>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reads the registry now, whatever the age of the cache.
-    pub async fn reload(&self) -> Result<(), crate::client::ClientError> {
+    async fn reload(&self) -> Result<(), crate::client::ClientError> {
         match self.client.applications().await {
             Ok(apps) => {
                 let mut cache = self.lock();
@@ -87,37 +145,32 @@ impl Discovery {
             }
         }
     }
-
-    fn lookup(apps: &Applications, service: &str) -> Vec<Endpoint> {
-        let mut out: Vec<Endpoint> = apps
-            .instances()
-            .filter(|i| i.status == Status::Up)
-            .filter(|i| i.app.eq_ignore_ascii_case(service) || i.serves_vip(service, false))
-            .map(|i| Endpoint::new(i.ip_addr.clone(), i.port.port))
-            .collect();
-        out.sort();
-        out.dedup();
-        out
-    }
 }
 
 impl Resolve for Discovery {
     fn resolve<'a>(&'a self, service: &'a str) -> ResolveFuture<'a> {
         Box::pin(async move {
             let due = self
+                .shared
                 .lock()
                 .as_ref()
-                .is_none_or(|c| c.read_at.elapsed() >= self.refresh);
-            if due && let Err(e) = self.reload().await {
-                let never_read = self.lock().is_none();
-                if never_read {
-                    return Err(ResolveError::Unavailable {
-                        service: service.to_owned(),
-                        source: Box::new(e),
-                    });
+                .map(|c| c.read_at.elapsed() >= self.refresh);
+            match due {
+                Some(true) => self.refresh_in_background(),
+                Some(false) => {}
+                None => {
+                    // Nothing to answer from yet: wait for the first read (one for all callers).
+                    let _one = self.first.lock().await;
+                    let never_read = self.shared.lock().is_none();
+                    if never_read && let Err(e) = self.shared.reload().await {
+                        return Err(ResolveError::Unavailable {
+                            service: service.to_owned(),
+                            source: Box::new(e),
+                        });
+                    }
                 }
             }
-            let cache = self.lock();
+            let cache = self.shared.lock();
             let apps = &cache.as_ref().expect("read above").apps;
             let found = Self::lookup(apps, service);
             if found.is_empty() {

@@ -29,6 +29,14 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// How long a peer has to answer a forwarded batch or a start-up fetch: 2 s.
     pub peer_timeout: Duration,
+    /// Whether a server that starts on a port with an empty registry (no peer gave it one)
+    /// answers reads with 503 for one `renewal_interval`, or until an instance registers: on,
+    /// as Eureka (which answers 403 for 5 min). A restarted server is empty until its
+    /// instances' next heartbeats (404) make them register again; clients that read it
+    /// meanwhile would take "nothing is registered" for the truth and drop every address,
+    /// where a 503 makes them keep their copy or ask another server. Writes are accepted
+    /// throughout. An in-process [`Service`](super::Service) never warms up.
+    pub warm_up: bool,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +50,7 @@ impl Default for ServerConfig {
             self_preservation_min_instances: 8,
             max_body_bytes: 1024 * 1024,
             peer_timeout: Duration::from_secs(2),
+            warm_up: true,
         }
     }
 }

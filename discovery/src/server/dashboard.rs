@@ -48,13 +48,21 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), &'static str> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(bearer_token);
     match given {
         Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => Ok(()),
         Some(_) => Err("the dashboard token is wrong\n"),
         None => Err("the dashboard needs a token: send `Authorization: Bearer <token>`\n"),
     }
+}
+
+/// The credentials of a `Bearer` authorization: the scheme is case-insensitive (RFC 7235
+/// §2.1), so `bearer` and `BEARER` are as good as `Bearer`.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once([' ', '\t'])?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

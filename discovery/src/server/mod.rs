@@ -114,8 +114,20 @@ impl RegistryServer {
 
     /// Binds `addr`, pulls the registry from a peer, and serves until
     /// [`RunningServer::shutdown`] (or the handle is dropped).
+    ///
+    /// When no peer gave it a registry, the server warms up (see [`ServerConfig::warm_up`]):
+    /// reads answer 503 for one renewal interval, or until an instance registers.
     pub async fn start(self, addr: SocketAddr) -> std::io::Result<RunningServer> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        self.start_on(tokio::net::TcpListener::bind(addr).await?)
+            .await
+    }
+
+    /// Like [`RegistryServer::start`], on a listener already bound: servers that name each
+    /// other as peers bind first, so that each knows the other's port without a race for it.
+    pub async fn start_on(
+        self,
+        listener: tokio::net::TcpListener,
+    ) -> std::io::Result<RunningServer> {
         let addr = listener.local_addr()?;
         let timeout = self.config.peer_timeout;
         let http = reqwest::Client::builder()
@@ -123,6 +135,17 @@ impl RegistryServer {
             .map_err(std::io::Error::other)?;
         let shared = self.shared(&http);
         let synced = peers::sync_from_peers(&shared, &http, timeout).await;
+        if synced == 0 && shared.config.warm_up {
+            let window = shared.config.renewal_interval;
+            let now = shared.store.clock().now_ms();
+            shared
+                .store
+                .begin_warm_up(now.saturating_add(window.as_millis() as u64));
+            tracing::info!(
+                "the registry is empty: reads answer 503 for {window:?}, or until an instance \
+                 registers (warm-up)"
+            );
+        }
         let router = routes::router(shared.clone());
         let app = axum::middleware::map_request(|r: Request| async move { routes::normalize(r) })
             .layer(router);

@@ -6,3 +6,5 @@ mod support;
 
 mod registrar;
 mod resolvers;
+mod restart;
+mod single_flight;

@@ -93,6 +93,7 @@ async fn discovery_serves_its_last_read_when_no_server_answers_and_says_it_is_st
     assert!(!d.is_stale());
 
     server.shutdown().await;
+    assert!(d.reload().await.is_err());
     assert_eq!(
         d.resolve("orders").await.unwrap(),
         [Endpoint::new("127.0.0.1", 8081)],
@@ -104,12 +105,11 @@ async fn discovery_serves_its_last_read_when_no_server_answers_and_says_it_is_st
 
 #[tokio::test]
 async fn discovery_that_never_read_anything_says_unavailable_not_an_address() {
-    let gone = RegistryServer::new()
-        .start(([127, 0, 0, 1], 0).into())
-        .await
-        .unwrap();
-    let url = gone.url();
-    gone.shutdown().await;
+    // A port held but never listened on refuses connections; a port given up could be taken
+    // (by another test's server) before the request.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}/eureka/", held.local_addr().unwrap());
     let d = Discovery::new(EurekaClient::new([url]));
     let e = d.resolve("orders").await.unwrap_err();
     assert!(!e.is_no_service());

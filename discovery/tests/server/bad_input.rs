@@ -125,3 +125,53 @@ async fn unknown_apps_and_instances_are_404_and_bad_statuses_400() {
     assert_eq!(batch.status, StatusCode::BAD_REQUEST);
     assert_eq!(registry(&svc).await, before);
 }
+
+/// Text XML cannot carry, accepted once, would break every XML read of the registry (the
+/// Python client reads nothing else): refused at the door, in either input format.
+#[tokio::test]
+async fn characters_xml_cannot_carry_are_refused_with_400_and_change_nothing() {
+    let svc = server();
+    register(&svc, "orders", "o-1").await;
+    let before = registry(&svc).await;
+    let json_bodies = [
+        (
+            r#"{"instance":{"app":"ORDERS","instanceId":"evil","hostName":"h\u0001","ipAddr":"1.1.1.1"}}"#,
+            "hostName",
+        ),
+        (
+            r#"{"instance":{"app":"ORDERS","instanceId":"evil","hostName":"h","ipAddr":"1.1.1.1","metadata":{"k":"v\u0000"}}}"#,
+            "metadata.k",
+        ),
+    ];
+    for (body, field) in json_bodies {
+        let (status, text) = refused(&svc, "application/json", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(text.contains(field) && text.contains("XML"), "{text}");
+    }
+    let xml = "<instance><instanceId>evil</instanceId><hostName>h</hostName><app>ORDERS</app>\
+               <ipAddr>1.1.1.1</ipAddr><metadata><k>v&#1;</k></metadata></instance>";
+    let (status, text) = refused(&svc, "application/xml", xml).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+
+    let meta = call(
+        &svc,
+        Method::PUT,
+        "/eureka/apps/ORDERS/o-1/metadata?ok=1&k=v%00",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(meta.status, StatusCode::BAD_REQUEST);
+    assert!(meta.text().contains("metadata.k"), "{}", meta.text());
+    let o1 = get_json(&svc, "/eureka/apps/ORDERS/o-1").await.json();
+    assert!(
+        o1["instance"]["metadata"].get("ok").is_none(),
+        "no pair applied"
+    );
+
+    assert_eq!(registry(&svc).await, before);
+    let xml_read = call(&svc, Method::GET, "/eureka/apps", &[], Body::empty()).await;
+    assert_eq!(xml_read.status, StatusCode::OK);
+    cluster_discovery::model::xml::read_applications(&xml_read.body, 0)
+        .expect("the XML registry still reads");
+}

@@ -81,3 +81,37 @@ async fn the_dashboard_can_be_turned_off_or_opened() {
     .await;
     assert_eq!(a.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let svc = RegistryServer::new()
+        .dashboard(Dashboard::token("s3cret"))
+        .service();
+    for auth in [
+        "bearer s3cret",
+        "BEARER s3cret",
+        "Bearer  s3cret",
+        "bEaReR\ts3cret",
+    ] {
+        let a = call(
+            &svc,
+            Method::GET,
+            "/discovery/registry.json",
+            &[("authorization", auth)],
+            Body::empty(),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK, "{auth:?}");
+    }
+    for auth in ["Basic s3cret", "Bearers3cret", "s3cret"] {
+        let a = call(
+            &svc,
+            Method::GET,
+            "/discovery/registry.json",
+            &[("authorization", auth)],
+            Body::empty(),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{auth:?}");
+    }
+}

@@ -157,3 +157,40 @@ async fn self_preservation_can_be_switched_off() {
     assert_eq!(ids(&get_json(&svc, "/eureka/apps").await.json()).len(), 5);
     assert!(!svc.health().self_preservation);
 }
+
+/// A partition cuts half of a fleet off at once, but their heartbeats were staggered over the
+/// renewal interval, so they go quiet one by one: each read sees one quiet instance, never
+/// 15 %. Counting the ones expired within their lease with the quiet ones, the server stops
+/// expiring once the share crosses the threshold, and says so.
+#[tokio::test]
+async fn a_partition_of_staggered_instances_turns_self_preservation_on_before_it_empties() {
+    let clock = Clock::manual(1_000_000);
+    let svc = server(&clock, true);
+    let all = fleet(&svc, 20).await;
+    // 400 s in steps of 100 ms; instance k heartbeats every 30 s, 1.5 s after instance k-1.
+    // The odd ones are cut off after 40 s.
+    for step in 0..4000u64 {
+        clock.advance(Duration::from_millis(100));
+        for (k, id) in all.iter().enumerate() {
+            let cut_off = k % 2 == 1 && step > 400;
+            if !cut_off && step % 300 == k as u64 * 15 {
+                assert_eq!(heartbeat(&svc, "worker", id).await, StatusCode::OK);
+            }
+        }
+        svc.health(); // a read settles the registry, as any client's would
+    }
+    let read = get_json(&svc, "/eureka/apps").await;
+    let served = ids(&read.json()).len();
+    assert!(
+        served > 10,
+        "only {served} served: the partition was expired one by one"
+    );
+    assert_eq!(read.headers["x-discovery-self-preservation"], "true");
+    let h = svc.health();
+    assert!(h.self_preservation);
+    assert_eq!(
+        h.quiet + 10,
+        h.instances,
+        "the cut-off ones still held are quiet"
+    );
+}

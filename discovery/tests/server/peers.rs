@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cluster_discovery::server::{RegistryServer, RunningServer};
+use cluster_discovery::server::{RegistryServer, RunningServer, ServerConfig};
 
 async fn get(url: &str) -> serde_json::Value {
     reqwest::Client::new()
@@ -37,29 +37,33 @@ where
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A listener on a port the OS chose, held until a server takes it: a port number found free
+/// and then given up could be taken by anything before the server binds it again.
+async fn listener() -> (tokio::net::TcpListener, u16) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    (l, port)
 }
 
 #[tokio::test]
 async fn a_write_on_one_server_is_seen_on_the_other_and_not_echoed_back() {
-    // Each names the other, so the ports are chosen first.
-    let (pa, pb) = (free_port(), free_port());
+    // Each names the other, so both ports are bound first.
+    let ((la, pa), (lb, pb)) = (listener().await, listener().await);
     let url = |p: u16| format!("http://127.0.0.1:{p}/eureka/");
+    // b's port is bound but not served yet: a's start-up fetch from it can only time out.
+    let mut quick = ServerConfig::default();
+    quick.peer_timeout = Duration::from_millis(100);
     let a = RegistryServer::new()
+        .config(quick)
         .peers([url(pa), url(pb)])
         .own_url(&url(pa))
-        .start(([127, 0, 0, 1], pa).into())
+        .start_on(la)
         .await
         .unwrap();
     let b = RegistryServer::new()
         .peers([url(pa), url(pb)])
         .own_url(&url(pb))
-        .start(([127, 0, 0, 1], pb).into())
+        .start_on(lb)
         .await
         .unwrap();
 

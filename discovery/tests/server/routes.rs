@@ -181,12 +181,8 @@ async fn delta_shows_changes_with_the_hashcode_of_the_whole_registry() {
             )
         })
         .collect();
-    let expected = [
-        ("o-1", "ADDED"),
-        ("o-2", "ADDED"),
-        ("o-2", "MODIFIED"),
-        ("o-1", "DELETED"),
-    ];
+    // The latest change of each instance (a client applying them all ends up the same).
+    let expected = [("o-2", "MODIFIED"), ("o-1", "DELETED")];
     assert_eq!(
         actions,
         expected.map(|(a, b)| (a.to_owned(), b.to_owned())),
@@ -312,4 +308,59 @@ async fn an_xml_registration_is_read_like_a_json_one() {
     let i = get_json(&svc, "/eureka/apps/XAPP/x-1").await.json();
     assert_eq!(i["instance"]["port"]["$"], 9000);
     assert_eq!(i["instance"]["metadata"]["zone_name"], "a");
+}
+
+#[tokio::test]
+async fn a_404_on_the_status_route_leaves_the_override_of_the_same_id_elsewhere_alone() {
+    let svc = server();
+    register(&svc, "A", "x").await;
+    let set = "/eureka/apps/A/x/status?value=OUT_OF_SERVICE";
+    let a = call(&svc, Method::PUT, set, &[], Body::empty()).await;
+    assert_eq!(a.status, StatusCode::OK);
+    for method in [Method::PUT, Method::DELETE] {
+        let typo = "/eureka/apps/TYPO/x/status?value=UP";
+        let a = call(&svc, method.clone(), typo, &[], Body::empty()).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{method}");
+        let overrides = get_json(&svc, "/eureka/serverinfo/statusoverrides").await;
+        assert_eq!(
+            overrides.json(),
+            serde_json::json!({"x": "OUT_OF_SERVICE"}),
+            "{method}"
+        );
+    }
+    // The override still wins over the status of a re-registration.
+    register(&svc, "A", "x").await;
+    let x = get_json(&svc, "/eureka/apps/A/x").await.json();
+    assert_eq!(x["instance"]["status"], "OUT_OF_SERVICE");
+}
+
+#[tokio::test]
+async fn the_delta_keeps_only_the_latest_change_of_each_instance() {
+    let svc = server();
+    register(&svc, "A", "x").await;
+    register(&svc, "A", "y").await;
+    for k in 0..100 {
+        let path = format!("/eureka/apps/A/x/metadata?n={k}");
+        let a = call(&svc, Method::PUT, &path, &[], Body::empty()).await;
+        assert_eq!(a.status, StatusCode::OK);
+    }
+    let delta = get_json(&svc, "/eureka/apps/delta").await.json();
+    let entries = delta["applications"]["application"][0]["instance"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let order: Vec<&str> = entries
+        .iter()
+        .map(|i| i["instanceId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        ["y", "x"],
+        "one entry each, in the order of their last change"
+    );
+    assert_eq!(entries[1]["metadata"]["n"], "99");
+    assert_eq!(
+        delta["applications"]["versions__delta"], "102",
+        "the version still counts every change"
+    );
 }

@@ -10,33 +10,39 @@ use crate::model::ActionType;
 impl Store {
     pub(super) fn settle(&self, state: &mut State, now: u64) {
         let retention = self.config.delta_retention.as_millis() as u64;
+        state.deltas.trim(now, retention);
         while state
-            .deltas
+            .expired_until
             .front()
-            .is_some_and(|(at, _)| now.saturating_sub(*at) > retention)
+            .is_some_and(|until| *until < now)
         {
-            state.deltas.pop_front();
+            state.expired_until.pop_front();
         }
-        let total: usize = state.apps.values().map(BTreeMap::len).sum();
+        let live: usize = state.apps.values().map(BTreeMap::len).sum();
         let quiet: usize = state
             .apps
             .values()
             .flat_map(BTreeMap::values)
             .filter(|l| l.quiet(now))
             .count();
+        // The registry as it was a lease duration ago: a partition's victims go quiet one by
+        // one (their heartbeats are staggered), so those already expired still count.
+        let expired = state.expired_until.len();
+        let total = live + expired;
+        let renewing = live - quiet;
         let preserving = self.config.self_preservation
             && total >= self.config.self_preservation_min_instances
-            && ((total - quiet) as f64) < self.config.renewal_percent_threshold * total as f64;
+            && (renewing as f64) < self.config.renewal_percent_threshold * total as f64;
         if preserving != state.preserving {
             if preserving {
                 tracing::warn!(
-                    "self-preservation on: {quiet} of {total} instances stopped renewing at once; \
-                     they are still served, since a network failure is likelier than so many \
-                     instances dying together"
+                    "self-preservation on: {quiet} instances are quiet and {expired} expired \
+                     within their lease, of {total}; the quiet ones are still served, since a \
+                     network failure is likelier than so many instances dying together"
                 );
             } else {
                 tracing::info!(
-                    "self-preservation off: {quiet} of {total} instances are still quiet, and \
+                    "self-preservation off: {quiet} of {live} instances are still quiet, and \
                      have one lease duration to renew"
                 );
                 for lease in state.apps.values_mut().flat_map(BTreeMap::values_mut) {
@@ -53,11 +59,11 @@ impl Store {
         if preserving || quiet == 0 {
             return;
         }
-        let mut expired = Vec::new();
+        let mut gone = Vec::new();
         for leases in state.apps.values_mut() {
             leases.retain(|_, l| {
                 if l.quiet(now) {
-                    expired.push(delta_copy(l, ActionType::Deleted));
+                    gone.push((delta_copy(l, ActionType::Deleted), l.duration_ms));
                     false
                 } else {
                     true
@@ -65,7 +71,7 @@ impl Store {
             });
         }
         state.apps.retain(|_, leases| !leases.is_empty());
-        for i in expired {
+        for (i, duration_ms) in gone {
             tracing::info!(
                 "instance {} of {} expired: no heartbeat for {} s",
                 i.id(),
@@ -73,8 +79,13 @@ impl Store {
                 i.lease.duration_secs
             );
             state.overrides.remove(i.id());
-            state.deltas.push_back((now, i));
+            state.deltas.push(now, i);
             state.version += 1;
+            state
+                .expired_until
+                .push_back(now.saturating_add(duration_ms));
         }
+        // Kept in order of expiry end, so that the front is always the first to lapse.
+        state.expired_until.make_contiguous().sort_unstable();
     }
 }

@@ -6,7 +6,13 @@
 //! quiet instances than the threshold allows went quiet together (and there are at least the
 //! minimum number of instances), the registry is in self-preservation and keeps serving them;
 //! otherwise the quiet ones are expired (a `DELETED` entry in the delta) and forgotten.
+//!
+//! Instances expired within their last lease duration still count as quiet for that decision:
+//! a partition cuts instances off at once, but their staggered heartbeats make them go quiet
+//! one by one, and a rule that saw only the currently quiet would expire them all, one at a
+//! time, without ever seeing more than one.
 
+mod deltas;
 mod expiry;
 mod lease;
 mod reads;
@@ -17,16 +23,21 @@ use std::sync::Mutex;
 
 use super::{Clock, ServerConfig};
 use crate::model::{Instance, Status};
+use deltas::Deltas;
 use lease::Lease;
 
 #[derive(Debug, Default)]
 struct State {
     apps: BTreeMap<String, BTreeMap<String, Lease>>,
     overrides: HashMap<String, Status>,
-    deltas: VecDeque<(u64, Instance)>,
+    deltas: Deltas,
     version: u64,
     preserving: bool,
     renewals: u64,
+    /// Until when each recent expiry still counts as quiet (expiry time + its lease duration).
+    expired_until: VecDeque<u64>,
+    /// Until when reads answer 503 (0: not warming up); see [`Store::begin_warm_up`].
+    warm_until: u64,
 }
 
 /// Why a registration was refused.
@@ -43,6 +54,18 @@ pub enum RegisterError {
         expected: String,
         /// From the body.
         found: String,
+    },
+    /// A field holds a character XML cannot carry (a control character other than tab,
+    /// newline and carriage return, or U+FFFE / U+FFFF). Accepted, it would break every XML
+    /// read of the registry, which is how the Python client reads it.
+    #[error(
+        "Unrepresentable {found:?} in {field}: XML cannot carry it, and XML clients read this registry"
+    )]
+    Unrepresentable {
+        /// The field (`metadata.key` for a metadata value).
+        field: String,
+        /// The character.
+        found: char,
     },
 }
 
@@ -65,6 +88,9 @@ pub struct Health {
     pub instances: usize,
     /// Of those, how many have not renewed within their lease.
     pub quiet: usize,
+    /// Instances expired within their lease duration, which still count as quiet when deciding
+    /// self-preservation.
+    pub recently_expired: usize,
     /// Whether expiry is suspended because too many went quiet at once.
     pub self_preservation: bool,
     /// Heartbeats received since start (replicated ones included).
@@ -90,6 +116,27 @@ impl Store {
 
     pub(crate) fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// Starts the warm-up of a server that came up with an empty registry: until `until_ms`,
+    /// or until an instance registers, reads answer 503 rather than an empty registry that
+    /// clients would take for the truth.
+    pub(crate) fn begin_warm_up(&self, until_ms: u64) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .warm_until = until_ms;
+    }
+
+    /// How much longer the warm-up lasts, `None` once it is over.
+    pub(crate) fn warming_up(&self) -> Option<std::time::Duration> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.clock.now_ms();
+        if state.warm_until != 0 && now >= state.warm_until {
+            tracing::info!("warm-up over: serving the registry as it is");
+            state.warm_until = 0;
+        }
+        (state.warm_until != 0).then(|| std::time::Duration::from_millis(state.warm_until - now))
     }
 
     /// Locks and settles the registry at the current time.

@@ -30,7 +30,7 @@ impl Store {
     pub(crate) fn delta(&self) -> Applications {
         self.settled(|state, _| {
             let all = Self::all(state);
-            let changes = state.deltas.iter().map(|(_, i)| i.clone());
+            let changes = state.deltas.iter().cloned();
             Applications::group(state.version.to_string(), hashcode(&all), changes)
         })
     }
@@ -100,6 +100,7 @@ impl Store {
                 .flat_map(BTreeMap::values)
                 .filter(|l| l.quiet(now))
                 .count(),
+            recently_expired: state.expired_until.len(),
             self_preservation: state.preserving,
             renewals: state.renewals,
         })

@@ -3,11 +3,11 @@
 
 use super::lease::{Lease, delta_copy};
 use super::{RegisterError, Renewed, State, Store};
-use crate::model::{ActionType, Instance, Status};
+use crate::model::{self, ActionType, Instance, Status};
 
 impl Store {
     fn changed(state: &mut State, now: u64, lease: &Lease, action: ActionType) {
-        state.deltas.push_back((now, delta_copy(lease, action)));
+        state.deltas.push(now, delta_copy(lease, action));
         state.version += 1;
     }
 
@@ -36,6 +36,9 @@ impl Store {
                 found: instance.app,
             });
         }
+        if let Some((field, found)) = model::instance_unrepresentable(&instance) {
+            return Err(RegisterError::Unrepresentable { field, found });
+        }
         if instance.lease.duration_secs == 0 {
             instance.lease.duration_secs = self.config.lease_duration.as_secs();
         }
@@ -43,6 +46,8 @@ impl Store {
             instance.lease.renewal_interval_secs = self.config.renewal_interval.as_secs();
         }
         Ok(self.settled(|state, now| {
+            // The registry is being rebuilt: it no longer needs to hide that it is empty.
+            state.warm_until = 0;
             let id = instance.id().to_owned();
             let leases = state.apps.entry(instance.app.clone()).or_default();
             let previous = leases.get(&id);
@@ -135,7 +140,7 @@ impl Store {
             state.overrides.remove(id);
             let mut gone = delta_copy(&lease, ActionType::Deleted);
             gone.lease.eviction_timestamp = now;
-            state.deltas.push_back((now, gone));
+            state.deltas.push(now, gone);
             state.version += 1;
             true
         })
@@ -152,14 +157,16 @@ impl Store {
         last_dirty: Option<u64>,
     ) -> bool {
         self.settled(|state, now| {
+            // The override map is keyed by id alone: a 404 (say, a typo in the application)
+            // must not touch the override of the instance that does have this id.
+            if Self::lease_mut(state, app, id).is_none() {
+                return false;
+            }
             match set {
                 Some(s) => state.overrides.insert(id.to_owned(), s),
                 None => state.overrides.remove(id),
             };
             let Some(lease) = Self::lease_mut(state, app, id) else {
-                if set.is_some() {
-                    state.overrides.remove(id);
-                }
                 return false;
             };
             lease.last_seen_ms = now;
@@ -177,14 +184,24 @@ impl Store {
     }
 
     /// Merges metadata into an instance, which Eureka treats as a new registration; the
-    /// instance after the change, or `None` if it is unknown.
+    /// instance after the change, `Ok(None)` if it is unknown, or why the pairs were refused
+    /// (nothing changed then).
     pub(crate) fn update_metadata(
         &self,
         app: &str,
         id: &str,
         pairs: Vec<(String, String)>,
-    ) -> Option<Instance> {
-        self.settled(|state, now| {
+    ) -> Result<Option<Instance>, RegisterError> {
+        for (k, v) in &pairs {
+            let bad = match model::unrepresentable(k) {
+                Some(c) => Some((format!("metadata key {k:?}"), c)),
+                None => model::unrepresentable(v).map(|c| (format!("metadata.{k}"), c)),
+            };
+            if let Some((field, found)) = bad {
+                return Err(RegisterError::Unrepresentable { field, found });
+            }
+        }
+        Ok(self.settled(|state, now| {
             let lease = Self::lease_mut(state, app, id)?;
             for (k, v) in pairs {
                 lease.instance.metadata.insert(k, v);
@@ -196,6 +213,6 @@ impl Store {
             let lease = lease.clone();
             Self::changed(state, now, &lease, ActionType::Added);
             Some(lease.view())
-        })
+        }))
     }
 }

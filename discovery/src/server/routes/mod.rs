@@ -1,11 +1,14 @@
-//! Eureka's REST routes, under `/eureka/` and `/eureka/v2/`, with or without a trailing slash.
+//! Eureka's REST routes, under `/eureka/` and `/eureka/v2/`, with or without a trailing slash:
+//! the writes here, the reads in [`reads`].
+
+mod reads;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
@@ -14,6 +17,7 @@ use super::peers::{Action, Item};
 use super::store::Renewed;
 use super::{Shared, dashboard, peers};
 use crate::model::{self, Format, Status};
+use reads::{all_apps, delta, instance_by_id, one_app, one_instance, overrides, status, svip, vip};
 
 /// Eureka's replication marker header.
 pub const REPLICATION_HEADER: &str = "x-netflix-discovery-replication";
@@ -86,26 +90,6 @@ fn bad_request(message: impl Into<String>) -> Response {
         message.into(),
     )
         .into_response()
-}
-
-fn format_of(headers: &HeaderMap) -> Format {
-    Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
-}
-
-fn document(shared: &Shared, format: Format, body: Vec<u8>) -> Response {
-    let mut r = (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, format.content_type())],
-        body,
-    )
-        .into_response();
-    if shared.store.health().self_preservation {
-        r.headers_mut().insert(
-            "x-discovery-self-preservation",
-            HeaderValue::from_static("true"),
-        );
-    }
-    r
 }
 
 /// Whether a write is a replication from a peer (and counts it): Eureka's header, or the
@@ -294,105 +278,14 @@ async fn metadata(
             first.push((k, v));
         }
     }
-    let Some(updated) = shared.store.update_metadata(&app, &id, first) else {
-        return empty(StatusCode::NOT_FOUND);
+    let updated = match shared.store.update_metadata(&app, &id, first) {
+        Ok(Some(updated)) => updated,
+        Ok(None) => return empty(StatusCode::NOT_FOUND),
+        Err(e) => return bad_request(e.to_string()),
     };
     if !replication && !replicated(&shared, &headers, &Marks::default()) {
         // Eureka replicates a metadata change as a registration.
         shared.peers.forward(Item::register(&updated));
     }
     empty(StatusCode::OK)
-}
-
-async fn all_apps(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    let format = format_of(&headers);
-    let apps = shared.store.applications();
-    document(&shared, format, format.applications(&apps))
-}
-
-async fn delta(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    let format = format_of(&headers);
-    let apps = shared.store.delta();
-    document(&shared, format, format.applications(&apps))
-}
-
-async fn one_app(
-    State(shared): State<Arc<Shared>>,
-    Path(app): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let format = format_of(&headers);
-    match shared.store.application(&app) {
-        Some(a) => document(&shared, format, format.application(&a)),
-        None => empty(StatusCode::NOT_FOUND),
-    }
-}
-
-async fn one_instance(
-    State(shared): State<Arc<Shared>>,
-    Path((app, id)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let format = format_of(&headers);
-    match shared.store.instance(&app, &id) {
-        Some(i) => document(&shared, format, format.instance(&i)),
-        None => empty(StatusCode::NOT_FOUND),
-    }
-}
-
-async fn instance_by_id(
-    State(shared): State<Arc<Shared>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let format = format_of(&headers);
-    match shared.store.instance_by_id(&id) {
-        Some(i) => document(&shared, format, format.instance(&i)),
-        None => empty(StatusCode::NOT_FOUND),
-    }
-}
-
-async fn vip(
-    State(shared): State<Arc<Shared>>,
-    Path(vip): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let format = format_of(&headers);
-    let apps = shared.store.vip(&vip, false);
-    document(&shared, format, format.applications(&apps))
-}
-
-async fn svip(
-    State(shared): State<Arc<Shared>>,
-    Path(vip): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let format = format_of(&headers);
-    let apps = shared.store.vip(&vip, true);
-    document(&shared, format, format.applications(&apps))
-}
-
-async fn status(State(shared): State<Arc<Shared>>) -> Response {
-    let h = shared.store.health();
-    let r = shared.peers.stats();
-    axum::Json(serde_json::json!({
-        "forwarded": r.forwarded,
-        "replicatedApplied": r.applied,
-        "instances": h.instances,
-        "quiet": h.quiet,
-        "selfPreservation": h.self_preservation,
-        "renewals": h.renewals,
-        "peers": shared.peers.urls(),
-    }))
-    .into_response()
-}
-
-async fn overrides(State(shared): State<Arc<Shared>>) -> Response {
-    let map: serde_json::Map<String, serde_json::Value> = shared
-        .store
-        .overrides()
-        .into_iter()
-        .map(|(k, v)| (k, serde_json::Value::String(v.as_str().to_owned())))
-        .collect();
-    axum::Json(serde_json::Value::Object(map)).into_response()
 }

@@ -1,0 +1,81 @@
+//! The delta window: the latest change of each instance within the retention time.
+//!
+//! Eureka keeps every change for 180 s, so an instance whose metadata changes every second has
+//! 180 full copies in the window and in every delta read. A client applies a delta's entries in
+//! order and keeps only the outcome, so the latest entry per instance carries everything it
+//! needs: older ones are dropped when a newer one arrives.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::model::Instance;
+
+/// Changes in the order they were made, at most one per (application, instance id).
+#[derive(Debug, Default)]
+pub(super) struct Deltas {
+    /// By sequence number: (when, the instance as it was after the change).
+    entries: BTreeMap<u64, (u64, Instance)>,
+    /// The sequence number of each instance's entry.
+    latest: HashMap<(String, String), u64>,
+    next: u64,
+}
+
+impl Deltas {
+    /// Records a change, replacing the instance's earlier one.
+    pub(super) fn push(&mut self, at: u64, instance: Instance) {
+        let key = (instance.app.clone(), instance.id().to_owned());
+        let seq = self.next;
+        self.next += 1;
+        if let Some(old) = self.latest.insert(key, seq) {
+            self.entries.remove(&old);
+        }
+        self.entries.insert(seq, (at, instance));
+    }
+
+    /// Forgets the changes older than `retention` ms.
+    pub(super) fn trim(&mut self, now: u64, retention: u64) {
+        while let Some(entry) = self.entries.first_entry() {
+            if now.saturating_sub(entry.get().0) <= retention {
+                break;
+            }
+            let (_, (_, i)) = entry.remove_entry();
+            self.latest.remove(&(i.app.clone(), i.id().to_owned()));
+        }
+    }
+
+    /// The changes, oldest first.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Instance> {
+        self.entries.values().map(|(_, i)| i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_entry_per_instance_the_latest_in_change_order() {
+        let mut d = Deltas::default();
+        for k in 0..100 {
+            d.push(
+                k,
+                Instance::new("a", "h", 1)
+                    .with_id("x")
+                    .meta("k", k.to_string()),
+            );
+        }
+        d.push(100, Instance::new("a", "h", 1).with_id("y"));
+        d.push(101, Instance::new("b", "h", 1).with_id("x"));
+        let kept: Vec<_> = d.iter().map(|i| (i.app.as_str(), i.id())).collect();
+        assert_eq!(kept, [("A", "x"), ("A", "y"), ("B", "x")]);
+        assert_eq!(d.iter().next().unwrap().metadata["k"], "99");
+        d.trim(200, 100);
+        let kept: Vec<_> = d.iter().map(Instance::id).collect();
+        assert_eq!(
+            kept,
+            ["y", "x"],
+            "the entry at 99 is past 100 ms old at 200"
+        );
+        d.push(201, Instance::new("a", "h", 1).with_id("x"));
+        assert_eq!(d.iter().count(), 3);
+    }
+}
