@@ -5,20 +5,26 @@ use std::time::Duration;
 
 use cluster_discovery::server::{RegistryServer, RunningServer, ServerConfig};
 
+/// The JSON a server answers, or `null` while it is warming up (503) or otherwise not ready.
 async fn get(url: &str) -> serde_json::Value {
-    reqwest::Client::new()
+    let response = reqwest::Client::new()
         .get(url)
         .header("accept", "application/json")
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+        .unwrap();
+    if !response.status().is_success() {
+        return serde_json::Value::Null;
+    }
+    response.json().await.unwrap()
 }
 
 async fn ids_on(server: &RunningServer) -> Vec<String> {
-    crate::support::ids(&get(&format!("{}apps/", server.url())).await)
+    let doc = get(&format!("{}apps/", server.url())).await;
+    if doc.is_null() {
+        return Vec::new(); // warming up: nothing to read yet
+    }
+    crate::support::ids(&doc)
 }
 
 /// Waits (on real time, for real sockets) until `f` holds; 10 s is only reached when broken.

@@ -6,6 +6,7 @@
 //! never forwarded on: one hop, never two. Expiries are not replicated: each server decides
 //! them from its own heartbeats, which every peer receives.
 
+mod pending;
 mod queue;
 mod receive;
 mod send;
@@ -27,7 +28,7 @@ pub struct ReplicationStats {
     pub forwarded: u64,
     /// Replicated writes this server applied (batch items and marked single requests).
     pub applied: u64,
-    /// Items a peer did not accept after retries.
+    /// Writes given up on: a peer did not take them for `GIVE_UP_AFTER` (10 min).
     pub failed: u64,
 }
 

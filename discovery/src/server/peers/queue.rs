@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
+use super::pending::Outbox;
 use super::send::post_batch;
 use super::wire::{Action, Item};
 use super::{ReplicationStats, base_url};
@@ -17,7 +16,7 @@ use crate::server::Shared;
 #[derive(Debug)]
 pub(crate) struct Peers {
     urls: Vec<String>,
-    queues: Vec<mpsc::UnboundedSender<Item>>,
+    queues: Vec<Arc<Outbox>>,
     pub(crate) forwarded: AtomicU64,
     pub(crate) applied: AtomicU64,
     pub(crate) failed: Arc<AtomicU64>,
@@ -36,17 +35,16 @@ impl Peers {
         let queues = urls
             .iter()
             .map(|url| {
-                let (tx, rx) = mpsc::unbounded_channel();
+                let outbox = Arc::new(Outbox::default());
                 tokio::spawn(forward_loop(
                     url.clone(),
-                    rx,
-                    tx.downgrade(),
+                    outbox.clone(),
                     http.clone(),
                     store.clone(),
                     timeout,
                     failed.clone(),
                 ));
-                tx
+                outbox
             })
             .collect();
         Self {
@@ -75,10 +73,9 @@ impl Peers {
 
     /// Queues a client's write for every peer.
     pub(crate) fn forward(&self, item: Item) {
-        for q in &self.queues {
-            if q.send(item.clone()).is_ok() {
-                self.forwarded.fetch_add(1, Ordering::SeqCst);
-            }
+        for outbox in &self.queues {
+            outbox.push(item.clone());
+            self.forwarded.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -91,31 +88,52 @@ impl Peers {
     }
 }
 
+impl Drop for Peers {
+    /// The forwarding tasks end with the server.
+    fn drop(&mut self) {
+        for outbox in &self.queues {
+            outbox.close();
+        }
+    }
+}
+
 const BATCH_SIZE: usize = 250;
 
 async fn forward_loop(
     url: String,
-    mut rx: mpsc::UnboundedReceiver<Item>,
-    requeue: mpsc::WeakUnboundedSender<Item>,
+    out: Arc<Outbox>,
     http: reqwest::Client,
     shared: std::sync::Weak<Shared>,
     timeout: Duration,
     failed: Arc<AtomicU64>,
 ) {
     let endpoint = format!("{url}peerreplication/batch/");
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < BATCH_SIZE {
-            match rx.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
-            }
+    let mut pause = Duration::ZERO;
+    loop {
+        let notified = out.wake.notified();
+        if out.is_closed() {
+            return;
         }
+        if out.is_empty() {
+            notified.await;
+            continue;
+        }
+        tokio::time::sleep(pause).await;
+        let queued = out.take(BATCH_SIZE);
+        let batch: Vec<Item> = queued.iter().map(|q| q.item.clone()).collect();
         let Some(answer) = post_batch(&http, &url, &endpoint, &batch, timeout).await else {
-            tracing::warn!("peer {url} did not take a batch of {} writes", batch.len());
-            failed.fetch_add(batch.len() as u64, Ordering::SeqCst);
+            // Back in the outbox, behind nothing newer: the peer gets the latest state of each
+            // instance when it answers again, however long it was away (up to GIVE_UP_AFTER).
+            let given_up = out.put_back(queued);
+            failed.fetch_add(given_up as u64, Ordering::SeqCst);
+            pause = (pause * 2).clamp(Duration::from_millis(200), Duration::from_secs(5));
+            tracing::warn!(
+                "peer {url} did not take a batch of {} writes; retrying in {pause:?}",
+                batch.len()
+            );
             continue;
         };
+        pause = Duration::ZERO;
         let Some(shared) = shared.upgrade() else {
             return;
         };
@@ -123,10 +141,8 @@ async fn forward_loop(
             match (item.action, response.status_code) {
                 // The peer does not know it: send it the registration.
                 (Action::Heartbeat, 404) => {
-                    if let Some(i) = shared.store.instance(&item.app_name, &item.id)
-                        && let Some(q) = requeue.upgrade()
-                    {
-                        let _ = q.send(Item::register(&i));
+                    if let Some(i) = shared.store.instance(&item.app_name, &item.id) {
+                        out.push(Item::register(&i));
                     }
                 }
                 // The peer's copy is newer: adopt it, as a replication (not forwarded).
