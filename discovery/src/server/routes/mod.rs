@@ -8,7 +8,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
@@ -48,9 +49,22 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .route(
             "/eureka/peerreplication/batch",
             post(peers::batch).layer(DefaultBodyLimit::max(max.saturating_mul(8))),
-        );
+        )
+        .layer(middleware::from_fn_with_state(shared.clone(), warm_up_gate));
     api.merge(dashboard::routes(&shared.dashboard))
         .with_state(shared)
+}
+
+/// Every registry read (a GET, but the server's own status) is answered with 503 while the
+/// server warms up; writes go through, and end the warm-up.
+async fn warm_up_gate(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if req.method() == Method::GET
+        && req.uri().path() != "/eureka/status"
+        && let Some(refusal) = reads::warming_up(&shared)
+    {
+        return refusal;
+    }
+    next.run(req).await
 }
 
 /// Maps `/eureka/v2/x` to `/eureka/x` and drops a trailing slash, before routing.

@@ -1,5 +1,6 @@
 //! The reads: the registry, its delta, an application, an instance, a VIP, the server's status
-//! and the override map; answered with 503 while the server warms up.
+//! and the override map. While the server warms up they are answered with 503 before they get
+//! here (`warm_up_gate` in the routes).
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ fn format_of(headers: &HeaderMap) -> Format {
 /// The 503 of a read during the warm-up (see [`crate::server::RegistryServer::start`]):
 /// clients keep what they have, or ask another server, instead of taking an empty registry
 /// for the truth.
-fn warming_up(shared: &Shared) -> Option<Response> {
+pub(super) fn warming_up(shared: &Shared) -> Option<Response> {
     let left = shared.store.warming_up()?;
     let secs = left.as_secs().max(1).to_string();
     Some(
@@ -54,18 +55,12 @@ fn document(shared: &Shared, format: Format, body: Vec<u8>) -> Response {
 }
 
 pub(super) async fn all_apps(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Some(r) = warming_up(&shared) {
-        return r;
-    }
     let format = format_of(&headers);
     let apps = shared.store.applications();
     document(&shared, format, format.applications(&apps))
 }
 
 pub(super) async fn delta(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Some(r) = warming_up(&shared) {
-        return r;
-    }
     let format = format_of(&headers);
     let apps = shared.store.delta();
     document(&shared, format, format.applications(&apps))
@@ -76,9 +71,6 @@ pub(super) async fn one_app(
     Path(app): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(r) = warming_up(&shared) {
-        return r;
-    }
     let format = format_of(&headers);
     match shared.store.application(&app) {
         Some(a) => document(&shared, format, format.application(&a)),
@@ -91,9 +83,6 @@ pub(super) async fn one_instance(
     Path((app, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(r) = warming_up(&shared) {
-        return r;
-    }
     let format = format_of(&headers);
     match shared.store.instance(&app, &id) {
         Some(i) => document(&shared, format, format.instance(&i)),
@@ -106,9 +95,6 @@ pub(super) async fn instance_by_id(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(r) = warming_up(&shared) {
-        return r;
-    }
     let format = format_of(&headers);
     match shared.store.instance_by_id(&id) {
         Some(i) => document(&shared, format, format.instance(&i)),
@@ -121,9 +107,6 @@ pub(super) async fn vip(
     Path(vip): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(r) = warming_up(&shared) {
-        return r;
-    }
     let format = format_of(&headers);
     let apps = shared.store.vip(&vip, false);
     document(&shared, format, format.applications(&apps))
@@ -134,9 +117,6 @@ pub(super) async fn svip(
     Path(vip): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(r) = warming_up(&shared) {
-        return r;
-    }
     let format = format_of(&headers);
     let apps = shared.store.vip(&vip, true);
     document(&shared, format, format.applications(&apps))
