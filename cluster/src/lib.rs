@@ -53,7 +53,9 @@
 #![deny(missing_docs)]
 
 mod client;
+pub mod context;
 pub mod error;
+pub mod layer;
 mod node;
 pub mod options;
 pub mod registry;
@@ -67,13 +69,17 @@ pub mod __private;
 
 pub use client::{Call, CallFuture, Client};
 pub use cluster_macros::service;
+pub use context::{Context, context};
 pub use error::{CallError, Reason, RpcError, RpcErrorKind, ServiceError};
-pub use node::{Health, Node, NodeBuilder, Registration, ServiceStatus, StartError};
+pub use node::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, Health, Node, NodeBuilder,
+    Registration, ServiceStatus, StartError,
+};
 pub use options::{CallOptions, Source};
 pub use registry::{MemoryRegistry, Registry};
 pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, Provide};
 pub use service::{FunctionDescription, ServiceDescription};
-pub use transport::{DEFAULT_MAX_FRAME, MemoryNetwork};
+pub use transport::{DEFAULT_MAX_FRAME, MAX_FRAME_LIMIT, MemoryNetwork, WIRE_VERSIONS};
 
 // The long-form docs, compiled as doc tests so their examples keep working.
 #[cfg(doctest)]

@@ -13,80 +13,133 @@ use super::Client;
 use super::failure::{Failure, Verdict};
 use super::peers::InFlight;
 use super::select::{Chosen, Miss, choose};
+use crate::context::{Context, Metadata, RequestId};
 use crate::error::report::Human;
 use crate::error::{
-    AttemptRecord, CallError, CallReport, ProviderRef, RpcError, RpcErrorKind, ServiceError,
+    AttemptRecord, CallError, CallReport, ProviderRef, Reason, RpcError, RpcErrorKind, ServiceError,
 };
-use crate::options::{ResolvedOptions, RetryPolicy, Source};
+use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source};
 use crate::registry::ServiceEntry;
-use crate::service::WIRE_VERSION;
-use crate::transport::{ENVELOPE_OVERHEAD, Request};
+use crate::service::CodecError;
+use crate::transport::{AttemptHead, ENVELOPE_OVERHEAD, Envelope, Head, Request};
+
+/// How much of a calling handler's time a call made inside it leaves unused: a tenth of what is
+/// left, at most this much. Then the call's own failure (a timeout, no provider) reaches the
+/// handler, and the handler's answer its caller, before that caller gives up and sees only a
+/// timeout of its own.
+const RESERVE_FOR_REPLY: Duration = Duration::from_millis(100);
+
+/// What the caller hands the call path, besides the client and the function.
+pub(crate) struct Sent<'a> {
+    pub(crate) args: Result<Vec<u8>, CodecError>,
+    pub(crate) overrides: &'a CallOptions,
+    pub(crate) metadata: Metadata,
+    pub(crate) request_id: RequestId,
+    /// The context of the handler the call is made in, unless it is detached.
+    pub(crate) parent: Option<Context>,
+}
 
 /// Runs a call to completion: the encoded return value, or why there is none.
 pub(crate) async fn run(
     client: &Client,
     function: usize,
-    args: Vec<u8>,
-    overrides: &crate::options::CallOptions,
+    sent: Sent<'_>,
 ) -> Result<Vec<u8>, CallError<Infallible>> {
     let wanted = &client.description.functions[function];
     let span =
         tracing::debug_span!("call", service = %client.description.name, function = %wanted.name);
     async move {
+        let Sent {
+            args,
+            overrides,
+            metadata,
+            request_id,
+            parent,
+        } = sent;
+        let early = |kind, detail| Err(early_error(client, function, kind, detail));
         if client
             .node
             .stopped
             .load(std::sync::atomic::Ordering::SeqCst)
         {
             let detail = format!("node {} has shut down", client.node.info);
-            return Err(early_error(
-                client,
-                function,
-                RpcErrorKind::NoConnection,
-                detail,
-            ));
+            return early(RpcErrorKind::NoConnection, detail);
         }
-        if args.len() + ENVELOPE_OVERHEAD > client.node.max_frame {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => {
+                return early(
+                    RpcErrorKind::Protocol,
+                    format!("cannot encode the arguments: {e}"),
+                );
+            }
+        };
+        if let Err(e) = metadata.check() {
+            return early(RpcErrorKind::TooLarge, e.to_string());
+        }
+        let size = request_size(args.len(), &metadata);
+        if size > client.node.max_frame {
             let detail = format!(
-                "the arguments are {} bytes; frames are limited to {} bytes",
-                args.len(),
+                "the request is {size} bytes with its metadata; frames are limited to {} bytes",
                 client.node.max_frame
             );
-            return Err(early_error(
-                client,
-                function,
-                RpcErrorKind::TooLarge,
-                detail,
-            ));
+            return early(RpcErrorKind::TooLarge, detail);
         }
-        let mut call = Attempts::start(client, function, overrides);
+        let mut call = Attempts::start(client, function, overrides, parent.as_ref());
         let request = Arc::new(Request {
-            wire: WIRE_VERSION,
             // Borrowed from the static description: no allocation per call.
             service: Cow::Borrowed(client.description.name.as_str()),
             function: Cow::Borrowed(wanted.name.as_str()),
             signature: client.signatures[function],
             args,
+            head: Head {
+                caller: Some(client.node.name.clone()),
+                request_id,
+                reply_limit: Some(client.node.max_frame.saturating_sub(ENVELOPE_OVERHEAD) as u64),
+                metadata,
+            },
         });
-        call.run(request).await
+        let Some(parent) = parent else {
+            return call.run(request).await;
+        };
+        // Made inside a handler: it ends when the handler's call does, even from a task the
+        // handler spawned (where dropping the handler would not reach it).
+        if parent.is_cancelled() {
+            return Err(call.cancelled());
+        }
+        let finished = tokio::select! {
+            biased;
+            result = call.run(request) => Some(result),
+            () = parent.cancelled() => None,
+        };
+        finished.unwrap_or_else(|| Err(call.cancelled()))
     }
     .instrument(span)
     .await
+}
+
+/// The bytes a request takes in a frame: its arguments, its metadata, and the envelope.
+fn request_size(args: usize, metadata: &Metadata) -> usize {
+    // Each metadata entry also costs a few bytes of lengths.
+    args + ENVELOPE_OVERHEAD + metadata.bytes() + 8 * metadata.len()
 }
 
 /// The state of one call across its attempts.
 struct Attempts<'a> {
     client: &'a Client,
     function: usize,
-    overrides: &'a crate::options::CallOptions,
+    overrides: &'a CallOptions,
     start: Instant,
     // One clock for the whole call: no attempt starts at or after it.
     deadline: Instant,
     retry: RetryPolicy,
-    budget_source: Source,
+    // The budget as the report states it: its length and the layer it came from.
+    budget: Option<(Duration, Source)>,
     pauses: backon::ExponentialBackoff,
     // Providers that failed in this call: the next attempt prefers others.
     failed: Vec<Arc<ServiceEntry>>,
+    // Nodes that refused for a wire reason: not tried again in this call.
+    excluded: Vec<String>,
     attempts: Vec<AttemptRecord>,
     changes: tokio::sync::watch::Receiver<u64>,
     first: Option<Result<Chosen, Miss>>,
@@ -98,17 +151,18 @@ impl<'a> Attempts<'a> {
     fn start(
         client: &'a Client,
         function: usize,
-        overrides: &'a crate::options::CallOptions,
+        overrides: &'a CallOptions,
+        parent: Option<&Context>,
     ) -> Self {
         let start = Instant::now();
         let mut changes = client.node.registry.changes();
         changes.borrow_and_update();
-        let first = choose(client, function, &[], overrides);
+        let first = choose(client, function, &[], &[], overrides);
         // The retry policy and budget are fixed once, from the first provider found (or, with
         // none yet, from the client's layers), so the budget cannot move under a running call.
         let options = merged(client, first.as_ref().ok(), overrides);
         let retry = options.retry;
-        let deadline = later(
+        let mut deadline = later(
             start,
             if retry.enabled {
                 retry.budget
@@ -116,6 +170,23 @@ impl<'a> Attempts<'a> {
                 options.timeout
             },
         );
+        let mut budget = retry
+            .enabled
+            .then_some((retry.budget, options.budget_source()));
+        // A call inside a handler: the handler's own deadline bounds it, less a reserve for
+        // the answer to travel back.
+        if let Some(parent) = parent {
+            let reserve = (parent.remaining() / 10).min(RESERVE_FOR_REPLY);
+            let cut = parent
+                .deadline()
+                .checked_sub(reserve)
+                .unwrap_or(start)
+                .max(start);
+            if cut < deadline {
+                deadline = cut;
+                budget = Some((cut - start, Source::Caller));
+            }
+        }
         let mut pauses = ExponentialBuilder::default()
             .with_min_delay(retry.after)
             .with_max_delay(retry.max_after)
@@ -131,9 +202,10 @@ impl<'a> Attempts<'a> {
             start,
             deadline,
             retry,
-            budget_source: options.budget_source(),
+            budget,
             pauses: pauses.build(),
             failed: Vec::new(),
+            excluded: Vec::new(),
             attempts: Vec::new(),
             changes,
             first_options: first.is_ok().then_some(options),
@@ -144,16 +216,21 @@ impl<'a> Attempts<'a> {
     async fn run(&mut self, request: Arc<Request>) -> Result<Vec<u8>, CallError<Infallible>> {
         loop {
             // Step 4: re-resolve before every attempt (the first reuses the lookup made at start).
-            let chosen =
-                match self.first.take().unwrap_or_else(|| {
-                    choose(self.client, self.function, &self.failed, self.overrides)
-                }) {
-                    Ok(chosen) => chosen,
-                    Err(miss) => {
-                        self.wait_for_provider(miss).await?;
-                        continue;
-                    }
-                };
+            let chosen = match self.first.take().unwrap_or_else(|| {
+                choose(
+                    self.client,
+                    self.function,
+                    &self.failed,
+                    &self.excluded,
+                    self.overrides,
+                )
+            }) {
+                Ok(chosen) => chosen,
+                Err(miss) => {
+                    self.wait_for_provider(miss).await?;
+                    continue;
+                }
+            };
             let now = Instant::now();
             if now >= self.deadline {
                 return Err(self.timeout_before_attempt(&chosen.entry));
@@ -164,14 +241,14 @@ impl<'a> Attempts<'a> {
                 None => merged(self.client, Some(&chosen), self.overrides),
             };
             let attempt_deadline = later(now, options.timeout).min(self.deadline);
+            let size = request_size(request.args.len(), &request.head.metadata);
             if let Some(limit) = chosen.entry.node.max_frame
-                && request.args.len() + ENVELOPE_OVERHEAD > limit
+                && size > limit
             {
                 // Sent anyway, the frame would break the provider's connection for every call
                 // on it. It would not fit any attempt later either.
                 let detail = format!(
-                    "the arguments are {} bytes; {} accepts frames of at most {limit} bytes",
-                    request.args.len(),
+                    "the request is {size} bytes; {} accepts frames of at most {limit} bytes",
                     chosen.entry.node
                 );
                 return Err(CallError::Rpc(RpcError::new(
@@ -185,11 +262,18 @@ impl<'a> Attempts<'a> {
             let addr = chosen.entry.node.addr;
             let peers = &self.client.node.peers;
             let in_flight = InFlight::start(peers.get(addr));
+            let envelope = Envelope {
+                request: request.clone(),
+                attempt: AttemptHead {
+                    number: u32::try_from(number).unwrap_or(u32::MAX),
+                    budget_left: Some(self.deadline.saturating_duration_since(now)),
+                },
+            };
             let reply = self
                 .client
                 .node
                 .connector
-                .send(addr, request.clone(), attempt_deadline)
+                .send(&chosen.entry.node, envelope, attempt_deadline)
                 .await;
             let failure = match Failure::of(reply) {
                 Ok(bytes) => {
@@ -201,6 +285,9 @@ impl<'a> Attempts<'a> {
             drop(in_flight);
             if failure.is_connection_failure() {
                 peers.eject(addr);
+            }
+            if failure.excludes_node() {
+                self.excluded.push(chosen.entry.node.name.clone());
             }
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt failed: {}", failure.outcome());
             self.attempts.push(AttemptRecord {
@@ -226,7 +313,9 @@ impl<'a> Attempts<'a> {
     /// No provider fits: wait for the registry to change (a replacement registering during a
     /// deploy), within the budget; with retries off, fail at once.
     async fn wait_for_provider(&mut self, miss: Miss) -> Result<(), CallError<Infallible>> {
-        if self.retry.enabled {
+        // Providers that speak no common wire version do not change their minds: no wait.
+        let worth_waiting = self.retry.enabled && miss.reason != Reason::WireVersion;
+        if worth_waiting {
             let changed = tokio::time::timeout_at(self.deadline, self.changes.changed()).await;
             if let Ok(Ok(())) = changed {
                 self.changes.borrow_and_update();
@@ -234,7 +323,7 @@ impl<'a> Attempts<'a> {
             }
         }
         let mut detail = miss.detail;
-        if self.retry.enabled {
+        if worth_waiting {
             let waited = format!("waited {} for one to register", Human(self.start.elapsed()));
             detail = if detail.is_empty() {
                 waited
@@ -279,11 +368,19 @@ impl<'a> Attempts<'a> {
                 .or_else(|| self.attempts.last().map(|a| a.provider.clone())),
             attempts: self.attempts.clone(),
             elapsed: self.start.elapsed(),
-            budget: self
-                .retry
-                .enabled
-                .then_some((self.retry.budget, self.budget_source)),
+            budget: self.budget,
         }
+    }
+
+    /// The error of a call whose calling handler ended while it ran.
+    fn cancelled(&self) -> CallError<Infallible> {
+        let detail =
+            "the handler that made this call has ended (it finished, or its own call was given up)";
+        CallError::Rpc(RpcError::new(
+            RpcErrorKind::Cancelled,
+            detail.to_owned(),
+            self.report(None),
+        ))
     }
 }
 
@@ -295,11 +392,7 @@ fn later(from: Instant, by: Duration) -> Instant {
 }
 
 /// Step 2: library default < provider service < provider function < client < this call.
-fn merged(
-    client: &Client,
-    chosen: Option<&Chosen>,
-    overrides: &crate::options::CallOptions,
-) -> ResolvedOptions {
+fn merged(client: &Client, chosen: Option<&Chosen>, overrides: &CallOptions) -> ResolvedOptions {
     match chosen {
         Some(c) => ResolvedOptions::merge(&[
             (Source::ProviderService, &c.entry.description.options),
@@ -338,13 +431,27 @@ pub(crate) fn early_error<E>(
     kind: RpcErrorKind,
     detail: String,
 ) -> CallError<E> {
-    let report = CallReport {
+    CallError::Rpc(RpcError::new(kind, detail, empty_report(client, function)))
+}
+
+/// A refusal raised before the attempt loop (a client layer's).
+pub(crate) fn early_service_error<E>(
+    client: &Client,
+    function: usize,
+    reason: Reason,
+    detail: String,
+) -> CallError<E> {
+    let report = empty_report(client, function);
+    CallError::Service(ServiceError::new(reason, detail, vec![], report))
+}
+
+fn empty_report(client: &Client, function: usize) -> CallReport {
+    CallReport {
         call: call_name(client, function),
         requirement: client.requirement.to_string(),
         provider: None,
         attempts: Vec::new(),
-        elapsed: std::time::Duration::ZERO,
+        elapsed: Duration::ZERO,
         budget: None,
-    };
-    CallError::Rpc(RpcError::new(kind, detail, report))
+    }
 }

@@ -4,7 +4,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::Client;
-use crate::error::{CallError, RpcErrorKind};
+use crate::context::{Context, Metadata};
+use crate::error::{CallError, Reason, RpcErrorKind};
+use crate::layer::{CallInfo, Outcome};
 use crate::options::CallOptions;
 use crate::service::CodecError;
 
@@ -24,6 +26,8 @@ pub struct Call<T, E> {
     function: usize,
     args: Result<Vec<u8>, CodecError>,
     overrides: CallOptions,
+    metadata: Metadata,
+    detached: bool,
     decode: Decode<T, E>,
 }
 
@@ -42,6 +46,8 @@ impl<T, E> Call<T, E> {
             function,
             args,
             overrides: CallOptions::new(),
+            metadata: Metadata::new(),
+            detached: false,
             decode,
         }
     }
@@ -76,6 +82,24 @@ impl<T, E> Call<T, E> {
         self.overrides = self.overrides.overlay(&options);
         self
     }
+
+    /// Sets a metadata entry the provider's handler reads through
+    /// [`context()`](crate::context()): at most
+    /// [`MAX_METADATA_ENTRIES`](crate::context::MAX_METADATA_ENTRIES) entries in
+    /// [`MAX_METADATA_BYTES`](crate::context::MAX_METADATA_BYTES), or the call fails with
+    /// `TooLarge` before it is sent.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key, value);
+        self
+    }
+
+    /// Made inside a handler, this call does not inherit that handler's deadline, request id
+    /// or cancellation: it runs on its own budget, as a call from outside would (for work that
+    /// must outlive the call that started it).
+    pub fn detached(mut self) -> Self {
+        self.detached = true;
+        self
+    }
 }
 
 impl<T, E> IntoFuture for Call<T, E>
@@ -93,39 +117,94 @@ where
                 function,
                 args,
                 overrides,
+                mut metadata,
+                detached,
                 decode,
             } = self;
-            let args = match args {
-                Ok(args) => args,
-                Err(e) => {
-                    let detail = format!("cannot encode the arguments: {e}");
-                    return Err(super::attempt::early_error(
-                        &client,
-                        function,
-                        RpcErrorKind::Protocol,
-                        detail,
-                    ));
-                }
+            let parent = if detached { None } else { Context::current() };
+            let request_id = parent
+                .as_ref()
+                .map_or_else(|| client.node.next_request_id(), Context::request_id);
+            let layers = client.node.client_layers.clone();
+            if layers.is_empty() {
+                let sent = super::attempt::Sent {
+                    args,
+                    overrides: &overrides,
+                    metadata,
+                    request_id,
+                    parent,
+                };
+                return finish(run(&client, function, sent, decode).await);
+            }
+            let options = client.defaults.overlay(&overrides);
+            let wanted = &client.description.functions[function];
+            let info = CallInfo {
+                service: &client.description.name,
+                function: &wanted.name,
+                request_id,
+                options: &options,
+                parent: parent.as_ref(),
             };
             let started = tokio::time::Instant::now();
-            let bytes = super::attempt::run(&client, function, args, &overrides)
-                .await
-                .map_err(never_app)?;
-            match decode(&bytes) {
-                Ok(Ok(value)) => Ok(value),
-                Ok(Err(e)) => Err(CallError::App(e)),
-                Err(e) => {
-                    let detail =
-                        format!("cannot decode the reply after {:?}: {e}", started.elapsed());
-                    Err(super::attempt::early_error(
+            let mut refused = None;
+            for layer in layers.iter() {
+                if let Err(why) = layer.on_call(&info, &mut metadata) {
+                    refused = Some(super::attempt::early_service_error(
                         &client,
                         function,
-                        RpcErrorKind::Protocol,
-                        detail,
-                    ))
+                        Reason::Rejected,
+                        format!("a client layer refused the call: {why}"),
+                    ));
+                    break;
                 }
             }
+            let result = match refused {
+                Some(e) => Err(e),
+                None => {
+                    let sent = super::attempt::Sent {
+                        args,
+                        overrides: &overrides,
+                        metadata,
+                        request_id,
+                        parent: parent.clone(),
+                    };
+                    run(&client, function, sent, decode).await
+                }
+            };
+            let outcome = match &result {
+                Ok(Ok(_)) => Outcome::Ok,
+                Ok(Err(_)) => Outcome::App,
+                Err(e) => Outcome::Failed(e),
+            };
+            let elapsed = started.elapsed();
+            for layer in layers.iter() {
+                layer.on_outcome(&info, outcome, elapsed);
+            }
+            finish(result)
         })
+    }
+}
+
+/// Runs the call and decodes its reply: the provider's `Ok` or `Err`, or the framework's error.
+async fn run<T, E>(
+    client: &Client,
+    function: usize,
+    sent: super::attempt::Sent<'_>,
+    decode: Decode<T, E>,
+) -> Result<Result<T, E>, CallError<Infallible>> {
+    let started = tokio::time::Instant::now();
+    let bytes = super::attempt::run(client, function, sent).await?;
+    decode(&bytes).map_err(|e| {
+        let detail = format!("cannot decode the reply after {:?}: {e}", started.elapsed());
+        super::attempt::early_error(client, function, RpcErrorKind::Protocol, detail)
+    })
+}
+
+fn finish<T, E>(result: Result<Result<T, E>, CallError<Infallible>>) -> Result<T, CallError<E>> {
+    match result {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(CallError::App(e)),
+        Err(e) => Err(never_app(e)),
     }
 }
 

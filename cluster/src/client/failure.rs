@@ -16,7 +16,7 @@ pub(crate) enum Failure {
     Lost(String),
     /// The provider's function panicked.
     Panicked(String),
-    /// Request or reply too large for a frame.
+    /// The function ran; its reply is larger than this caller reads.
     TooLarge(String),
     /// The reply could not be understood.
     Protocol(String),
@@ -40,6 +40,9 @@ impl Failure {
             Err(TransportError::NotSent(detail)) => Err(Failure::NotSent(detail)),
             Err(TransportError::Lost(detail)) => Err(Failure::Lost(detail)),
             Err(TransportError::Timeout) => Err(Failure::Timeout),
+            Err(TransportError::WireVersion(detail)) => {
+                Err(Failure::Refused(Reason::WireVersion, detail))
+            }
         }
     }
 
@@ -48,7 +51,9 @@ impl Failure {
     pub(crate) fn retryable(&self, idempotent: bool) -> bool {
         match self {
             Failure::NotSent(_) => true,
-            Failure::Refused(reason, _) => reason.never_ran() && *reason != Reason::BadArguments,
+            Failure::Refused(reason, _) => {
+                reason.never_ran() && !matches!(reason, Reason::BadArguments | Reason::Rejected)
+            }
             Failure::Timeout | Failure::Lost(_) => idempotent,
             Failure::Panicked(_) | Failure::TooLarge(_) | Failure::Protocol(_) => false,
         }
@@ -59,6 +64,12 @@ impl Failure {
         matches!(self, Failure::NotSent(_) | Failure::Lost(_))
     }
 
+    /// Whether the node should not be tried again in this call: it speaks no wire version this
+    /// node does, whatever its registry entry said.
+    pub(crate) fn excludes_node(&self) -> bool {
+        matches!(self, Failure::Refused(Reason::WireVersion, _))
+    }
+
     /// The attempt's outcome in a few words, for the report.
     pub(crate) fn outcome(&self) -> String {
         match self {
@@ -67,7 +78,7 @@ impl Failure {
             Failure::Timeout => "timeout".to_owned(),
             Failure::Lost(_) => "connection lost".to_owned(),
             Failure::Panicked(_) => "panicked".to_owned(),
-            Failure::TooLarge(_) => "too large".to_owned(),
+            Failure::TooLarge(_) => "reply too large".to_owned(),
             Failure::Protocol(_) => "protocol error".to_owned(),
         }
     }
@@ -82,7 +93,7 @@ impl Failure {
             Failure::Panicked(message) => {
                 Verdict::Service(Reason::Panicked, format!("panic message: {message}"))
             }
-            Failure::TooLarge(d) => Verdict::Rpc(RpcErrorKind::TooLarge, d),
+            Failure::TooLarge(d) => Verdict::Rpc(RpcErrorKind::ReplyTooLarge, d),
             Failure::Protocol(d) => Verdict::Rpc(RpcErrorKind::Protocol, d),
         }
     }
@@ -121,6 +132,16 @@ mod tests {
                 Failure::Refused(Reason::BadArguments, String::new()),
                 false,
                 false,
+            ),
+            (
+                Failure::Refused(Reason::Rejected, String::new()),
+                false,
+                false,
+            ),
+            (
+                Failure::Refused(Reason::WireVersion, String::new()),
+                true,
+                true,
             ),
             (Failure::Timeout, true, false),
             (Failure::Lost("reset".into()), true, false),

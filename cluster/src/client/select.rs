@@ -26,7 +26,8 @@ pub(crate) struct Miss {
 /// Picks a provider of the client's service for `function` from the local registry copy.
 ///
 /// Eligible: version within the client's requirement, the function present with the same
-/// signature (and, with `newest_only`, the newest such version). Among those it prefers, in
+/// signature, a wire version in common with this node, not `excluded` in this call (it refused
+/// for a wire reason), and, with `newest_only`, the newest such version. Among those it prefers, in
 /// this order, providers that have neither failed in this call (`avoid`) nor lost a connection
 /// lately (outlier ejection), then those that have not failed in this call, then any. Within
 /// the preferred ones it takes two in turn and sends to the one with fewer requests
@@ -36,6 +37,7 @@ pub(crate) fn choose(
     client: &Client,
     function: usize,
     avoid: &[Arc<ServiceEntry>],
+    excluded: &[String],
     overrides: &CallOptions,
 ) -> Result<Chosen, Miss> {
     let wanted = &client.description.functions[function];
@@ -44,6 +46,7 @@ pub(crate) fn choose(
     let mut eligible: Vec<(&Arc<ServiceEntry>, usize, u8)> = entries
         .iter()
         .filter(|e| client.requirement.matches(&e.description.version))
+        .filter(|e| speaks_with(client, e) && !excluded.contains(&e.node.name))
         .filter_map(|e| {
             let (index, _) = e.description.function(&wanted.name, &wanted.signature)?;
             let failed_here = avoid.iter().any(|a| a.node == e.node);
@@ -68,7 +71,7 @@ pub(crate) fn choose(
         eligible.retain(|(e, ..)| e.description.version == newest);
     }
     let Some(best) = eligible.iter().map(|(.., rank)| *rank).min() else {
-        return Err(miss(client, &entries, function));
+        return Err(miss(client, &entries, function, excluded));
     };
     eligible.retain(|(.., rank)| *rank == best);
 
@@ -90,7 +93,17 @@ pub(crate) fn choose(
     })
 }
 
-fn miss(client: &Client, entries: &[Arc<ServiceEntry>], function: usize) -> Miss {
+/// Whether the entry's node and this one have a wire version in common.
+fn speaks_with(client: &Client, entry: &ServiceEntry) -> bool {
+    crate::transport::wire::common(&client.node.wire, &entry.node.wire_versions()).is_some()
+}
+
+fn miss(
+    client: &Client,
+    entries: &[Arc<ServiceEntry>],
+    function: usize,
+    excluded: &[String],
+) -> Miss {
     let name = &client.description.name;
     let wanted = &client.description.functions[function];
     if entries.is_empty() {
@@ -116,9 +129,48 @@ fn miss(client: &Client, entries: &[Arc<ServiceEntry>], function: usize) -> Miss
             available,
         };
     }
+    let serving: Vec<&Arc<ServiceEntry>> = entries
+        .iter()
+        .filter(|e| client.requirement.matches(&e.description.version))
+        .filter(|e| {
+            e.description
+                .function(&wanted.name, &wanted.signature)
+                .is_some()
+        })
+        .collect();
+    if serving.is_empty() {
+        return Miss {
+            reason: Reason::NoFunction,
+            detail: format!("wanted `{}`", wanted.signature),
+            available,
+        };
+    }
+    // Providers of the function exist, but none this node can talk to.
+    let spoken: Vec<String> = serving
+        .iter()
+        .map(|e| {
+            let v = e.node.wire_versions();
+            let refused = if excluded.contains(&e.node.name) {
+                ", refused this call's wire"
+            } else {
+                ""
+            };
+            format!(
+                "{} speaks {}..={}{refused}",
+                e.node.name,
+                v.start(),
+                v.end()
+            )
+        })
+        .collect();
     Miss {
-        reason: Reason::NoFunction,
-        detail: format!("wanted `{}`", wanted.signature),
+        reason: Reason::WireVersion,
+        detail: format!(
+            "this node speaks wire versions {}..={}; {}",
+            client.node.wire.start(),
+            client.node.wire.end(),
+            spoken.join(", ")
+        ),
         available,
     }
 }

@@ -12,10 +12,16 @@ pub enum RpcErrorKind {
     NoConnection,
     /// The connection broke after the request was sent. The function may or may not have run.
     ConnectionLost,
-    /// The request or its reply is larger than a frame may be.
+    /// The request is larger than a frame may be, or its metadata over its bounds. The
+    /// function did not run.
     TooLarge,
+    /// The function ran, but its reply is larger than this caller reads.
+    ReplyTooLarge,
     /// The reply could not be read: the two sides disagree on types or protocol.
     Protocol,
+    /// The call was made inside a handler whose own call has ended (finished, timed out or
+    /// given up by its caller), so its result has nobody to go to. It may have run.
+    Cancelled,
 }
 
 impl RpcErrorKind {
@@ -26,7 +32,9 @@ impl RpcErrorKind {
             RpcErrorKind::NoConnection => "no connection",
             RpcErrorKind::ConnectionLost => "connection lost",
             RpcErrorKind::TooLarge => "too large",
+            RpcErrorKind::ReplyTooLarge => "reply too large",
             RpcErrorKind::Protocol => "protocol error",
+            RpcErrorKind::Cancelled => "cancelled",
         }
     }
 
@@ -41,8 +49,12 @@ impl RpcErrorKind {
             RpcErrorKind::ConnectionLost => {
                 "the connection broke after the request was sent; the function may or may not have run"
             }
-            RpcErrorKind::TooLarge => {
-                "the request or its reply is larger than a frame may be; it was not retried"
+            RpcErrorKind::TooLarge => "the request is larger than a frame may be; it was not sent",
+            RpcErrorKind::ReplyTooLarge => {
+                "the function ran, but its reply is larger than this caller reads; it was not retried"
+            }
+            RpcErrorKind::Cancelled => {
+                "the handler this call was made in has ended, so the call was given up; it may have run"
             }
             RpcErrorKind::Protocol => {
                 "the reply could not be read: client and provider disagree on the types or the wire protocol"
@@ -93,7 +105,11 @@ impl RpcError {
     pub fn may_have_run(&self) -> bool {
         matches!(
             self.kind,
-            RpcErrorKind::Timeout | RpcErrorKind::ConnectionLost | RpcErrorKind::Protocol
+            RpcErrorKind::Timeout
+                | RpcErrorKind::ConnectionLost
+                | RpcErrorKind::Protocol
+                | RpcErrorKind::ReplyTooLarge
+                | RpcErrorKind::Cancelled
         )
     }
 

@@ -22,8 +22,10 @@ pub enum Reason {
     Draining,
     /// The provider was at its limit of concurrent calls and refused the call before running it.
     Overloaded,
-    /// The provider speaks another version of the framework's wire protocol.
+    /// The provider speaks no version of the framework's wire protocol this node speaks.
     WireVersion,
+    /// A layer (the caller's or the provider's) refused the call before it ran; not retried.
+    Rejected,
 }
 
 impl Reason {
@@ -38,6 +40,7 @@ impl Reason {
             Reason::Draining => "the provider is draining",
             Reason::Overloaded => "the provider is overloaded",
             Reason::WireVersion => "wire protocol mismatch",
+            Reason::Rejected => "rejected",
         }
     }
 
@@ -63,7 +66,10 @@ impl Reason {
                 "every provider tried was at its limit of concurrent calls and refused the call before running it"
             }
             Reason::WireVersion => {
-                "the provider speaks another version of the framework's wire protocol"
+                "no provider tried speaks a version of the framework's wire protocol this node speaks"
+            }
+            Reason::Rejected => {
+                "a layer refused the call before it ran (the caller's or the provider's); it was not retried"
             }
         }
     }
@@ -84,6 +90,7 @@ impl Reason {
             Reason::Draining => 6,
             Reason::Overloaded => 7,
             Reason::WireVersion => 8,
+            Reason::Rejected => 9,
         }
     }
 
@@ -98,6 +105,7 @@ impl Reason {
             6 => Reason::Draining,
             7 => Reason::Overloaded,
             8 => Reason::WireVersion,
+            9 => Reason::Rejected,
             _ => return None,
         })
     }

@@ -6,10 +6,22 @@ use tokio::sync::watch;
 
 use super::{Listener, Node, NodeInner};
 use crate::client::peers::{DEFAULT_COOLDOWN, Peers};
+use crate::layer::{ClientLayer, ProviderLayer};
 use crate::registry::{MemoryRegistry, NodeInfo, Registry, RegistryError};
 use crate::server::{DEFAULT_MAX_CONCURRENT_CALLS, Dispatcher};
-use crate::transport::tcp::{self, TcpConnector};
-use crate::transport::{Connector, DEFAULT_MAX_FRAME, ENVELOPE_OVERHEAD, MemoryNetwork};
+use crate::transport::tcp::{self, ConnectConfig, ServeConfig, TcpConnector};
+use crate::transport::{
+    Connector, DEFAULT_MAX_FRAME, ENVELOPE_OVERHEAD, MAX_FRAME_LIMIT, MemoryNetwork, WIRE_VERSIONS,
+};
+
+/// The default time to open a connection to a peer (TCP and the handshake), 1 s: on a LAN it
+/// takes well under a millisecond, and a peer that drops packets costs this much of an attempt,
+/// not the whole attempt, before the call tries another provider.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The default bound on requests in flight on one connection, 1000 (tarpc's own default); more
+/// wait on this side, where a timeout means the request was never sent.
+pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1000;
 
 /// Configures and starts a [`Node`].
 ///
@@ -23,9 +35,18 @@ use crate::transport::{Connector, DEFAULT_MAX_FRAME, ENVELOPE_OVERHEAD, MemoryNe
 /// | `outlier_cooldown` | 2 s |
 /// | `max_concurrent_calls` | 1024: more are refused before they run, never queued |
 /// | `drain_timeout` | 30 s: how long a shutdown waits for running calls |
+/// | `connect_timeout` | 1 s: opening a connection, TCP and handshake |
+/// | `max_in_flight_per_connection` | 1000 |
+/// | `wire_versions` | every version this build speaks, [`WIRE_VERSIONS`] |
+/// | `client_layer`, `provider_layer` | none |
 #[derive(Default)]
 #[must_use]
 pub struct NodeBuilder {
+    connect_timeout: Option<Duration>,
+    max_in_flight: Option<usize>,
+    wire: Option<std::ops::RangeInclusive<u32>>,
+    client_layers: Vec<Arc<dyn ClientLayer>>,
+    provider_layers: Vec<Arc<dyn ProviderLayer>>,
     name: Option<String>,
     listen: Option<SocketAddr>,
     registry: Option<Arc<dyn Registry>>,
@@ -52,6 +73,9 @@ pub enum StartError {
     /// The registry refused the node.
     #[error("the registry refused the node")]
     Registry(#[from] RegistryError),
+    /// A setting is out of its range.
+    #[error("invalid setting: {0}")]
+    Setting(String),
 }
 
 impl NodeBuilder {
@@ -79,7 +103,7 @@ impl NodeBuilder {
         self
     }
 
-    /// The largest frame this node sends or accepts, in bytes.
+    /// The largest frame this node sends or accepts, in bytes: at most [`MAX_FRAME_LIMIT`].
     pub fn max_frame(mut self, bytes: usize) -> Self {
         self.max_frame = Some(bytes);
         self
@@ -104,17 +128,72 @@ impl NodeBuilder {
         self
     }
 
+    /// How long opening a connection to a peer may take, TCP and handshake together; a peer
+    /// that does not answer in time is passed over for another provider within the attempt.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// The most requests in flight on one connection; more wait on this side, where a timeout
+    /// means they were never sent (and any function may be retried).
+    pub fn max_in_flight_per_connection(mut self, limit: usize) -> Self {
+        self.max_in_flight = Some(limit);
+        self
+    }
+
+    /// The wire versions this node speaks, a range within [`WIRE_VERSIONS`]. Pinning the
+    /// older version (`1..=1`) lets a node of this build take part in a cluster of the first
+    /// release: no handshake, and no context (caller, request id, deadline, metadata) crosses.
+    pub fn wire_versions(mut self, versions: std::ops::RangeInclusive<u32>) -> Self {
+        self.wire = Some(versions);
+        self
+    }
+
+    /// Adds a layer around every call this node makes; layers run in the order added.
+    pub fn client_layer(mut self, layer: impl ClientLayer) -> Self {
+        self.client_layers.push(Arc::new(layer));
+        self
+    }
+
+    /// Adds a layer around every request this node serves; layers run in the order added.
+    pub fn provider_layer(mut self, layer: impl ProviderLayer) -> Self {
+        self.provider_layers.push(Arc::new(layer));
+        self
+    }
+
     /// Starts listening and joins the registry.
     pub async fn start(self) -> Result<Node, StartError> {
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let max_frame = self.max_frame.unwrap_or(DEFAULT_MAX_FRAME);
+        if !(ENVELOPE_OVERHEAD..=MAX_FRAME_LIMIT).contains(&max_frame) {
+            return Err(StartError::Setting(format!(
+                "max_frame is {max_frame} bytes; it must be from {ENVELOPE_OVERHEAD} to {MAX_FRAME_LIMIT}"
+            )));
+        }
+        let wire = self.wire.unwrap_or(WIRE_VERSIONS);
+        if wire.is_empty()
+            || !WIRE_VERSIONS.contains(wire.start())
+            || !WIRE_VERSIONS.contains(wire.end())
+        {
+            return Err(StartError::Setting(format!(
+                "wire_versions {wire:?} is not within the versions this build speaks, {WIRE_VERSIONS:?}"
+            )));
+        }
+        let max_in_flight = self
+            .max_in_flight
+            .unwrap_or(DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION)
+            .max(1);
         let dispatcher = Arc::new(Dispatcher::new(
             max_frame.saturating_sub(ENVELOPE_OVERHEAD),
             self.max_concurrent_calls
                 .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
+            self.provider_layers.into(),
         ));
+        let name = self.name.unwrap_or_else(|| format!("node-{generation}"));
+        let shared_name: Arc<str> = Arc::from(name.as_str());
         let registry = self
             .registry
             .unwrap_or_else(|| Arc::new(MemoryRegistry::new()));
@@ -135,23 +214,40 @@ impl NodeBuilder {
                     .listen
                     .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
                 let (stop, stopped) = watch::channel(false);
-                let (local, task) = tcp::serve(addr, dispatcher.clone(), max_frame, stopped)
+                let serving = ServeConfig {
+                    node: shared_name.clone(),
+                    versions: wire.clone(),
+                    max_frame,
+                };
+                let (local, task) = tcp::serve(addr, dispatcher.clone(), serving, stopped)
                     .await
                     .map_err(|source| StartError::Listen { addr, source })?;
+                let connecting = ConnectConfig {
+                    node: shared_name.clone(),
+                    versions: wire.clone(),
+                    max_frame,
+                    connect_timeout: self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                    max_in_flight,
+                };
                 (
                     local,
                     Listener::Tcp { stop, task },
-                    Connector::Tcp(TcpConnector::new(max_frame)),
+                    Connector::Tcp(TcpConnector::new(connecting)),
                 )
             }
         };
-        let name = self.name.unwrap_or_else(|| format!("node-{generation}"));
-        let info = NodeInfo::new(name, addr, generation).with_max_frame(Some(max_frame));
+        let info = NodeInfo::new(name, addr, generation)
+            .with_max_frame(Some(max_frame))
+            .with_wire(Some(wire.clone()));
         registry.join(info.clone()).await?;
         tracing::info!("node {info} started");
         Ok(Node {
             inner: Arc::new(NodeInner {
                 info,
+                name: shared_name,
+                wire,
+                requests: Default::default(),
+                client_layers: self.client_layers.into(),
                 registry,
                 connector,
                 max_frame,

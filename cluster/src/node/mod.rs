@@ -10,12 +10,16 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-pub use builder::{NodeBuilder, StartError};
+pub use builder::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, NodeBuilder, StartError,
+};
 pub use health::{Health, ServiceStatus};
 pub use serve::Registration;
 use serve::Supervisor;
 
 use crate::client::peers::Peers;
+use crate::context::RequestId;
+use crate::layer::ClientLayer;
 use crate::registry::{NodeInfo, Registry};
 use crate::server::Dispatcher;
 use crate::transport::{Connector, MemoryNetwork};
@@ -36,6 +40,13 @@ pub struct Node {
 
 pub(crate) struct NodeInner {
     pub(crate) info: NodeInfo,
+    // The node's name as every request it sends carries it: shared, not copied per call.
+    pub(crate) name: Arc<str>,
+    // The wire versions it speaks.
+    pub(crate) wire: std::ops::RangeInclusive<u32>,
+    // Numbers the request ids of calls made here.
+    requests: std::sync::atomic::AtomicU64,
+    pub(crate) client_layers: Arc<[Arc<dyn ClientLayer>]>,
     pub(crate) registry: Arc<dyn Registry>,
     pub(crate) connector: Connector,
     pub(crate) max_frame: usize,
@@ -92,5 +103,15 @@ impl Node {
     /// The registry this node reads and writes.
     pub fn registry(&self) -> &Arc<dyn Registry> {
         &self.inner.registry
+    }
+}
+
+impl NodeInner {
+    /// A request id no other call in the cluster has: this process's generation and a count.
+    pub(crate) fn next_request_id(&self) -> RequestId {
+        let n = self
+            .requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        RequestId::new(self.info.generation, n)
     }
 }

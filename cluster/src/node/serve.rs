@@ -117,7 +117,10 @@ impl Node {
     fn host<P: Provide>(&self, provider: P) -> (String, ServiceEntry) {
         let description = provider.description();
         self.inner.dispatcher.host(Arc::new(provider));
-        let entry = ServiceEntry::new(self.inner.info.clone(), Arc::new(description.clone()));
+        let mut published = description.clone();
+        // What a client of the first release reads (it ignores the node's range).
+        published.wire = *self.inner.wire.end();
+        let entry = ServiceEntry::new(self.inner.info.clone(), Arc::new(published));
         (description.name.clone(), entry)
     }
 }

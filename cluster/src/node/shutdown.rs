@@ -1,5 +1,6 @@
-//! Leaving cleanly: out of the registry first, then refuse new calls, finish running ones,
-//! close. And the crash, for tests.
+//! Leaving cleanly: out of every lookup first, then refuse new calls, finish running ones (which
+//! may still call others: the node keeps its registry copy until then), leave, close. And the
+//! crash, for tests.
 
 use std::time::Duration;
 
@@ -13,12 +14,13 @@ const LINGER: Duration = Duration::from_millis(100);
 impl Node {
     /// Leaves cleanly, each step logged:
     ///
-    /// 1. withdraws every service and the node from the registry and propagates that (clients
-    ///    stop choosing this node);
+    /// 1. withdraws every service of the node from the registry and propagates that (clients
+    ///    stop choosing this node), while the node keeps reading the registry;
     /// 2. refuses new calls with `Draining`, which clients retry elsewhere for any function,
     ///    since the function never ran;
-    /// 3. lets running calls finish, up to the drain timeout;
-    /// 4. closes the listener and every connection.
+    /// 3. lets running calls finish, up to the drain timeout: a handler that calls another
+    ///    service meanwhile still finds its providers;
+    /// 4. leaves the registry, then closes the listener and every connection.
     pub async fn shutdown(&self) {
         let inner = &self.inner;
         tracing::info!(
@@ -26,8 +28,11 @@ impl Node {
             inner.info
         );
         self.stop_supervisors().await;
-        if let Err(e) = inner.registry.leave(&inner.info.name).await {
-            tracing::warn!("node {} could not leave the registry: {e}", inner.info);
+        if let Err(e) = inner.registry.withdraw(&inner.info.name).await {
+            tracing::warn!(
+                "node {} could not withdraw from the registry: {e}",
+                inner.info
+            );
         }
         let admission = &inner.dispatcher.admission;
         admission.drain();
@@ -45,6 +50,9 @@ impl Node {
             );
         }
         tokio::time::sleep(LINGER).await;
+        if let Err(e) = inner.registry.leave(&inner.info.name).await {
+            tracing::warn!("node {} could not leave the registry: {e}", inner.info);
+        }
         self.stop_listening().await;
         tracing::info!("node {} stopped", inner.info);
     }

@@ -17,6 +17,9 @@ pub enum Source {
     Client,
     /// The override on this one call.
     Call,
+    /// The deadline of the handler the call was made in (`docs/calls.md`, a call inside a
+    /// call), when it ends sooner than the call's own budget.
+    Caller,
 }
 
 impl fmt::Display for Source {
@@ -27,6 +30,7 @@ impl fmt::Display for Source {
             Source::ProviderFunction => "the provider's function options",
             Source::Client => "the client's defaults",
             Source::Call => "this call",
+            Source::Caller => "the calling handler's deadline",
         })
     }
 }

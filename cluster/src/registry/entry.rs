@@ -20,6 +20,10 @@ pub struct NodeInfo {
     /// that would not fit (which would break the connection for every call on it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_frame: Option<usize>,
+    /// The lowest and highest wire versions the node speaks; `None` for a node of the first
+    /// release, which speaks only version 1 and does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<(u32, u32)>,
 }
 
 impl NodeInfo {
@@ -30,6 +34,7 @@ impl NodeInfo {
             addr,
             generation,
             max_frame: None,
+            wire: None,
         }
     }
 
@@ -37,6 +42,30 @@ impl NodeInfo {
     pub fn with_max_frame(mut self, max_frame: Option<usize>) -> Self {
         self.max_frame = max_frame;
         self
+    }
+
+    /// The node, saying the wire versions it speaks.
+    pub fn with_wire(mut self, versions: Option<std::ops::RangeInclusive<u32>>) -> Self {
+        self.wire = versions.map(|v| (*v.start(), *v.end()));
+        self
+    }
+
+    /// The wire versions as a backend stores them in text: `low-high`.
+    pub fn wire_text(&self) -> Option<String> {
+        self.wire.map(|(low, high)| format!("{low}-{high}"))
+    }
+
+    /// Reads what [`wire_text`](Self::wire_text) wrote; `None` for anything else (a node that
+    /// says nothing readable is taken to speak wire 1).
+    pub fn parse_wire_text(text: &str) -> Option<std::ops::RangeInclusive<u32>> {
+        let (low, high) = text.split_once('-')?;
+        let (low, high): (u32, u32) = (low.parse().ok()?, high.parse().ok()?);
+        (low <= high).then_some(low..=high)
+    }
+
+    /// The wire versions the node speaks: what it said, or only version 1 if it said nothing.
+    pub fn wire_versions(&self) -> std::ops::RangeInclusive<u32> {
+        self.wire.map_or(1..=1, |(low, high)| low..=high)
     }
 }
 

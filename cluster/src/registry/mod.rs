@@ -43,6 +43,20 @@ pub trait Registry: Send + Sync + 'static {
     /// Removes a node and every entry of it.
     fn leave(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>>;
 
+    /// Stops offering a node's services to every node, while this node goes on reading the
+    /// registry: the first step of a draining shutdown, whose running handlers may still call
+    /// others. [`leave`](Self::leave) follows once they are done. The default withdraws each
+    /// of the node's entries.
+    fn withdraw(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        let node = node.to_owned();
+        Box::pin(async move {
+            for entry in self.services_on(&node) {
+                self.deregister(&node, &entry.description.name).await?;
+            }
+            Ok(())
+        })
+    }
+
     /// The local copy every read below answers from. Every backend keeps one: lookups never
     /// leave the node.
     fn local_copy(&self) -> &LocalCopy;

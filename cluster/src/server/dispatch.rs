@@ -1,5 +1,4 @@
 use std::any::Any;
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::AssertUnwindSafe;
@@ -10,15 +9,18 @@ use tokio::time::Instant;
 
 use super::admission::{Admission, Permit};
 use super::{DispatchError, DispatchFuture, Provide};
+use crate::context::{Context, Received};
 use crate::error::Reason;
-use crate::service::{WIRE_VERSION, signature_hash};
-use crate::transport::{Reply, Request};
+use crate::layer::{ProviderLayer, Served};
+use crate::service::signature_hash;
+use crate::transport::{Envelope, Reply, Request};
 
 /// Routes requests to the services a node hosts.
 pub(crate) struct Dispatcher {
     services: RwLock<Names<Arc<Hosted>>>,
     max_reply: usize,
     pub(crate) admission: Admission,
+    layers: Arc<[Arc<dyn ProviderLayer>]>,
 }
 
 struct Hosted {
@@ -67,11 +69,17 @@ impl Dispatcher {
     /// A dispatcher whose encoded replies may be at most `max_reply` bytes: a larger one is
     /// answered with an error instead, rather than breaking the connection for every call on it.
     /// At most `max_concurrent` calls run at once; more are refused before they run.
-    pub(crate) fn new(max_reply: usize, max_concurrent: usize) -> Self {
+    /// Provider `layers` see every admitted request before its handler runs.
+    pub(crate) fn new(
+        max_reply: usize,
+        max_concurrent: usize,
+        layers: Arc<[Arc<dyn ProviderLayer>]>,
+    ) -> Self {
         Self {
             services: RwLock::default(),
             max_reply,
             admission: Admission::new(max_concurrent),
+            layers,
         }
     }
 
@@ -104,7 +112,7 @@ impl Dispatcher {
         self.services.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs one request until `deadline`. Never panics, whatever the request or the provider do.
+    /// Runs one attempt until `deadline`. Never panics, whatever the request or the provider do.
     ///
     /// The checks run, the call is admitted and the handler's future is built when this is
     /// called; the future it returns holds only what running the handler needs. It lives in
@@ -112,61 +120,82 @@ impl Dispatcher {
     /// per-thread cache.
     pub(crate) fn handle(
         &self,
-        request: Request,
+        envelope: Envelope,
         deadline: Instant,
     ) -> impl Future<Output = Reply> + Send + '_ {
-        let started = self.start(request);
+        let started = self.start(envelope, deadline);
         async move {
             let Started {
                 run,
-                service,
-                function,
+                context,
+                reply_limit,
+                layered,
                 _permit,
             } = match started {
                 Ok(started) => started,
                 Err(refused) => return refused,
             };
+            let admitted = layered.then(Instant::now);
             let outcome = match run {
                 Ok(future) => {
-                    tokio::time::timeout_at(deadline, AssertUnwindSafe(future).catch_unwind()).await
+                    let run = context.clone().run(future);
+                    tokio::time::timeout_at(deadline, AssertUnwindSafe(run).catch_unwind()).await
                 }
                 Err(panic) => Ok(Err(panic)),
             };
-            match outcome {
-                Ok(Ok(Ok(bytes))) if bytes.len() > self.max_reply => Reply::TooLarge(format!(
-                    "the reply is {} bytes, more than the frame limit allows ({})",
-                    bytes.len(),
-                    self.max_reply
-                )),
-                Ok(Ok(Ok(bytes))) => Reply::Done(bytes),
-                Ok(Ok(Err(DispatchError::BadArguments(e)))) => refuse(Reason::BadArguments, e),
-                Ok(Ok(Err(DispatchError::UnknownFunction(i)))) => refuse(
-                    Reason::NoFunction,
-                    format!("the provider has no function number {i}"),
+            let (reply, served) = match outcome {
+                Ok(Ok(Ok(bytes))) if bytes.len() > reply_limit => {
+                    let whose = if reply_limit < self.max_reply {
+                        "the caller reads"
+                    } else {
+                        "this node's frame limit allows"
+                    };
+                    let detail = format!(
+                        "the function ran; its reply is {} bytes, more than {whose} ({reply_limit})",
+                        bytes.len(),
+                    );
+                    (Reply::TooLarge(detail), Served::Undeliverable)
+                }
+                Ok(Ok(Ok(bytes))) => (Reply::Done(bytes), Served::Done),
+                Ok(Ok(Err(DispatchError::BadArguments(e)))) => {
+                    (refuse(Reason::BadArguments, e), Served::Done)
+                }
+                Ok(Ok(Err(DispatchError::UnknownFunction(i)))) => (
+                    refuse(
+                        Reason::NoFunction,
+                        format!("the provider has no function number {i}"),
+                    ),
+                    Served::Done,
                 ),
-                Ok(Ok(Err(e))) => Reply::Undeliverable(e.to_string()),
+                Ok(Ok(Err(e))) => (Reply::Undeliverable(e.to_string()), Served::Undeliverable),
                 Ok(Err(panic)) => {
                     let message = panic_message(&*panic);
                     tracing::error!(
-                        service = %service,
-                        function = %function,
+                        service = %context.service(),
+                        function = %context.function(),
+                        request = %context.request_id(),
                         "provider panicked: {message}"
                     );
-                    Reply::Panicked(message)
+                    (Reply::Panicked(message), Served::Panicked)
                 }
-                Err(_) => Reply::Expired,
+                Err(_) => (Reply::Expired, Served::Expired),
+            };
+            if let Some(admitted) = admitted {
+                for layer in self.layers.iter() {
+                    layer.on_served(&context, served, admitted.elapsed());
+                }
             }
+            reply
         }
     }
 
     /// Checks a request, admits it and builds its handler's future; or refuses it.
-    fn start(&self, request: Request) -> Result<Started<'_>, Reply> {
-        if request.wire != WIRE_VERSION {
-            let detail = format!(
-                "request of wire version {}, this node speaks {WIRE_VERSION}",
-                request.wire
-            );
-            return Err(refuse(Reason::WireVersion, detail));
+    fn start(&self, envelope: Envelope, deadline: Instant) -> Result<Started<'_>, Reply> {
+        let Envelope { request, attempt } = envelope;
+        let request = Arc::unwrap_or_clone(request);
+        // Its caller has given up already: running it would be work nobody reads.
+        if deadline <= Instant::now() {
+            return Err(Reply::Expired);
         }
         let Some(hosted) = self.read().get(request.service.as_ref()).cloned() else {
             return Err(refuse(
@@ -192,21 +221,44 @@ impl Dispatcher {
             Ok(permit) => permit,
             Err((reason, detail)) => return Err(refuse(reason, detail)),
         };
-
-        // Building the future runs no user code, but a generated adapter is still code: a panic
-        // while building it is caught like one while running it.
         let Request {
             service,
             function,
             args,
+            head,
             ..
         } = request;
+        let reply_limit = head.reply_limit.map_or(self.max_reply, |theirs| {
+            usize::try_from(theirs)
+                .unwrap_or(usize::MAX)
+                .min(self.max_reply)
+        });
+        let context = Context::new(Received {
+            service,
+            function,
+            caller: head.caller.as_deref().map(str::to_owned),
+            request_id: head.request_id,
+            attempt: attempt.number,
+            deadline,
+            budget_left: attempt.budget_left,
+            metadata: head.metadata,
+        });
+        for layer in self.layers.iter() {
+            if let Err(refusal) = layer.on_request(&context) {
+                let (reason, detail) = refusal.into_parts();
+                return Err(refuse(reason, detail));
+            }
+        }
+
+        // Building the future runs no user code, but a generated adapter is still code: a panic
+        // while building it is caught like one while running it.
         let run =
             std::panic::catch_unwind(AssertUnwindSafe(|| hosted.provider.dispatch(index, args)));
         Ok(Started {
             run,
-            service,
-            function,
+            context,
+            reply_limit,
+            layered: !self.layers.is_empty(),
             _permit: permit,
         })
     }
@@ -216,9 +268,12 @@ impl Dispatcher {
 struct Started<'a> {
     /// The handler's future, or the panic that building it raised.
     run: std::thread::Result<DispatchFuture>,
-    /// For the log, should the handler panic.
-    service: Cow<'static, str>,
-    function: Cow<'static, str>,
+    /// What the handler reads through `cluster::context()`.
+    context: Context,
+    /// The largest reply the caller reads.
+    reply_limit: usize,
+    /// Whether provider layers are to hear how it ended.
+    layered: bool,
     /// Held until the call ends; lets the next call in when dropped.
     _permit: Permit<'a>,
 }

@@ -3,9 +3,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::options::CallOptions;
 
-/// The version of the framework's wire protocol: the request and reply envelopes. A provider
-/// refuses a request of another wire version with a typed error instead of misreading it.
-pub const WIRE_VERSION: u32 = 1;
+/// The newest version of the framework's wire protocol this build speaks (the handshake and the
+/// envelopes: `docs/wire.md`). A node speaks a range of versions, which its registry entry
+/// carries; a request of a version the provider does not speak is refused with a typed error
+/// instead of misread.
+pub const WIRE_VERSION: u32 = 2;
 
 /// A provider's description: what it is, what it offers and how it wants to be called.
 ///
@@ -27,7 +29,8 @@ pub struct ServiceDescription {
     pub options: CallOptions,
     /// The functions, in declaration order.
     pub functions: Vec<FunctionDescription>,
-    /// The framework wire version the provider speaks ([`WIRE_VERSION`]).
+    /// The newest framework wire version the provider speaks ([`WIRE_VERSION`]); the node's
+    /// whole range is in [`NodeInfo::wire`](crate::registry::NodeInfo::wire).
     pub wire: u32,
 }
 

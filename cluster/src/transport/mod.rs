@@ -3,21 +3,26 @@
 
 mod memory;
 pub(crate) mod tcp;
-mod wire;
-
-use std::net::SocketAddr;
-use std::sync::Arc;
+pub(crate) mod wire;
 
 use tokio::time::Instant;
 
 pub use memory::MemoryNetwork;
-pub(crate) use wire::{Reply, Request};
+pub use wire::WIRE_VERSIONS;
+pub(crate) use wire::{AttemptHead, Envelope, Head, Reply, Request};
 
-/// Bytes a frame needs beyond the encoded arguments or return value: the envelope's fields.
+use crate::registry::NodeInfo;
+
+/// Bytes a frame needs beyond the encoded arguments or return value and the call's metadata:
+/// the envelope's own fields and headers.
 pub(crate) const ENVELOPE_OVERHEAD: usize = 1024;
 
 /// The default largest frame, 8 MiB, as tokio-util's codec.
 pub const DEFAULT_MAX_FRAME: usize = 8 << 20;
+
+/// The largest frame limit a node may set, 1 GiB: above it, a wire 1 frame's length could be
+/// mistaken for the handshake's magic.
+pub const MAX_FRAME_LIMIT: usize = 1 << 30;
 
 /// The client side of a transport. An enum rather than a trait object: the send future then
 /// lives inside the call's own future instead of in a box of its own on every attempt.
@@ -32,13 +37,13 @@ impl Connector {
     /// Sends one attempt and waits for its reply until `deadline`; returns by `deadline`.
     pub(crate) async fn send(
         &self,
-        to: SocketAddr,
-        request: Arc<Request>,
+        to: &NodeInfo,
+        envelope: Envelope,
         deadline: Instant,
     ) -> Result<Reply, TransportError> {
         match self {
-            Connector::Tcp(tcp) => tcp.send(to, request, deadline).await,
-            Connector::Memory(network) => network.send(to, request, deadline).await,
+            Connector::Tcp(tcp) => tcp.send(to, envelope, deadline).await,
+            Connector::Memory(network) => network.send(to.addr, envelope, deadline).await,
         }
     }
 
@@ -60,4 +65,7 @@ pub(crate) enum TransportError {
     Lost(String),
     /// The deadline passed after it was sent.
     Timeout,
+    /// The peer does not speak a wire version this node speaks: it was never sent, and is not
+    /// sent to that peer again in this call.
+    WireVersion(String),
 }

@@ -75,7 +75,8 @@ async fn oversized_arguments_fail_before_sending_and_oversized_replies_are_refus
     let CallError::Rpc(e) = &err else {
         panic!("expected an RpcError, got {err:?}")
     };
-    assert_eq!(e.kind(), RpcErrorKind::TooLarge);
+    assert_eq!(e.kind(), RpcErrorKind::ReplyTooLarge);
+    assert!(err.may_have_run(), "the function ran");
     assert_eq!(
         e.report().attempts.len(),
         1,

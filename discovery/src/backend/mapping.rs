@@ -32,6 +32,8 @@ pub mod keys {
     pub const DESCRIPTION: &str = "cluster.description";
     /// The largest frame the node accepts, in bytes.
     pub const MAX_FRAME: &str = "cluster.max_frame";
+    /// The wire versions the node speaks, `low-high`.
+    pub const WIRE: &str = "cluster.wire";
 }
 
 fn base(app: &str, id: String, node: &NodeInfo, lease: (u64, u64)) -> Instance {
@@ -43,6 +45,9 @@ fn base(app: &str, id: String, node: &NodeInfo, lease: (u64, u64)) -> Instance {
         .meta(keys::GENERATION, node.generation.to_string());
     if let Some(max) = node.max_frame {
         i = i.meta(keys::MAX_FRAME, max.to_string());
+    }
+    if let Some(wire) = node.wire_text() {
+        i = i.meta(keys::WIRE, wire);
     }
     i.vip_address = Some(app.to_ascii_lowercase());
     i
@@ -86,7 +91,11 @@ fn node_of(i: &Instance) -> Option<NodeInfo> {
         .unwrap_or(0);
     let node = NodeInfo::new(name.clone(), SocketAddr::new(ip, i.port.port), generation);
     let max_frame = i.metadata.get(keys::MAX_FRAME).and_then(|m| m.parse().ok());
-    Some(node.with_max_frame(max_frame))
+    let wire = i
+        .metadata
+        .get(keys::WIRE)
+        .and_then(|w| NodeInfo::parse_wire_text(w));
+    Some(node.with_max_frame(max_frame).with_wire(wire))
 }
 
 /// The node an instance stands for, if it is a node registration of ours and UP.

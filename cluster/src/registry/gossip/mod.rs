@@ -38,6 +38,9 @@ struct Inner {
     config: GossipConfig,
     copy: LocalCopy,
     running: Mutex<Option<Arc<Running>>>,
+    // When the node withdrew (marked itself leaving): its leave need not wait for that news to
+    // spread again.
+    withdrawn: Mutex<Option<tokio::time::Instant>>,
 }
 
 struct Running {
@@ -64,6 +67,7 @@ impl GossipRegistry {
                 config,
                 copy: LocalCopy::default(),
                 running: Mutex::new(None),
+                withdrawn: Mutex::new(None),
             }),
         }
     }
@@ -86,11 +90,28 @@ impl GossipRegistry {
         self.running().ok_or(RegistryError::Stopped)
     }
 
+    /// The running registry, if `node` is the node it belongs to.
+    fn own(&self, node: &str) -> Result<Arc<Running>, RegistryError> {
+        let running = self.running_or_stopped()?;
+        if node != running.own.name {
+            return Err(RegistryError::NotLocal {
+                node: node.to_owned(),
+                own: running.own.name.clone(),
+            });
+        }
+        Ok(running)
+    }
+
     async fn start(&self, own: NodeInfo) -> Result<(), RegistryError> {
         if self.running().is_some() {
             return Ok(());
         }
         let handle = self.spawn(&own).await?;
+        *self
+            .inner
+            .withdrawn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
         let chitchat = handle.chitchat();
         let notify = Arc::new(Notify::new());
         let (live, listener) = {
@@ -230,13 +251,7 @@ async fn watch_gossip(
 impl Registry for GossipRegistry {
     fn register(&self, entry: ServiceEntry) -> RegistryFuture<'_, Result<(), RegistryError>> {
         Box::pin(async move {
-            let running = self.running_or_stopped()?;
-            if entry.node.name != running.own.name {
-                return Err(RegistryError::NotLocal {
-                    node: entry.node.name,
-                    own: running.own.name.clone(),
-                });
-            }
+            self.own(&entry.node.name)?;
             let (key, value) =
                 state::service_key_value(&entry.description, self.inner.config.max_entry_bytes)?;
             self.change(|me| me.set(key, value)).await
@@ -250,13 +265,7 @@ impl Registry for GossipRegistry {
     ) -> RegistryFuture<'_, Result<(), RegistryError>> {
         let (node, key) = (node.to_owned(), state::service_key(service));
         Box::pin(async move {
-            let running = self.running_or_stopped()?;
-            if node != running.own.name {
-                return Err(RegistryError::NotLocal {
-                    node,
-                    own: running.own.name.clone(),
-                });
-            }
+            self.own(&node)?;
             self.change(|me| me.delete(&key)).await
         })
     }
@@ -265,21 +274,39 @@ impl Registry for GossipRegistry {
         Box::pin(self.start(node))
     }
 
-    /// chitchat has no graceful leave: mark the node leaving and delete its entries, push that
-    /// to every peer at once, give it two gossip rounds to spread, then stop.
+    /// Marks the node leaving and deletes its entries, pushed to every peer at once; gossip
+    /// goes on, so this node keeps its copy of everyone else's entries.
+    fn withdraw(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        let node = node.to_owned();
+        Box::pin(async move {
+            self.own(&node)?;
+            self.change(state::mark_leaving).await?;
+            let mut withdrawn = self
+                .inner
+                .withdrawn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            withdrawn.get_or_insert_with(tokio::time::Instant::now);
+            Ok(())
+        })
+    }
+
+    /// chitchat has no graceful leave: withdraw (mark the node leaving, delete its entries,
+    /// push that to every peer), give it two gossip rounds to spread, then stop.
     fn leave(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
         let node = node.to_owned();
         Box::pin(async move {
-            let running = self.running_or_stopped()?;
-            if node != running.own.name {
-                return Err(RegistryError::NotLocal {
-                    node,
-                    own: running.own.name.clone(),
-                });
-            }
-            self.change(state::mark_leaving).await?;
-            // Two rounds: a peer that missed the push (a lost datagram) hears it in a round.
-            tokio::time::sleep(2 * self.inner.config.gossip_interval).await;
+            self.withdraw(&node).await?;
+            // Two rounds since the withdrawal: a peer that missed the push (a lost datagram)
+            // hears it in a round. A drain usually took longer than that already.
+            let since = *self
+                .inner
+                .withdrawn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let spread = since.unwrap_or_else(tokio::time::Instant::now)
+                + 2 * self.inner.config.gossip_interval;
+            tokio::time::sleep_until(spread).await;
             if let Some(running) = self.stop().await {
                 let _ = running.handle.initiate_shutdown();
             }

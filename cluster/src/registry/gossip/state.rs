@@ -13,6 +13,8 @@ use crate::service::ServiceDescription;
 const RPC: &str = "rpc";
 /// The largest frame it accepts.
 const MAX_FRAME: &str = "frame";
+/// The wire versions it speaks, `low-high`.
+const WIRE: &str = "wire";
 /// `up` or `leaving`: a leaving node is out of every lookup as soon as peers hear it.
 const STATUS: &str = "status";
 const LEAVING: &str = "leaving";
@@ -30,6 +32,9 @@ pub(super) fn initial_keys(own: &NodeInfo) -> Vec<(String, String)> {
     ];
     if let Some(max) = own.max_frame {
         keys.push((MAX_FRAME.to_owned(), max.to_string()));
+    }
+    if let Some(wire) = own.wire_text() {
+        keys.push((WIRE.to_owned(), wire));
     }
     keys
 }
@@ -95,7 +100,10 @@ pub(super) fn build_index(cc: &Chitchat) -> Index {
             continue;
         };
         let max_frame = state.get(MAX_FRAME).and_then(|m| m.parse().ok());
-        let node = NodeInfo::new(&*id.node_id, addr, id.generation_id).with_max_frame(max_frame);
+        let wire = state.get(WIRE).and_then(NodeInfo::parse_wire_text);
+        let node = NodeInfo::new(&*id.node_id, addr, id.generation_id)
+            .with_max_frame(max_frame)
+            .with_wire(wire);
         index.nodes.insert(node.name.clone(), node.clone());
         for (key, value) in state.iter_prefix(SERVICE) {
             match serde_json::from_str::<ServiceDescription>(&value.value) {

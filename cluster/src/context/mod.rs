@@ -1,0 +1,306 @@
+//! The call context: what a handler knows about the call it serves (who called, the request id,
+//! how long it has, the caller's metadata), and what a call made inside that handler inherits
+//! from it (the deadline, the request id, cancellation). `docs/calls.md` ("A call inside a
+//! call") walks through it.
+//!
+//! The context is a task-local, set by the provider's dispatcher around the handler's future and
+//! read with [`context()`]. A task-local rather than an argument: the trait a user writes stays
+//! the trait a client calls, and code deep inside a handler (a repository, a helper) reaches it
+//! without threading a parameter through. A task the handler spawns does not inherit task-locals;
+//! [`Context::scope`] carries the context into it.
+
+mod metadata;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+pub use metadata::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, MetadataTooLarge};
+
+tokio::task_local! {
+    static CURRENT: Context;
+}
+
+/// The context of the call the current task is serving, if it is serving one.
+///
+/// ```
+/// # #[cluster::service(name = "orders", version = "1.0.0")]
+/// # pub trait Orders { async fn place(&self, item: String) -> String; }
+/// struct Shop;
+/// impl Orders for Shop {
+///     async fn place(&self, item: String) -> String {
+///         let ctx = cluster::context().expect("called by the framework");
+///         format!(
+///             "{item} for {} (request {}, {:?} left, tenant {:?})",
+///             ctx.caller().unwrap_or("?"),
+///             ctx.request_id(),
+///             ctx.remaining(),
+///             ctx.metadata().get("tenant"),
+///         )
+///     }
+/// }
+/// ```
+pub fn context() -> Option<Context> {
+    Context::current()
+}
+
+/// What a handler knows about the call it serves. Cheap to clone.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    service: Cow<'static, str>,
+    function: Cow<'static, str>,
+    caller: Option<String>,
+    request_id: RequestId,
+    attempt: u32,
+    deadline: Instant,
+    budget_deadline: Option<Instant>,
+    metadata: Metadata,
+    cancelled: AtomicBool,
+    wake: Notify,
+}
+
+/// What the dispatcher knows of a request when it builds its context.
+pub(crate) struct Received {
+    pub(crate) service: Cow<'static, str>,
+    pub(crate) function: Cow<'static, str>,
+    pub(crate) caller: Option<String>,
+    pub(crate) request_id: RequestId,
+    pub(crate) attempt: u32,
+    pub(crate) deadline: Instant,
+    pub(crate) budget_left: Option<Duration>,
+    pub(crate) metadata: Metadata,
+}
+
+impl Context {
+    pub(crate) fn new(received: Received) -> Self {
+        let Received {
+            service,
+            function,
+            caller,
+            request_id,
+            attempt,
+            deadline,
+            budget_left,
+            metadata,
+        } = received;
+        // The caller's budget can never end before the attempt it is paying for.
+        let budget_deadline = budget_left
+            .and_then(|left| Instant::now().checked_add(left))
+            .map(|end| end.max(deadline));
+        Self {
+            inner: Arc::new(Inner {
+                service,
+                function,
+                caller,
+                request_id,
+                attempt,
+                deadline,
+                budget_deadline,
+                metadata,
+                cancelled: AtomicBool::new(false),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    /// The context of the call the current task serves.
+    pub fn current() -> Option<Context> {
+        CURRENT.try_with(Context::clone).ok()
+    }
+
+    /// Runs `future` with this context as the current one: for a task the handler spawns, so
+    /// that the calls it makes inherit this call's deadline, request id and cancellation.
+    ///
+    /// ```no_run
+    /// # async fn handler() {
+    /// let ctx = cluster::context().expect("inside a handler");
+    /// tokio::spawn(ctx.scope(async {
+    ///     // calls made here end when the handler's call does
+    /// }));
+    /// # }
+    /// ```
+    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
+        CURRENT.scope(self.clone(), future)
+    }
+
+    /// The service called.
+    pub fn service(&self) -> &str {
+        &self.inner.service
+    }
+
+    /// The function called.
+    pub fn function(&self) -> &str {
+        &self.inner.function
+    }
+
+    /// The name of the calling node, as it introduced itself; `None` from a peer on wire
+    /// version 1, which does not say.
+    pub fn caller(&self) -> Option<&str> {
+        self.inner.caller.as_deref()
+    }
+
+    /// The request id: the same on every attempt of a call, and on every call made inside its
+    /// handler (unless one asked for its own).
+    pub fn request_id(&self) -> RequestId {
+        self.inner.request_id
+    }
+
+    /// Which attempt of its call this is, from 1; 0 from a peer on wire version 1.
+    pub fn attempt(&self) -> u32 {
+        self.inner.attempt
+    }
+
+    /// When this attempt's time is up: the provider stops the handler then.
+    pub fn deadline(&self) -> Instant {
+        self.inner.deadline
+    }
+
+    /// The time left until [`deadline`](Self::deadline).
+    pub fn remaining(&self) -> Duration {
+        self.inner
+            .deadline
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// The time left in the caller's whole budget (this attempt and any it may still retry);
+    /// `None` when the caller did not say (wire version 1).
+    pub fn budget_remaining(&self) -> Option<Duration> {
+        self.inner
+            .budget_deadline
+            .map(|end| end.saturating_duration_since(Instant::now()))
+    }
+
+    /// The metadata the caller set on this call.
+    pub fn metadata(&self) -> &Metadata {
+        &self.inner.metadata
+    }
+
+    /// Whether the call has ended for its handler: it finished, its deadline passed or its
+    /// caller gave up. Calls made in its context fail with `Cancelled` from then on.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Waits until [`is_cancelled`](Self::is_cancelled).
+    pub async fn cancelled(&self) {
+        loop {
+            let woken = self.inner.wake.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.inner.cancelled.store(true, Ordering::Release);
+        self.inner.wake.notify_waiters();
+    }
+
+    /// Runs a handler's future as the call this context describes, and marks the context
+    /// cancelled when the future ends or is dropped (its caller gave up, its deadline passed).
+    pub(crate) fn run<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
+        let guard = CancelOnDrop(self.clone());
+        CURRENT.scope(self, async move {
+            let _guard = guard;
+            future.await
+        })
+    }
+}
+
+struct CancelOnDrop(Context);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("service", &self.service())
+            .field("function", &self.function())
+            .field("caller", &self.caller())
+            .field("request_id", &self.request_id())
+            .field("attempt", &self.attempt())
+            .field("remaining", &self.remaining())
+            .field("metadata", self.metadata())
+            .finish()
+    }
+}
+
+/// Identifies one call and the calls made on its behalf: 128 bits, shown as 32 hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct RequestId(pub u128);
+
+impl RequestId {
+    /// A new id from a node's generation (unique per process start) and a counter of its own.
+    pub(crate) fn new(generation: u64, sequence: u64) -> Self {
+        RequestId((u128::from(generation) << 64) | u128::from(sequence))
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn received() -> Received {
+        Received {
+            service: "s".into(),
+            function: "f".into(),
+            caller: Some("web-1".into()),
+            request_id: RequestId::new(1, 2),
+            attempt: 1,
+            deadline: Instant::now() + Duration::from_secs(1),
+            budget_left: Some(Duration::from_millis(10)),
+            metadata: Metadata::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_sees_its_context_and_it_is_cancelled_when_the_handler_ends() {
+        assert!(context().is_none());
+        let ctx = Context::new(received());
+        assert_eq!(
+            ctx.budget_remaining(),
+            Some(Duration::from_secs(1)),
+            "a budget never ends before its attempt"
+        );
+        let seen = ctx
+            .clone()
+            .run(async { context().map(|c| c.request_id()) })
+            .await;
+        assert_eq!(seen, Some(RequestId::new(1, 2)));
+        assert!(ctx.is_cancelled());
+        ctx.cancelled().await;
+    }
+
+    #[tokio::test]
+    async fn a_dropped_handler_cancels_its_context() {
+        let ctx = Context::new(received());
+        let waiter = tokio::spawn({
+            let ctx = ctx.clone();
+            async move { ctx.cancelled().await }
+        });
+        drop(ctx.clone().run(std::future::pending::<()>()));
+        waiter.await.unwrap();
+        assert_eq!(RequestId::new(1, 2).to_string().len(), 32);
+    }
+}

@@ -1,0 +1,337 @@
+//! The client's side: a pool of one tarpc connection per peer, opened by one connection attempt
+//! at a time (the calls that need it meanwhile wait for that one), under a connect timeout of
+//! its own, and a bound on requests in flight on each connection that this side enforces, so
+//! that a request never waits in tarpc's queue where a timeout could not tell whether it left.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use tarpc::tokio_serde::formats::Bincode;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use crate::registry::NodeInfo;
+use crate::transport::TransportError;
+use crate::transport::wire::handshake::{self, Hello};
+use crate::transport::wire::{self, Envelope, Reply, v1, v2};
+
+/// What the connector needs to know to open connections.
+#[derive(Clone)]
+pub(crate) struct ConnectConfig {
+    /// This node's name, said in every handshake.
+    pub(crate) node: Arc<str>,
+    pub(crate) versions: RangeInclusive<u32>,
+    pub(crate) max_frame: usize,
+    /// How long opening a connection (TCP and the handshake) may take.
+    pub(crate) connect_timeout: Duration,
+    /// Requests in flight on one connection; more wait here, where waiting means "not sent".
+    pub(crate) max_in_flight: usize,
+}
+
+/// The client side: a pool of one tarpc connection per peer.
+pub(crate) struct TcpConnector {
+    pool: Arc<Mutex<HashMap<SocketAddr, Slot>>>,
+    config: ConnectConfig,
+    attempts: AtomicU64,
+}
+
+enum Slot {
+    Open(Connection),
+    /// One connection attempt under way; every call that needs the peer waits for it.
+    Connecting(
+        u64,
+        Shared<BoxFuture<'static, Result<Connection, TransportError>>>,
+    ),
+}
+
+/// One pooled connection: the tarpc client in its wire version, its dispatch task (whose end
+/// means the connection is closed), and the permits for requests in flight on it.
+#[derive(Clone)]
+struct Connection {
+    client: WireClient,
+    dispatch: tokio::task::AbortHandle,
+    permits: Arc<Semaphore>,
+}
+
+#[derive(Clone)]
+enum WireClient {
+    V1(v1::WireClient),
+    V2(v2::WireClient),
+}
+
+impl Connection {
+    fn is_open(&self) -> bool {
+        !self.dispatch.is_finished()
+    }
+}
+
+impl TcpConnector {
+    pub(crate) fn new(config: ConnectConfig) -> Self {
+        Self {
+            pool: Arc::default(),
+            config,
+            attempts: AtomicU64::new(0),
+        }
+    }
+
+    fn pool(&self) -> MutexGuard<'_, HashMap<SocketAddr, Slot>> {
+        lock(&self.pool)
+    }
+
+    /// Removes `conn` from the pool, unless another call has replaced it already.
+    fn evict(&self, to: SocketAddr, conn: &Connection) {
+        let mut pool = self.pool();
+        if let Some(Slot::Open(c)) = pool.get(&to)
+            && c.dispatch.id() == conn.dispatch.id()
+        {
+            pool.remove(&to);
+        }
+    }
+
+    /// Closes every pooled connection (the node is stopping).
+    pub(crate) fn close(&self) {
+        for (_, slot) in self.pool().drain() {
+            if let Slot::Open(conn) = slot {
+                conn.dispatch.abort();
+            }
+        }
+    }
+
+    /// The pooled connection to `to`, or the one being opened, or a new one.
+    async fn connection(
+        &self,
+        to: &NodeInfo,
+        version: u32,
+        deadline: Instant,
+    ) -> Result<Connection, TransportError> {
+        let addr = to.addr;
+        let pending = {
+            let mut pool = self.pool();
+            match pool.get(&addr) {
+                Some(Slot::Open(conn)) if conn.is_open() => return Ok(conn.clone()),
+                Some(Slot::Connecting(_, pending)) => pending.clone(),
+                _ => {
+                    let id = self.attempts.fetch_add(1, Ordering::Relaxed);
+                    // A task of its own: the attempt goes on (and settles the pool) even if
+                    // every call waiting for it gives up first.
+                    let task = tokio::spawn(open(
+                        self.config.clone(),
+                        to.clone(),
+                        version,
+                        Arc::clone(&self.pool),
+                        id,
+                    ));
+                    let pending = async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(TransportError::NotSent(format!("connecting failed: {e}")))
+                        })
+                    }
+                    .boxed()
+                    .shared();
+                    pool.insert(addr, Slot::Connecting(id, pending.clone()));
+                    pending
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, pending).await {
+            Ok(result) => result,
+            Err(_) => Err(TransportError::NotSent(format!(
+                "the connection to {to} was still being opened when the attempt's time ran out"
+            ))),
+        }
+    }
+
+    pub(crate) async fn send(
+        &self,
+        to: &NodeInfo,
+        envelope: Envelope,
+        deadline: Instant,
+    ) -> Result<Reply, TransportError> {
+        let Some(version) = wire::common(&self.config.versions, &to.wire_versions()) else {
+            return Err(TransportError::WireVersion(format!(
+                "{to} speaks wire versions {:?}, this node {:?}",
+                to.wire_versions(),
+                self.config.versions
+            )));
+        };
+        let conn = self.connection(to, version, deadline).await?;
+        // Waiting here is waiting before the request is handed to tarpc: it has not left.
+        let Ok(Ok(_permit)) = tokio::time::timeout_at(deadline, conn.permits.acquire()).await
+        else {
+            return Err(TransportError::NotSent(format!(
+                "{} requests were in flight to {to} and none ended in time",
+                self.config.max_in_flight
+            )));
+        };
+        let mut ctx = tarpc::context::current();
+        ctx.deadline =
+            std::time::Instant::now() + deadline.saturating_duration_since(Instant::now());
+        let result = match &conn.client {
+            WireClient::V2(client) => {
+                let call = client.call(ctx, v2::Shared(envelope));
+                tokio::time::timeout_at(deadline, call)
+                    .await
+                    .map(|r| r.map(|reply| reply.0))
+            }
+            WireClient::V1(client) => {
+                let call = client.call(ctx, v1::Shared { wire: 1, envelope });
+                tokio::time::timeout_at(deadline, call)
+                    .await
+                    .map(|r| r.map(Reply::from))
+            }
+        };
+        let Ok(result) = result else {
+            return Err(TransportError::Timeout);
+        };
+        use tarpc::client::RpcError as E;
+        match result {
+            Ok(reply) => Ok(reply),
+            // tarpc says `Shutdown` both when a request could not be queued and when the
+            // connection closed with the request in flight. It was open when the request was
+            // handed over, so the request may have reached the provider.
+            Err(E::Shutdown) => {
+                self.evict(to.addr, &conn);
+                Err(TransportError::Lost(format!(
+                    "the connection to {to} closed with the request in flight"
+                )))
+            }
+            Err(E::Send(e)) => Err(TransportError::NotSent(format!("cannot send to {to}: {e}"))),
+            Err(E::Channel(e)) => {
+                self.evict(to.addr, &conn);
+                Err(TransportError::Lost(format!(
+                    "the connection to {to} broke: {e}"
+                )))
+            }
+            Err(E::DeadlineExceeded) => Err(TransportError::Timeout),
+            // tarpc's own refusals (throttling) happen before the handler runs.
+            Err(E::Server(e)) => Err(TransportError::NotSent(format!(
+                "{to} refused the request: {}",
+                e.detail
+            ))),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One connection attempt: TCP, the handshake (wire 2 and later), the tarpc client. Puts its
+/// outcome in the pool (the connection, or no entry so that the next call tries again).
+async fn open(
+    config: ConnectConfig,
+    to: NodeInfo,
+    version: u32,
+    pool: Arc<Mutex<HashMap<SocketAddr, Slot>>>,
+    id: u64,
+) -> Result<Connection, TransportError> {
+    let result =
+        match tokio::time::timeout(config.connect_timeout, connect(&config, &to, version)).await {
+            Ok(result) => result,
+            Err(_) => Err(TransportError::NotSent(format!(
+                "connecting to {to} took longer than the connect timeout ({:?})",
+                config.connect_timeout
+            ))),
+        };
+    let mut pool = lock(&pool);
+    if matches!(pool.get(&to.addr), Some(Slot::Connecting(current, _)) if *current == id) {
+        match &result {
+            Ok(conn) => {
+                // Connections that have closed (peers gone after a deploy) are dropped here,
+                // so the pool does not grow with history.
+                pool.retain(|_, slot| !matches!(slot, Slot::Open(c) if !c.is_open()));
+                pool.insert(to.addr, Slot::Open(conn.clone()));
+            }
+            Err(_) => {
+                pool.remove(&to.addr);
+            }
+        }
+    }
+    result
+}
+
+async fn connect(
+    config: &ConnectConfig,
+    to: &NodeInfo,
+    version: u32,
+) -> Result<Connection, TransportError> {
+    let mut stream = TcpStream::connect(to.addr)
+        .await
+        .map_err(|e| TransportError::NotSent(format!("cannot connect to {to}: {e}")))?;
+    let _ = stream.set_nodelay(true);
+    if version >= 2 {
+        let hello = Hello {
+            versions: (2.max(*config.versions.start()), *config.versions.end()),
+            features: handshake::FEATURES
+                .iter()
+                .map(|f| (*f).to_owned())
+                .collect(),
+            node: config.node.to_string(),
+            max_frame: config.max_frame as u64,
+        };
+        let welcome = handshake::offer(&mut stream, &hello)
+            .await
+            .map_err(|e| TransportError::NotSent(format!("the handshake with {to} failed: {e}")))?;
+        if let Some(why) = welcome.refusal {
+            return Err(TransportError::WireVersion(why));
+        }
+        if !config.versions.contains(&welcome.version) || welcome.version < 2 {
+            return Err(TransportError::WireVersion(format!(
+                "{to} agreed to wire version {}, which this node did not offer",
+                welcome.version
+            )));
+        }
+        // The address is the registry's; the name is the peer's own. They differ when the
+        // entry is stale (another node took the port): the request goes elsewhere.
+        if welcome.node != to.name {
+            return Err(TransportError::NotSent(format!(
+                "{} is node `{}`, not `{}`: the registry entry is stale",
+                to.addr, welcome.node, to.name
+            )));
+        }
+    }
+    let codec = LengthDelimitedCodec::builder()
+        .max_frame_length(config.max_frame)
+        .new_codec();
+    let framed = Framed::new(stream, codec);
+    let mut tarpc_config = tarpc::client::Config::default();
+    tarpc_config.max_in_flight_requests = config.max_in_flight;
+    let (client, dispatch) = if version >= 2 {
+        let transport = tarpc::serde_transport::new(framed, Bincode::default());
+        let tarpc::client::NewClient { client, dispatch } =
+            v2::WireClient::new(tarpc_config, transport);
+        (WireClient::V2(client), spawn_dispatch(to, dispatch))
+    } else {
+        let transport = tarpc::serde_transport::new(framed, Bincode::default());
+        let tarpc::client::NewClient { client, dispatch } =
+            v1::WireClient::new(tarpc_config, transport);
+        (WireClient::V1(client), spawn_dispatch(to, dispatch))
+    };
+    Ok(Connection {
+        client,
+        dispatch,
+        permits: Arc::new(Semaphore::new(config.max_in_flight)),
+    })
+}
+
+fn spawn_dispatch<F, E>(to: &NodeInfo, dispatch: F) -> tokio::task::AbortHandle
+where
+    F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display,
+{
+    let to = to.clone();
+    tokio::spawn(async move {
+        if let Err(e) = dispatch.await {
+            tracing::debug!("the connection to {to} closed: {e}");
+        }
+    })
+    .abort_handle()
+}

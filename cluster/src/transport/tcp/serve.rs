@@ -1,0 +1,206 @@
+//! The provider's side: one listener; per connection, the handshake (or a first-release peer
+//! recognised without one), then tarpc in the agreed wire version.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tarpc::server::{BaseChannel, Channel};
+use tarpc::tokio_serde::formats::Bincode;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::bytes::{Bytes, BytesMut};
+use tokio_util::codec::{Framed, FramedParts, LengthDelimitedCodec};
+
+use crate::error::Reason;
+use crate::server::Dispatcher;
+use crate::transport::wire::handshake::{self, Opening};
+use crate::transport::wire::v1::Wire as _;
+use crate::transport::wire::v2::Wire as _;
+use crate::transport::wire::{Reply, v1, v2};
+
+/// How long a new connection has to say how it opens (a handshake, or a wire 1 frame).
+const OPENING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the listener needs to know to serve connections.
+#[derive(Clone)]
+pub(crate) struct ServeConfig {
+    pub(crate) node: Arc<str>,
+    pub(crate) versions: RangeInclusive<u32>,
+    pub(crate) max_frame: usize,
+}
+
+/// Listens on `addr` until `stop` turns true; then closes the listener and every connection,
+/// which aborts the handlers still running.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    dispatcher: Arc<Dispatcher>,
+    config: ServeConfig,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let mut connections = JoinSet::new();
+        let mut pause = false;
+        loop {
+            if std::mem::take(&mut pause) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::select! {
+                _ = stop.wait_for(|stopped| *stopped) => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        connections.spawn(connection(stream, peer, dispatcher.clone(), config.clone()));
+                    }
+                    // A failed accept (a peer that reset at once, too many open files) costs
+                    // that connection, not the listener; a pause keeps a persistent cause
+                    // (out of file handles) from spinning the loop.
+                    Err(e) => {
+                        tracing::warn!("accepting a connection on {local} failed: {e}");
+                        pause = true;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        // Dropping the set aborts every connection task: sockets close and tarpc aborts the
+        // handlers still in flight on them.
+    });
+    Ok((local, task))
+}
+
+/// One connection, from its first byte to its close.
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    dispatcher: Arc<Dispatcher>,
+    config: ServeConfig,
+) {
+    // Replies are small frames written one by one: without this, Nagle's algorithm holds each
+    // behind the client's delayed ACK.
+    let _ = stream.set_nodelay(true);
+    let codec = LengthDelimitedCodec::builder()
+        .max_frame_length(config.max_frame)
+        .new_codec();
+    let opening = tokio::time::timeout(OPENING_TIMEOUT, handshake::open(&mut stream)).await;
+    match opening {
+        Ok(Ok(Opening::Hello(hello))) => {
+            let welcome = handshake::welcome(
+                &hello,
+                &config.versions,
+                &config.node,
+                config.max_frame as u64,
+            );
+            let answered =
+                tokio::time::timeout(OPENING_TIMEOUT, handshake::answer(&mut stream, &welcome))
+                    .await;
+            if !matches!(answered, Ok(Ok(()))) || welcome.version == 0 {
+                if let Some(why) = welcome.refusal {
+                    tracing::debug!("refused a connection from {peer} ({}): {why}", hello.node);
+                }
+                return;
+            }
+            let transport =
+                tarpc::serde_transport::new(Framed::new(stream, codec), Bincode::default());
+            BaseChannel::with_defaults(transport)
+                .execute(V2(dispatcher).serve())
+                .for_each(|call| async {
+                    tokio::spawn(call);
+                })
+                .await;
+        }
+        Ok(Ok(Opening::Legacy(first))) => {
+            // The four bytes read to tell the two apart begin the peer's first frame.
+            let mut parts = FramedParts::new::<Bytes>(stream, codec);
+            parts.read_buf = BytesMut::from(&first[..]);
+            let transport =
+                tarpc::serde_transport::new(Framed::from_parts(parts), Bincode::default());
+            let server = V1 {
+                dispatcher,
+                speaks_v1: config.versions.contains(&1),
+                versions: config.versions.clone(),
+            };
+            BaseChannel::with_defaults(transport)
+                .execute(server.serve())
+                .for_each(|call| async {
+                    tokio::spawn(call);
+                })
+                .await;
+        }
+        Ok(Err(e)) => tracing::debug!("a connection from {peer} did not open correctly: {e}"),
+        Err(_) => {
+            tracing::debug!("a connection from {peer} said nothing within {OPENING_TIMEOUT:?}")
+        }
+    }
+}
+
+/// tarpc carries the deadline as a relative duration; this rebuilds it against tokio's clock.
+fn deadline_of(ctx: &tarpc::context::Context) -> Instant {
+    let left = ctx
+        .deadline
+        .saturating_duration_since(std::time::Instant::now());
+    Instant::now()
+        .checked_add(left)
+        .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+#[derive(Clone)]
+struct V2(Arc<Dispatcher>);
+
+impl v2::Wire for V2 {
+    // Not an `async fn`: that would keep its arguments (the context, the request) in every
+    // request's task beside the handler's future for as long as the call runs.
+    fn call(
+        self,
+        ctx: tarpc::context::Context,
+        request: v2::Shared,
+    ) -> impl Future<Output = v2::Shared2> {
+        let deadline = deadline_of(&ctx);
+        async move { v2::Shared2(self.0.handle(request.0, deadline).await) }
+    }
+}
+
+#[derive(Clone)]
+struct V1 {
+    dispatcher: Arc<Dispatcher>,
+    speaks_v1: bool,
+    versions: RangeInclusive<u32>,
+}
+
+impl v1::Wire for V1 {
+    fn call(
+        self,
+        ctx: tarpc::context::Context,
+        request: v1::Shared,
+    ) -> impl Future<Output = v1::Reply1> {
+        let deadline = deadline_of(&ctx);
+        let refusal = (!self.speaks_v1 || request.wire != 1).then(|| {
+            Reply::Refused(
+                Reason::WireVersion.code(),
+                format!(
+                    "a request of wire version {} without a handshake; this node speaks {}..={}",
+                    request.wire,
+                    self.versions.start(),
+                    self.versions.end()
+                ),
+            )
+        });
+        async move {
+            match refusal {
+                Some(refused) => refused.into(),
+                None => self
+                    .dispatcher
+                    .handle(request.envelope, deadline)
+                    .await
+                    .into(),
+            }
+        }
+    }
+}

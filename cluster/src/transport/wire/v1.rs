@@ -1,0 +1,170 @@
+//! Wire version 1, the first release's: no handshake, a request is
+//! `(wire, service, function, signature, args)` and a reply a bincode enum. Kept byte for byte,
+//! so that nodes of the first release and of this one call each other during an upgrade; it
+//! carries no headers (no caller, request id, budget, metadata or reply limit).
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::ser::SerializeTuple;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_bytes::{ByteBuf, Bytes};
+
+use super::{AttemptHead, Envelope, Head, Reply, Request};
+
+#[tarpc::service]
+pub(crate) trait Wire {
+    /// Runs one attempt of a call.
+    async fn call(request: Shared) -> Reply1;
+}
+
+/// An attempt as wire 1 carries it, and the wire version its sender wrote in it (always 1 from
+/// a conforming peer).
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    pub(crate) wire: u32,
+    pub(crate) envelope: Envelope,
+}
+
+impl Serialize for Shared {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let request = &self.envelope.request;
+        let mut tuple = serializer.serialize_tuple(5)?;
+        tuple.serialize_element(&self.wire)?;
+        tuple.serialize_element(&*request.service)?;
+        tuple.serialize_element(&*request.function)?;
+        tuple.serialize_element(&request.signature)?;
+        tuple.serialize_element(Bytes::new(&request.args))?;
+        tuple.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Shared {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Shared;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a wire 1 request")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shared, A::Error> {
+                let missing = || de::Error::custom("a wire 1 request is missing fields");
+                let wire: u32 = seq.next_element()?.ok_or_else(missing)?;
+                let service: String = seq.next_element()?.ok_or_else(missing)?;
+                let function: String = seq.next_element()?.ok_or_else(missing)?;
+                let signature: u64 = seq.next_element()?.ok_or_else(missing)?;
+                let args: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
+                let request = Request {
+                    service: service.into(),
+                    function: function.into(),
+                    signature,
+                    args: args.into_vec(),
+                    head: Head::default(),
+                };
+                Ok(Shared {
+                    wire,
+                    envelope: Envelope {
+                        request: Arc::new(request),
+                        attempt: AttemptHead::default(),
+                    },
+                })
+            }
+        }
+        deserializer.deserialize_tuple(5, Fields)
+    }
+}
+
+/// The reply of wire 1, as the first release declared it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum Reply1 {
+    Done(#[serde(with = "serde_bytes")] Vec<u8>),
+    Refused(u16, String),
+    Panicked(String),
+    TooLarge(String),
+    Undeliverable(String),
+    Expired,
+}
+
+impl From<Reply> for Reply1 {
+    fn from(reply: Reply) -> Self {
+        match reply {
+            Reply::Done(bytes) => Reply1::Done(bytes),
+            Reply::Refused(code, detail) => Reply1::Refused(code, detail),
+            Reply::Panicked(message) => Reply1::Panicked(message),
+            Reply::TooLarge(detail) => Reply1::TooLarge(detail),
+            Reply::Undeliverable(detail) => Reply1::Undeliverable(detail),
+            Reply::Expired => Reply1::Expired,
+        }
+    }
+}
+
+impl From<Reply1> for Reply {
+    fn from(reply: Reply1) -> Self {
+        match reply {
+            Reply1::Done(bytes) => Reply::Done(bytes),
+            Reply1::Refused(code, detail) => Reply::Refused(code, detail),
+            Reply1::Panicked(message) => Reply::Panicked(message),
+            Reply1::TooLarge(detail) => Reply::TooLarge(detail),
+            Reply1::Undeliverable(detail) => Reply::Undeliverable(detail),
+            Reply1::Expired => Reply::Expired,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::pin::Pin;
+
+    use tarpc::tokio_serde::formats::Bincode;
+    use tarpc::tokio_serde::{Deserializer as _, Serializer as _};
+
+    use super::*;
+
+    /// The first release's request, as it declared it.
+    #[derive(Serialize)]
+    struct FirstRelease {
+        wire: u32,
+        service: Cow<'static, str>,
+        function: Cow<'static, str>,
+        signature: u64,
+        #[serde(with = "serde_bytes")]
+        args: Vec<u8>,
+    }
+
+    #[test]
+    fn a_request_is_written_byte_for_byte_as_the_first_release_wrote_it() {
+        let first = FirstRelease {
+            wire: 1,
+            service: "search".into(),
+            function: "search".into(),
+            signature: 42,
+            args: vec![1, 2, 3],
+        };
+        let ours = Shared {
+            wire: 1,
+            envelope: Envelope {
+                request: Arc::new(Request {
+                    service: "search".into(),
+                    function: "search".into(),
+                    signature: 42,
+                    args: vec![1, 2, 3],
+                    head: Head::default(),
+                }),
+                attempt: AttemptHead::default(),
+            },
+        };
+        let theirs = Pin::new(&mut Bincode::<(), FirstRelease>::default())
+            .serialize(&first)
+            .unwrap();
+        let mut codec = Bincode::<Shared, Shared>::default();
+        let bytes = Pin::new(&mut codec).serialize(&ours).unwrap();
+        assert_eq!(bytes, theirs);
+        let back = Pin::new(&mut codec).deserialize(&bytes[..].into()).unwrap();
+        assert_eq!(
+            (back.wire, &back.envelope.request.args[..]),
+            (1, &[1, 2, 3][..])
+        );
+    }
+}
