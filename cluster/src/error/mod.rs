@@ -2,12 +2,14 @@
 //! found or could not run the call) or an [`RpcError`] (the call did not get through, or its
 //! result did not come back). See `docs/errors.md` for how to read each.
 
+mod downstream;
 pub(crate) mod report;
 mod rpc;
 mod service;
 
 use std::fmt;
 
+pub use downstream::Downstream;
 pub use report::{AttemptRecord, CallReport, ProviderRef};
 pub use rpc::{RpcError, RpcErrorKind};
 pub use service::{Reason, ServiceError};

@@ -1,0 +1,154 @@
+//! Connections: a connect timeout of their own, one connection attempt per peer at a time,
+//! requests in flight bounded on this side, and each caller's reply limit. Real TCP.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use cluster::registry::{NodeInfo, ServiceEntry};
+use cluster::{CallError, Registry, RpcErrorKind};
+
+use crate::support::{Cluster, Engine, Mode, SearchClient, SearchServer};
+use crate::{Net, OrdersClient};
+
+/// A listener that accepts connections, counts them, and never says a word.
+async fn silent_peer() -> (
+    std::net::SocketAddr,
+    Arc<AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (addr, accepted, task)
+}
+
+#[tokio::test]
+async fn a_silent_peer_costs_the_connect_timeout_once_for_all_waiting_calls() {
+    let net = Net::tcp();
+    let (addr, accepted, silent) = silent_peer().await;
+    let ghost = ServiceEntry::new(
+        NodeInfo::new("ghost", addr, 1).with_wire(Some(1..=2)),
+        Arc::new(OrdersClient::description().clone()),
+    );
+    net.registry.register(ghost).await.unwrap();
+    let web = net
+        .builder("web-1")
+        .connect_timeout(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let client = OrdersClient::new(&web);
+
+    let start = Instant::now();
+    let calls: Vec<_> = (0..10)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.whoami().no_retry().await })
+        })
+        .collect();
+    for call in calls {
+        let err = call.await.unwrap().unwrap_err();
+        let CallError::Rpc(e) = &err else {
+            panic!("expected an RpcError, got {err:?}")
+        };
+        assert_eq!(e.kind(), RpcErrorKind::NoConnection, "{err}");
+        assert!(e.detail().contains("connect timeout"), "{err}");
+    }
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the attempt's timeout is 10 s; the connect timeout 200 ms: {took:?}"
+    );
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "ten calls waited for one connection attempt"
+    );
+    silent.abort();
+}
+
+#[tokio::test]
+async fn a_request_waiting_behind_the_in_flight_limit_was_never_sent() {
+    let cluster = Cluster::tcp();
+    let (_provider, engine) = cluster.provider("search-1", Mode::Hang).await;
+    let web = cluster::Node::builder()
+        .name("web-1")
+        .registry(cluster.registry.clone())
+        .max_in_flight_per_connection(1)
+        .start()
+        .await
+        .unwrap();
+    let client = SearchClient::new(&web);
+    let hanging = tokio::spawn({
+        let client = client.clone();
+        async move { client.reindex(true).await }
+    });
+    crate::support::until("the first call runs", || engine.counters.started() == 1).await;
+
+    let err = client
+        .reindex(true)
+        .no_retry()
+        .timeout(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    let CallError::Rpc(e) = &err else {
+        panic!("expected an RpcError, got {err:?}")
+    };
+    assert_eq!(e.kind(), RpcErrorKind::NoConnection, "{err}");
+    assert!(!err.may_have_run(), "it waited on this side: {err}");
+    assert_eq!(engine.counters.started(), 1);
+    hanging.abort();
+}
+
+#[tokio::test]
+async fn a_reply_too_large_for_one_caller_fails_that_call_alone() {
+    let cluster = Cluster::tcp();
+    let provider = cluster.node("search-1").await;
+    let engine = Arc::new(Engine::new(
+        "search-1",
+        Mode::Slow(Duration::from_millis(300)),
+    ));
+    let _r = provider
+        .serve(SearchServer::new(engine.clone()))
+        .await
+        .unwrap();
+    let small = cluster::Node::builder()
+        .name("small-frames")
+        .registry(cluster.registry.clone())
+        .max_frame(64 * 1024)
+        .start()
+        .await
+        .unwrap();
+    let client = SearchClient::new(&small);
+
+    // A call that may not run twice, in flight on the same connection.
+    let deposit = tokio::spawn({
+        let client = client.clone();
+        async move { client.reindex(true).await }
+    });
+    crate::support::until("the deposit runs", || engine.counters.started() == 1).await;
+
+    let err = client.repeat(1, 200_000).await.unwrap_err();
+    let CallError::Rpc(e) = &err else {
+        panic!("expected an RpcError, got {err:?}")
+    };
+    assert_eq!(e.kind(), RpcErrorKind::ReplyTooLarge, "{err}");
+    assert_eq!(e.report().attempts.len(), 1, "it ran; it is not run again");
+    assert!(e.detail().contains("more than the caller reads"), "{err}");
+    assert_eq!(
+        deposit.await.unwrap().unwrap(),
+        42,
+        "the other call was untouched"
+    );
+    assert_eq!(client.repeat(1, 1000).await.unwrap().len(), 1000);
+    assert_eq!(engine.counters.started(), 1, "the deposit ran once");
+}

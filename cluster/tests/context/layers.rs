@@ -1,0 +1,135 @@
+//! Client and provider layers, over real TCP.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cluster::context::{Context, Metadata};
+use cluster::layer::{CallInfo, ClientLayer, Outcome, ProviderLayer, Refusal, Served};
+use cluster::{CallError, Reason};
+
+use crate::{Net, OrdersClient, Plan};
+
+#[derive(Default, Clone)]
+struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+/// Puts a tenant on every call and logs every outcome.
+struct Tenant(Log);
+
+impl ClientLayer for Tenant {
+    fn on_call(&self, call: &CallInfo<'_>, metadata: &mut Metadata) -> Result<(), String> {
+        if call.function == "place" {
+            return Err("placing orders is off today".into());
+        }
+        metadata.insert("tenant", "acme");
+        Ok(())
+    }
+
+    fn on_outcome(&self, call: &CallInfo<'_>, outcome: Outcome<'_>, _elapsed: Duration) {
+        let outcome = match outcome {
+            Outcome::Ok => "ok".to_owned(),
+            Outcome::App => "app".to_owned(),
+            Outcome::Failed(e) => format!("failed: {}", e.report().map_or(0, |r| r.attempts.len())),
+            _ => "other".to_owned(),
+        };
+        self.0
+            .0
+            .lock()
+            .unwrap()
+            .push(format!("{}.{} {outcome}", call.service, call.function));
+    }
+}
+
+/// Serves only callers that name a tenant; logs what it served.
+struct RequireTenant(Log);
+
+impl ProviderLayer for RequireTenant {
+    fn on_request(&self, ctx: &Context) -> Result<(), Refusal> {
+        match ctx.metadata().get("tenant") {
+            Some(_) => Ok(()),
+            None => Err(Refusal::rejected(format!(
+                "{} named no tenant",
+                ctx.caller().unwrap_or("?")
+            ))),
+        }
+    }
+
+    fn on_served(&self, ctx: &Context, served: Served, _elapsed: Duration) {
+        self.0
+            .0
+            .lock()
+            .unwrap()
+            .push(format!("{} {served:?}", ctx.function()));
+    }
+}
+
+#[tokio::test]
+async fn a_provider_layer_refuses_before_the_handler_and_a_client_layer_adds_and_observes() {
+    let net = Net::tcp();
+    let served = Log::default();
+    let orders = net
+        .builder("orders-1")
+        .provider_layer(RequireTenant(served.clone()))
+        .start()
+        .await
+        .unwrap();
+    let shop = Arc::new(crate::Shop::new(&orders, Plan::Pay));
+    let _r = orders.serve(crate::OrdersServer::new(shop)).await.unwrap();
+
+    let plain = net.node("plain").await;
+    let err = OrdersClient::new(&plain).whoami().await.unwrap_err();
+    let CallError::Service(e) = &err else {
+        panic!("expected a ServiceError, got {err:?}")
+    };
+    assert_eq!(e.reason(), Reason::Rejected);
+    assert_eq!(e.report().attempts.len(), 1, "a rejection is never retried");
+    assert!(
+        e.detail().contains("plain named no tenant"),
+        "{}",
+        e.detail()
+    );
+    assert!(served.take().is_empty(), "the handler did not run");
+
+    let outcomes = Log::default();
+    let tenanted = net
+        .builder("tenanted")
+        .client_layer(Tenant(outcomes.clone()))
+        .start()
+        .await
+        .unwrap();
+    let client = OrdersClient::new(&tenanted);
+    let seen = client.whoami().await.unwrap();
+    assert_eq!(seen.tenant.as_deref(), Some("acme"));
+    assert_eq!(served.take(), ["whoami Done"]);
+
+    let err = client.place("book".into()).await.unwrap_err();
+    let CallError::Service(e) = &err else {
+        panic!("expected a ServiceError, got {err:?}")
+    };
+    assert_eq!(e.reason(), Reason::Rejected);
+    assert!(e.detail().contains("placing orders is off today"));
+    assert_eq!(
+        outcomes.take(),
+        ["orders.whoami ok", "orders.place failed: 0"]
+    );
+}
+
+#[tokio::test]
+async fn metadata_over_its_bounds_fails_before_it_is_sent() {
+    let net = Net::tcp();
+    let (_orders, _shop) = net.shop("orders-1", Plan::Pay).await;
+    let client = OrdersClient::new(&net.node("web-1").await);
+    let big = "x".repeat(cluster::context::MAX_METADATA_BYTES);
+    let err = client.whoami().metadata("blob", big).await.unwrap_err();
+    let CallError::Rpc(e) = &err else {
+        panic!("expected an RpcError, got {err:?}")
+    };
+    assert_eq!(e.kind(), cluster::RpcErrorKind::TooLarge);
+    assert!(e.report().attempts.is_empty());
+    assert!(!err.may_have_run());
+}
