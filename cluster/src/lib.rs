@@ -47,7 +47,8 @@
 //! ```
 //!
 //! The long-form docs explain each mechanism: `docs/calls.md` (the call path),
-//! `docs/errors.md` (the errors), `docs/registry.md` (the registry and routing),
+//! `docs/errors.md` (the errors), `docs/wire.md` (the handshake and the envelope),
+//! `docs/registry.md` (the registry and routing),
 //! `docs/deploys.md` (health, draining, rolling deploys), `docs/discovery.md` (Eureka and the
 //! resolvers), `docs/benchmarks.md` (what it costs).
 #![deny(missing_docs)]
@@ -101,3 +102,7 @@ struct RegistryDoc;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/deploys.md")]
 struct DeploysDoc;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/wire.md")]
+struct WireDoc;
