@@ -504,8 +504,8 @@ fn lookup(iterations: usize) -> Lookup {
 }
 
 /// `choose` of `cluster/src/client/select.rs`, step for step, as far as the public API allows:
-/// each entry judged once (version within the requirement, the function with the same name and
-/// signature, a preference rank: not failed in this call and not ejected, not failed, any), the
+/// each entry judged once (version within the requirement, a wire version in common, not excluded
+/// for a wire refusal, the function with the same name and signature, a preference rank: not failed in this call and not ejected, not failed, any), the
 /// best rank kept, the turn taken among those. Not measured, being crate-private: the ejection
 /// check and the two-choices comparison of outstanding requests (`client.node.peers`), and
 /// `newest_only` (off by default).
@@ -521,6 +521,12 @@ fn choose_like(
     let mut eligible: Vec<(&Arc<ServiceEntry>, usize, u8)> = entries
         .iter()
         .filter(|e| requirement.matches(&e.description.version))
+        .filter(|e| {
+            let theirs = e.node.wire_versions();
+            let ours = cluster::WIRE_VERSIONS;
+            theirs.start().max(ours.start()) <= theirs.end().min(ours.end())
+                && !avoid.iter().any(|a| a.node.name == e.node.name)
+        })
         .filter_map(|e| {
             let (index, _) = e.description.function(&wanted.name, &wanted.signature)?;
             let failed_here = avoid.iter().any(|a| a.node == e.node);

@@ -1,5 +1,6 @@
 //! A small cluster doing real calls over TCP on loopback: two providers of `search`, a client,
-//! and a rolling replacement of a provider in the middle of a call.
+//! a `frontend` whose handler calls `search` (a call inside a call, with its context), and a
+//! rolling replacement of a provider in the middle of a call.
 //!
 //! Run with `cargo run -p examples --example demo` (`RUST_LOG=info` shows the registry events).
 
@@ -40,6 +41,37 @@ trait Search {
     /// Not idempotent: never run again once it may have run.
     #[call(timeout = "30s")]
     async fn reindex(&self, full: bool) -> Result<u64, SearchError>;
+}
+
+/// A frontend whose handler calls `search`: the nested call inherits its deadline and request id.
+#[cluster::service(name = "frontend", version = "1.0.0", timeout = "3s")]
+trait Frontend {
+    #[call(idempotent)]
+    async fn page(&self, query: String) -> Result<String, cluster::error::Downstream>;
+}
+
+struct Web {
+    search: SearchClient,
+}
+
+impl Frontend for Web {
+    async fn page(&self, query: String) -> Result<String, cluster::error::Downstream> {
+        let ctx = cluster::context().expect("inside a handler");
+        let hits = match self.search.search(query).await {
+            Ok(hits) => hits,
+            Err(CallError::App(e)) => return Ok(format!("no page: {e}")),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(format!(
+            "page for {:?} (caller {}, request {}, tenant {:?}, {:?} left), first hit from {}",
+            hits[0].title,
+            ctx.caller().unwrap_or("?"),
+            ctx.request_id(),
+            ctx.metadata().get("tenant"),
+            ctx.remaining(),
+            hits[0].node,
+        ))
+    }
 }
 
 struct Engine {
@@ -121,6 +153,27 @@ async fn main() {
         );
     }
 
+    // A call inside a call: the frontend's handler calls search with what its caller left it.
+    let web = Node::builder()
+        .name("web-1")
+        .registry(registry.clone())
+        .start()
+        .await
+        .unwrap();
+    let _frontend = web
+        .serve(FrontendServer::new(Web {
+            search: SearchClient::new(&web),
+        }))
+        .await
+        .expect("frontend registers");
+    let page = FrontendClient::new(&client_node)
+        .page("rust".into())
+        .timeout(Duration::from_secs(1))
+        .metadata("tenant", "acme")
+        .await
+        .expect("a page");
+    println!("frontend.page(\"rust\") -> {page}");
+
     // The provider's own error comes back typed, and is never retried.
     match search.search(String::new()).await {
         Err(CallError::App(e)) => println!("search(\"\") -> the provider said: {e}"),
@@ -157,5 +210,6 @@ async fn main() {
     let err = search.reindex(false).no_retry().await.unwrap_err();
     println!("\nreindex(false) with no provider and no retry:\n{err}");
 
+    web.shutdown().await;
     client_node.shutdown().await;
 }

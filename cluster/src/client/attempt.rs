@@ -21,7 +21,7 @@ use crate::error::{
 use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source};
 use crate::registry::ServiceEntry;
 use crate::service::CodecError;
-use crate::transport::{AttemptHead, ENVELOPE_OVERHEAD, Envelope, Head, Request};
+use crate::transport::{ENVELOPE_OVERHEAD, Head, Request};
 
 /// How much of a calling handler's time a call made inside it leaves unused: a tenth of what is
 /// left, at most this much. Then the call's own failure (a timeout, no provider) reaches the
@@ -86,6 +86,7 @@ pub(crate) async fn run(
             return early(RpcErrorKind::TooLarge, detail);
         }
         let mut call = Attempts::start(client, function, overrides, parent.as_ref());
+        let budget_deadline = call.deadline;
         let request = Arc::new(Request {
             // Borrowed from the static description: no allocation per call.
             service: Cow::Borrowed(client.description.name.as_str()),
@@ -96,8 +97,11 @@ pub(crate) async fn run(
                 caller: Some(client.node.name.clone()),
                 request_id,
                 reply_limit: Some(client.node.max_frame.saturating_sub(ENVELOPE_OVERHEAD) as u64),
+                budget_deadline: Some(budget_deadline),
                 metadata,
+                invalid: None,
             },
+            attempt: Default::default(),
         });
         let Some(parent) = parent else {
             return call.run(request).await;
@@ -107,9 +111,11 @@ pub(crate) async fn run(
         if parent.is_cancelled() {
             return Err(call.cancelled());
         }
+        // Boxed: inline, this branch would make every call's future larger, nested or not.
+        let run = Box::pin(call.run(request));
         let finished = tokio::select! {
             biased;
-            result = call.run(request) => Some(result),
+            result = run => Some(result),
             () = parent.cancelled() => None,
         };
         finished.unwrap_or_else(|| Err(call.cancelled()))
@@ -262,18 +268,16 @@ impl<'a> Attempts<'a> {
             let addr = chosen.entry.node.addr;
             let peers = &self.client.node.peers;
             let in_flight = InFlight::start(peers.get(addr));
-            let envelope = Envelope {
-                request: request.clone(),
-                attempt: AttemptHead {
-                    number: u32::try_from(number).unwrap_or(u32::MAX),
-                    budget_left: Some(self.deadline.saturating_duration_since(now)),
-                },
-            };
+            // The attempts of one call are sequential: nothing else writes this meanwhile.
+            let attempt = u32::try_from(number).unwrap_or(u32::MAX);
+            request
+                .attempt
+                .store(attempt, std::sync::atomic::Ordering::Relaxed);
             let reply = self
                 .client
                 .node
                 .connector
-                .send(&chosen.entry.node, envelope, attempt_deadline)
+                .send(&chosen.entry.node, request.clone(), attempt_deadline)
                 .await;
             let failure = match Failure::of(reply) {
                 Ok(bytes) => {

@@ -125,7 +125,7 @@ where
             let request_id = parent
                 .as_ref()
                 .map_or_else(|| client.node.next_request_id(), Context::request_id);
-            let layers = client.node.client_layers.clone();
+            let layers = &client.node.client_layers;
             if layers.is_empty() {
                 let sent = super::attempt::Sent {
                     args,
@@ -168,7 +168,8 @@ where
                         request_id,
                         parent: parent.clone(),
                     };
-                    run(&client, function, sent, decode).await
+                    // Boxed, so that the layers' state does not grow every call's future.
+                    Box::pin(run(&client, function, sent, decode)).await
                 }
             };
             let outcome = match &result {

@@ -59,13 +59,16 @@ pub struct Context {
 struct Inner {
     service: Cow<'static, str>,
     function: Cow<'static, str>,
-    caller: Option<String>,
+    caller: Option<Arc<str>>,
     request_id: RequestId,
     attempt: u32,
     deadline: Instant,
     budget_deadline: Option<Instant>,
     metadata: Metadata,
     cancelled: AtomicBool,
+    // Whether anything waits in `cancelled()`: most handlers spawn nothing, and then ending a
+    // call wakes nobody (`notify_waiters` takes a lock).
+    watched: AtomicBool,
     wake: Notify,
 }
 
@@ -73,11 +76,11 @@ struct Inner {
 pub(crate) struct Received {
     pub(crate) service: Cow<'static, str>,
     pub(crate) function: Cow<'static, str>,
-    pub(crate) caller: Option<String>,
+    pub(crate) caller: Option<Arc<str>>,
     pub(crate) request_id: RequestId,
     pub(crate) attempt: u32,
     pub(crate) deadline: Instant,
-    pub(crate) budget_left: Option<Duration>,
+    pub(crate) budget_deadline: Option<Instant>,
     pub(crate) metadata: Metadata,
 }
 
@@ -90,13 +93,11 @@ impl Context {
             request_id,
             attempt,
             deadline,
-            budget_left,
+            budget_deadline,
             metadata,
         } = received;
         // The caller's budget can never end before the attempt it is paying for.
-        let budget_deadline = budget_left
-            .and_then(|left| Instant::now().checked_add(left))
-            .map(|end| end.max(deadline));
+        let budget_deadline = budget_deadline.map(|end| end.max(deadline));
         Self {
             inner: Arc::new(Inner {
                 service,
@@ -108,6 +109,7 @@ impl Context {
                 budget_deadline,
                 metadata,
                 cancelled: AtomicBool::new(false),
+                watched: AtomicBool::new(false),
                 wake: Notify::new(),
             }),
         }
@@ -143,8 +145,8 @@ impl Context {
         &self.inner.function
     }
 
-    /// The name of the calling node, as it introduced itself; `None` from a peer on wire
-    /// version 1, which does not say.
+    /// The name of the calling node, as it introduced itself when it opened the connection;
+    /// `None` from a peer on wire version 1, which does not say.
     pub fn caller(&self) -> Option<&str> {
         self.inner.caller.as_deref()
     }
@@ -188,12 +190,15 @@ impl Context {
     /// Whether the call has ended for its handler: it finished, its deadline passed or its
     /// caller gave up. Calls made in its context fail with `Cancelled` from then on.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::Acquire)
+        self.inner.cancelled.load(Ordering::SeqCst)
     }
 
     /// Waits until [`is_cancelled`](Self::is_cancelled).
     pub async fn cancelled(&self) {
+        self.inner.watched.store(true, Ordering::SeqCst);
         loop {
+            // Created before the check: `notify_waiters` wakes every `Notified` that exists
+            // when it is called, polled or not.
             let woken = self.inner.wake.notified();
             if self.is_cancelled() {
                 return;
@@ -203,8 +208,12 @@ impl Context {
     }
 
     pub(crate) fn cancel(&self) {
-        self.inner.cancelled.store(true, Ordering::Release);
-        self.inner.wake.notify_waiters();
+        self.inner.cancelled.store(true, Ordering::SeqCst);
+        // A waiter sets `watched` before it checks `cancelled`: either it sees the flag, or
+        // this sees it watching.
+        if self.inner.watched.load(Ordering::SeqCst) {
+            self.inner.wake.notify_waiters();
+        }
     }
 
     /// Runs a handler's future as the call this context describes, and marks the context
@@ -269,7 +278,7 @@ mod tests {
             request_id: RequestId::new(1, 2),
             attempt: 1,
             deadline: Instant::now() + Duration::from_secs(1),
-            budget_left: Some(Duration::from_millis(10)),
+            budget_deadline: Some(Instant::now() + Duration::from_millis(10)),
             metadata: Metadata::new(),
         }
     }

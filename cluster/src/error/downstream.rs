@@ -29,7 +29,8 @@ use super::CallError;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Downstream {
-    /// The call that failed, as `service.function/arity`.
+    /// The call that failed, as `service.function/arity`; empty when its provider returned
+    /// its own error (`CallError::App` carries no report to name it).
     pub call: String,
     /// The node it was last sent to, if any.
     pub provider: Option<String>,
@@ -72,12 +73,12 @@ impl<E: fmt::Display> From<CallError<E>> for Downstream {
 
 impl fmt::Display for Downstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let call = if self.call.is_empty() {
-            "a downstream call"
+        if self.call.is_empty() {
+            // An application error carries no report, hence no call name.
+            write!(f, "a downstream call failed: {}", self.kind)?;
         } else {
-            &self.call
-        };
-        write!(f, "the downstream call {call} failed: {}", self.kind)?;
+            write!(f, "the downstream call {} failed: {}", self.call, self.kind)?;
+        }
         if let Some(node) = &self.provider {
             write!(f, " (at {node})")?;
         }

@@ -86,16 +86,18 @@ impl CallReport {
         }
         writeln!(f)?;
         writeln!(f)?;
-        let budget = match self.budget {
-            Some((b, source)) => format!("budget {}, set by {source}", Human(b)),
-            None => "retries off".to_owned(),
-        };
         write!(
             f,
-            "Attempts: {} in {} ({budget})",
+            "Attempts: {} in {}",
             self.attempts.len(),
             Human(self.elapsed)
         )?;
+        match self.budget {
+            Some((b, source)) => write!(f, " (budget {}, set by {source})", Human(b))?,
+            // A call that failed before its first attempt (nothing to send) had no budget.
+            None if self.attempts.is_empty() => {}
+            None => write!(f, " (retries off)")?,
+        }
         for (i, a) in self.attempts.iter().enumerate() {
             write!(
                 f,

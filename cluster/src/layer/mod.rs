@@ -125,6 +125,8 @@ pub enum Served {
     /// The handler ran, but its reply could not be delivered (too large for the caller, not
     /// encodable).
     Undeliverable,
+    /// The handler was dropped before it ended: its caller gave up or its connection closed.
+    Cancelled,
 }
 
 /// Behaviour around every request a node serves. Both methods default to doing nothing.
@@ -154,7 +156,9 @@ pub trait ProviderLayer: Send + Sync + 'static {
         Ok(())
     }
 
-    /// When a request this layer let through has ended, `elapsed` after it was admitted.
+    /// When a request this layer let through has ended, however it ended (`Served::Cancelled`
+    /// when its caller gave up), `elapsed` after it was admitted. A panic here is caught and
+    /// logged; a panic in `on_request` refuses the request as `Panicked`.
     fn on_served(&self, ctx: &Context, served: Served, elapsed: Duration) {
         let _ = (ctx, served, elapsed);
     }

@@ -23,6 +23,12 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// wait on this side, where a timeout means the request was never sent.
 pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1000;
 
+/// The largest bound on requests in flight on one connection a node may set.
+const MAX_IN_FLIGHT_LIMIT: usize = 1 << 20;
+
+/// The smallest frame limit a node may set: room for the envelope and a few arguments.
+const MIN_FRAME: usize = 4 << 10;
+
 /// Configures and starts a [`Node`].
 ///
 /// | setting | default |
@@ -31,12 +37,12 @@ pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1000;
 /// | `listen` | `127.0.0.1:0` (a port the OS picks) |
 /// | `registry` | a private [`MemoryRegistry`]: the node sees only itself |
 /// | `memory` | off: real TCP |
-/// | `max_frame` | 8 MiB |
+/// | `max_frame` | 8 MiB (4 KiB to 1 GiB) |
 /// | `outlier_cooldown` | 2 s |
 /// | `max_concurrent_calls` | 1024: more are refused before they run, never queued |
 /// | `drain_timeout` | 30 s: how long a shutdown waits for running calls |
 /// | `connect_timeout` | 1 s: opening a connection, TCP and handshake |
-/// | `max_in_flight_per_connection` | 1000 |
+/// | `max_in_flight_per_connection` | 1000 (1 to 2^20) |
 /// | `wire_versions` | every version this build speaks, [`WIRE_VERSIONS`] |
 /// | `client_layer`, `provider_layer` | none |
 #[derive(Default)]
@@ -168,9 +174,9 @@ impl NodeBuilder {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let max_frame = self.max_frame.unwrap_or(DEFAULT_MAX_FRAME);
-        if !(ENVELOPE_OVERHEAD..=MAX_FRAME_LIMIT).contains(&max_frame) {
+        if !(MIN_FRAME..=MAX_FRAME_LIMIT).contains(&max_frame) {
             return Err(StartError::Setting(format!(
-                "max_frame is {max_frame} bytes; it must be from {ENVELOPE_OVERHEAD} to {MAX_FRAME_LIMIT}"
+                "max_frame is {max_frame} bytes; it must be from {MIN_FRAME} to {MAX_FRAME_LIMIT}"
             )));
         }
         let wire = self.wire.unwrap_or(WIRE_VERSIONS);
@@ -184,8 +190,18 @@ impl NodeBuilder {
         }
         let max_in_flight = self
             .max_in_flight
-            .unwrap_or(DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION)
-            .max(1);
+            .unwrap_or(DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION);
+        if !(1..=MAX_IN_FLIGHT_LIMIT).contains(&max_in_flight) {
+            return Err(StartError::Setting(format!(
+                "max_in_flight_per_connection is {max_in_flight}; it must be from 1 to {MAX_IN_FLIGHT_LIMIT}"
+            )));
+        }
+        let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        if connect_timeout.is_zero() {
+            return Err(StartError::Setting(
+                "connect_timeout is zero: no connection could ever open".to_owned(),
+            ));
+        }
         let dispatcher = Arc::new(Dispatcher::new(
             max_frame.saturating_sub(ENVELOPE_OVERHEAD),
             self.max_concurrent_calls
@@ -226,7 +242,7 @@ impl NodeBuilder {
                     node: shared_name.clone(),
                     versions: wire.clone(),
                     max_frame,
-                    connect_timeout: self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                    connect_timeout,
                     max_in_flight,
                 };
                 (

@@ -13,7 +13,7 @@ use crate::context::{Context, Received};
 use crate::error::Reason;
 use crate::layer::{ProviderLayer, Served};
 use crate::service::signature_hash;
-use crate::transport::{Envelope, Reply, Request};
+use crate::transport::{Reply, Request};
 
 /// Routes requests to the services a node hosts.
 pub(crate) struct Dispatcher {
@@ -120,22 +120,33 @@ impl Dispatcher {
     /// per-thread cache.
     pub(crate) fn handle(
         &self,
-        envelope: Envelope,
+        request: Arc<Request>,
         deadline: Instant,
     ) -> impl Future<Output = Reply> + Send + '_ {
-        let started = self.start(envelope, deadline);
+        let reply_limit = request.head.reply_limit.map_or(self.max_reply, |theirs| {
+            usize::try_from(theirs)
+                .unwrap_or(usize::MAX)
+                .min(self.max_reply)
+        });
+        let started = self.start(request, deadline);
         async move {
             let Started {
                 run,
                 context,
-                reply_limit,
                 layered,
                 _permit,
             } = match started {
                 Ok(started) => started,
-                Err(refused) => return refused,
+                Err(refused) => return fit(refused, reply_limit),
             };
-            let admitted = layered.then(Instant::now);
+            // Tells the provider layers how the request ended, also when it is dropped (its
+            // caller gave up, its connection closed): they see every request they let through.
+            let mut told = layered.then(|| Told {
+                layers: &self.layers,
+                context: context.clone(),
+                admitted: Instant::now(),
+                served: Served::Cancelled,
+            });
             let outcome = match run {
                 Ok(future) => {
                     let run = context.clone().run(future);
@@ -180,22 +191,25 @@ impl Dispatcher {
                 }
                 Err(_) => (Reply::Expired, Served::Expired),
             };
-            if let Some(admitted) = admitted {
-                for layer in self.layers.iter() {
-                    layer.on_served(&context, served, admitted.elapsed());
-                }
+            if let Some(told) = &mut told {
+                told.served = served;
             }
-            reply
+            fit(reply, reply_limit)
         }
     }
 
     /// Checks a request, admits it and builds its handler's future; or refuses it.
-    fn start(&self, envelope: Envelope, deadline: Instant) -> Result<Started<'_>, Reply> {
-        let Envelope { request, attempt } = envelope;
+    fn start(&self, request: Arc<Request>, deadline: Instant) -> Result<Started<'_>, Reply> {
         let request = Arc::unwrap_or_clone(request);
         // Its caller has given up already: running it would be work nobody reads.
         if deadline <= Instant::now() {
             return Err(Reply::Expired);
+        }
+        if let Some(problem) = &request.head.invalid {
+            return Err(refuse(
+                Reason::BadArguments,
+                format!("a header of the request cannot be read: {problem}"),
+            ));
         }
         let Some(hosted) = self.read().get(request.service.as_ref()).cloned() else {
             return Err(refuse(
@@ -221,6 +235,7 @@ impl Dispatcher {
             Ok(permit) => permit,
             Err((reason, detail)) => return Err(refuse(reason, detail)),
         };
+        let attempt = request.attempt();
         let Request {
             service,
             function,
@@ -228,25 +243,34 @@ impl Dispatcher {
             head,
             ..
         } = request;
-        let reply_limit = head.reply_limit.map_or(self.max_reply, |theirs| {
-            usize::try_from(theirs)
-                .unwrap_or(usize::MAX)
-                .min(self.max_reply)
-        });
         let context = Context::new(Received {
             service,
             function,
-            caller: head.caller.as_deref().map(str::to_owned),
+            caller: head.caller,
             request_id: head.request_id,
-            attempt: attempt.number,
+            attempt,
             deadline,
-            budget_left: attempt.budget_left,
+            budget_deadline: head.budget_deadline,
             metadata: head.metadata,
         });
         for layer in self.layers.iter() {
-            if let Err(refusal) = layer.on_request(&context) {
-                let (reason, detail) = refusal.into_parts();
-                return Err(refuse(reason, detail));
+            match std::panic::catch_unwind(AssertUnwindSafe(|| layer.on_request(&context))) {
+                Ok(Ok(())) => {}
+                Ok(Err(refusal)) => {
+                    let (reason, detail) = refusal.into_parts();
+                    return Err(refuse(reason, detail));
+                }
+                Err(panic) => {
+                    let message = panic_message(&*panic);
+                    tracing::error!(
+                        service = %context.service(),
+                        function = %context.function(),
+                        "a provider layer panicked: {message}"
+                    );
+                    return Err(Reply::Panicked(format!(
+                        "a provider layer panicked before the handler ran: {message}"
+                    )));
+                }
             }
         }
 
@@ -257,7 +281,6 @@ impl Dispatcher {
         Ok(Started {
             run,
             context,
-            reply_limit,
             layered: !self.layers.is_empty(),
             _permit: permit,
         })
@@ -270,12 +293,55 @@ struct Started<'a> {
     run: std::thread::Result<DispatchFuture>,
     /// What the handler reads through `cluster::context()`.
     context: Context,
-    /// The largest reply the caller reads.
-    reply_limit: usize,
     /// Whether provider layers are to hear how it ended.
     layered: bool,
     /// Held until the call ends; lets the next call in when dropped.
     _permit: Permit<'a>,
+}
+
+/// Reports to the provider layers, when dropped, how a request ended.
+struct Told<'a> {
+    layers: &'a [Arc<dyn ProviderLayer>],
+    context: Context,
+    admitted: Instant,
+    served: Served,
+}
+
+impl Drop for Told<'_> {
+    fn drop(&mut self) {
+        let elapsed = self.admitted.elapsed();
+        for layer in self.layers {
+            let told = AssertUnwindSafe(|| layer.on_served(&self.context, self.served, elapsed));
+            if let Err(panic) = std::panic::catch_unwind(told) {
+                let message = panic_message(&*panic);
+                tracing::error!("a provider layer panicked in on_served: {message}");
+            }
+        }
+    }
+}
+
+/// The reply, its text cut to what the caller reads: a panic message or a refusal's detail is
+/// the provider's words, as long as it likes, and a frame the caller cannot read would cost
+/// its connection and every call on it.
+fn fit(reply: Reply, limit: usize) -> Reply {
+    let room = limit.saturating_sub(64);
+    let cut = |text: String| {
+        if text.len() <= room {
+            return text;
+        }
+        let mut end = room;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}… ({} bytes cut)", &text[..end], text.len() - end)
+    };
+    match reply {
+        Reply::Refused(code, detail) => Reply::Refused(code, cut(detail)),
+        Reply::Panicked(message) => Reply::Panicked(cut(message)),
+        Reply::TooLarge(detail) => Reply::TooLarge(cut(detail)),
+        Reply::Undeliverable(detail) => Reply::Undeliverable(cut(detail)),
+        other => other,
+    }
 }
 
 fn refuse(reason: Reason, detail: String) -> Reply {

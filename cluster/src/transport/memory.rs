@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::time::Instant;
 
-use super::{Envelope, Reply, TransportError};
+use super::{Reply, Request, TransportError};
 use crate::server::Dispatcher;
 
 /// An in-process network: nodes "listen" on made-up addresses and calls go straight to their
@@ -52,7 +52,7 @@ impl MemoryNetwork {
     pub(crate) async fn send(
         &self,
         to: SocketAddr,
-        envelope: Envelope,
+        request: Arc<Request>,
         deadline: Instant,
     ) -> Result<Reply, TransportError> {
         let target = self.nodes().get(&to).and_then(Weak::upgrade);
@@ -63,7 +63,7 @@ impl MemoryNetwork {
         };
         // Dropping this future (the caller's timeout) drops the handler, as a real provider
         // does when the deadline that travels with the request passes.
-        tokio::time::timeout_at(deadline, dispatcher.handle(envelope, deadline))
+        tokio::time::timeout_at(deadline, dispatcher.handle(request, deadline))
             .await
             .map_err(|_| TransportError::Timeout)
     }

@@ -5,11 +5,13 @@ mod memory;
 pub(crate) mod tcp;
 pub(crate) mod wire;
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 pub use memory::MemoryNetwork;
 pub use wire::WIRE_VERSIONS;
-pub(crate) use wire::{AttemptHead, Envelope, Head, Reply, Request};
+pub(crate) use wire::{Head, Reply, Request};
 
 use crate::registry::NodeInfo;
 
@@ -38,12 +40,12 @@ impl Connector {
     pub(crate) async fn send(
         &self,
         to: &NodeInfo,
-        envelope: Envelope,
+        request: Arc<Request>,
         deadline: Instant,
     ) -> Result<Reply, TransportError> {
         match self {
-            Connector::Tcp(tcp) => tcp.send(to, envelope, deadline).await,
-            Connector::Memory(network) => network.send(to.addr, envelope, deadline).await,
+            Connector::Tcp(tcp) => tcp.send(to, request, deadline).await,
+            Connector::Memory(network) => network.send(to.addr, request, deadline).await,
         }
     }
 

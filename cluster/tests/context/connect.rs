@@ -152,3 +152,73 @@ async fn a_reply_too_large_for_one_caller_fails_that_call_alone() {
     assert_eq!(client.repeat(1, 1000).await.unwrap().len(), 1000);
     assert_eq!(engine.counters.started(), 1, "the deposit ran once");
 }
+
+#[tokio::test]
+async fn a_panic_message_too_large_for_the_caller_is_cut_to_fit_and_the_connection_survives() {
+    let net = Net::tcp();
+    let stock = net.node("inventory-1").await;
+    let _r = stock
+        .serve(crate::InventoryServer::new(crate::Stock(
+            "inventory-1".into(),
+        )))
+        .await
+        .unwrap();
+    let small = net
+        .builder("small-frames")
+        .max_frame(64 * 1024)
+        .start()
+        .await
+        .unwrap();
+    let client = crate::InventoryClient::new(&small);
+    let err = client.reserve("panic:100000".into()).await.unwrap_err();
+    let CallError::Service(e) = &err else {
+        panic!("expected a ServiceError, got {err:?}")
+    };
+    assert_eq!(e.reason(), cluster::Reason::Panicked);
+    assert!(
+        e.detail().ends_with("bytes cut)"),
+        "{}",
+        &e.detail()[e.detail().len() - 40..]
+    );
+    assert!(e.detail().len() < 64 * 1024);
+    let seen = client.reserve("book".into()).await.unwrap();
+    assert_eq!(seen.node, "inventory-1", "the connection still serves");
+}
+
+#[tokio::test]
+async fn a_timeout_of_years_means_no_limit_and_breaks_nothing() {
+    let cluster = Cluster::tcp();
+    let (_provider, _engine) = cluster.provider("search-1", Mode::Answer).await;
+    let client = SearchClient::new(&cluster.node("web-1").await);
+    let calls = async {
+        for timeout in [Duration::MAX, Duration::from_secs(3 * 365 * 24 * 3600)] {
+            let hits = client.search("rust".into()).timeout(timeout).await.unwrap();
+            assert_eq!(hits.len(), 1);
+            assert_eq!(client.reindex(true).timeout(timeout).await.unwrap(), 42);
+        }
+    };
+    // Broken, the connection dies on every attempt and an idempotent call retries forever.
+    tokio::time::timeout(Duration::from_secs(10), calls)
+        .await
+        .expect("the calls end");
+}
+
+#[tokio::test]
+async fn a_handler_whose_caller_has_gone_is_stopped() {
+    let net = Net::tcp();
+    let (_payments, bank) = net.bank("payments-1", Duration::from_secs(30)).await;
+    let web = net.node("web-1").await;
+    let call = tokio::spawn({
+        let client = crate::PaymentsClient::new(&web);
+        async move { client.charge(1).await }
+    });
+    crate::support::until("the charge runs", || bank.counters.started() == 1).await;
+    // The caller crashes: its connections close, and nobody will read the reply.
+    web.kill().await;
+    crate::support::until("the handler is stopped", || {
+        bank.counters.dropped.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(bank.counters.finished.load(Ordering::SeqCst), 0);
+    call.abort();
+}

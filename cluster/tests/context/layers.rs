@@ -133,3 +133,65 @@ async fn metadata_over_its_bounds_fails_before_it_is_sent() {
     assert!(e.report().attempts.is_empty());
     assert!(!err.may_have_run());
 }
+
+/// Panics, to show that a provider's own layer cannot take its node down.
+struct Broken;
+
+impl ProviderLayer for Broken {
+    fn on_request(&self, ctx: &Context) -> Result<(), Refusal> {
+        if ctx.function() == "whoami" {
+            panic!("the layer has a bug");
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_provider_layer_refuses_that_call_as_panicked_and_the_node_serves_on() {
+    let net = Net::tcp();
+    let orders = net
+        .builder("orders-1")
+        .provider_layer(Broken)
+        .start()
+        .await
+        .unwrap();
+    let shop = Arc::new(crate::Shop::new(&orders, Plan::Pay));
+    let _r = orders.serve(crate::OrdersServer::new(shop)).await.unwrap();
+    let (_payments, _bank) = net.bank("payments-1", Duration::ZERO).await;
+    let client = OrdersClient::new(&net.node("web-1").await);
+
+    let err = client.whoami().await.unwrap_err();
+    let CallError::Service(e) = &err else {
+        panic!("expected a ServiceError, got {err:?}")
+    };
+    assert_eq!(e.reason(), Reason::Panicked);
+    assert!(e.detail().contains("the layer has a bug"), "{}", e.detail());
+    assert_eq!(e.report().attempts.len(), 1);
+    client
+        .place("book".into())
+        .await
+        .expect("other calls are served");
+}
+
+#[tokio::test]
+async fn a_provider_layer_hears_of_a_request_its_caller_gave_up_on() {
+    let net = Net::tcp();
+    let served = Log::default();
+    let payments = net
+        .builder("payments-1")
+        .provider_layer(RequireTenant(served.clone()))
+        .start()
+        .await
+        .unwrap();
+    let bank = Arc::new(crate::Bank::new(&payments, Duration::from_secs(30)));
+    let _r = payments
+        .serve(crate::PaymentsServer::new(bank.clone()))
+        .await
+        .unwrap();
+    let client = crate::PaymentsClient::new(&net.node("web-1").await);
+    let call = client.charge(1).metadata("tenant", "acme");
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), call).await;
+    assert!(gave_up.is_err());
+    crate::support::until("the layer hears", || !served.0.lock().unwrap().is_empty()).await;
+    assert_eq!(served.take(), ["charge Cancelled"]);
+}

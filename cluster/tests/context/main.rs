@@ -208,7 +208,11 @@ impl Payments for Arc<Bank> {
 pub struct Stock(pub String);
 
 impl Inventory for Stock {
-    async fn reserve(&self, _item: String) -> Seen {
+    async fn reserve(&self, item: String) -> Seen {
+        // `panic:N` panics with a message of N bytes.
+        if let Some(n) = item.strip_prefix("panic:") {
+            panic!("{}", "P".repeat(n.parse().unwrap_or(1)));
+        }
         Seen::here(&self.0)
     }
 }

@@ -14,14 +14,15 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tarpc::tokio_serde::formats::Bincode;
 use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+use super::MAX_DEADLINE;
+use super::limit::InFlightLimit;
 use crate::registry::NodeInfo;
 use crate::transport::TransportError;
 use crate::transport::wire::handshake::{self, Hello};
-use crate::transport::wire::{self, Envelope, Reply, v1, v2};
+use crate::transport::wire::{self, Reply, Request, v1, v2};
 
 /// What the connector needs to know to open connections.
 #[derive(Clone)]
@@ -58,7 +59,7 @@ enum Slot {
 struct Connection {
     client: WireClient,
     dispatch: tokio::task::AbortHandle,
-    permits: Arc<Semaphore>,
+    permits: Arc<InFlightLimit>,
 }
 
 #[derive(Clone)]
@@ -152,7 +153,7 @@ impl TcpConnector {
     pub(crate) async fn send(
         &self,
         to: &NodeInfo,
-        envelope: Envelope,
+        request: Arc<Request>,
         deadline: Instant,
     ) -> Result<Reply, TransportError> {
         let Some(version) = wire::common(&self.config.versions, &to.wire_versions()) else {
@@ -164,25 +165,25 @@ impl TcpConnector {
         };
         let conn = self.connection(to, version, deadline).await?;
         // Waiting here is waiting before the request is handed to tarpc: it has not left.
-        let Ok(Ok(_permit)) = tokio::time::timeout_at(deadline, conn.permits.acquire()).await
-        else {
+        let Some(_place) = conn.permits.take(deadline).await else {
             return Err(TransportError::NotSent(format!(
                 "{} requests were in flight to {to} and none ended in time",
                 self.config.max_in_flight
             )));
         };
         let mut ctx = tarpc::context::current();
-        ctx.deadline =
-            std::time::Instant::now() + deadline.saturating_duration_since(Instant::now());
+        // tarpc's timer panics on a deadline years away; "no limit" is a year here.
+        let left = deadline.saturating_duration_since(Instant::now());
+        ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
         let result = match &conn.client {
             WireClient::V2(client) => {
-                let call = client.call(ctx, v2::Shared(envelope));
+                let call = client.call(ctx, v2::Shared(request));
                 tokio::time::timeout_at(deadline, call)
                     .await
                     .map(|r| r.map(|reply| reply.0))
             }
             WireClient::V1(client) => {
-                let call = client.call(ctx, v1::Shared { wire: 1, envelope });
+                let call = client.call(ctx, v1::Shared { wire: 1, request });
                 tokio::time::timeout_at(deadline, call)
                     .await
                     .map(|r| r.map(Reply::from))
@@ -318,7 +319,7 @@ async fn connect(
     Ok(Connection {
         client,
         dispatch,
-        permits: Arc::new(Semaphore::new(config.max_in_flight)),
+        permits: Arc::new(InFlightLimit::new(config.max_in_flight)),
     })
 }
 

@@ -2,8 +2,11 @@
 //! handshake that agrees the wire version ([`super::wire::handshake`]), re-established after
 //! failure.
 
+mod channel;
 mod connect;
+mod limit;
 mod serve;
 
+pub(crate) use channel::MAX_DEADLINE;
 pub(crate) use connect::{ConnectConfig, TcpConnector};
 pub(crate) use serve::{ServeConfig, serve};

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tokio_util::bytes::{Bytes, BytesMut};
 use tokio_util::codec::{Framed, FramedParts, LengthDelimitedCodec};
 
+use super::channel;
 use crate::error::Reason;
 use crate::server::Dispatcher;
 use crate::transport::wire::handshake::{self, Opening};
@@ -109,12 +110,17 @@ async fn connection(
             }
             let transport =
                 tarpc::serde_transport::new(Framed::new(stream, codec), Bincode::default());
-            BaseChannel::with_defaults(transport)
-                .execute(V2(dispatcher).serve())
+            let server = V2 {
+                dispatcher,
+                peer: Arc::from(hello.node.as_str()),
+            };
+            let (transport, closed) = channel::guard(transport);
+            let requests = BaseChannel::with_defaults(transport)
+                .execute(server.serve())
                 .for_each(|call| async {
                     tokio::spawn(call);
-                })
-                .await;
+                });
+            channel::until_closed(requests, closed).await;
         }
         Ok(Ok(Opening::Legacy(first))) => {
             // The four bytes read to tell the two apart begin the peer's first frame.
@@ -127,12 +133,13 @@ async fn connection(
                 speaks_v1: config.versions.contains(&1),
                 versions: config.versions.clone(),
             };
-            BaseChannel::with_defaults(transport)
+            let (transport, closed) = channel::guard(transport);
+            let requests = BaseChannel::with_defaults(transport)
                 .execute(server.serve())
                 .for_each(|call| async {
                     tokio::spawn(call);
-                })
-                .await;
+                });
+            channel::until_closed(requests, closed).await;
         }
         Ok(Err(e)) => tracing::debug!("a connection from {peer} did not open correctly: {e}"),
         Err(_) => {
@@ -152,7 +159,12 @@ fn deadline_of(ctx: &tarpc::context::Context) -> Instant {
 }
 
 #[derive(Clone)]
-struct V2(Arc<Dispatcher>);
+struct V2 {
+    dispatcher: Arc<Dispatcher>,
+    /// The node that opened the connection, as its handshake named it: the caller of every
+    /// request on it.
+    peer: Arc<str>,
+}
 
 impl v2::Wire for V2 {
     // Not an `async fn`: that would keep its arguments (the context, the request) in every
@@ -163,7 +175,14 @@ impl v2::Wire for V2 {
         request: v2::Shared,
     ) -> impl Future<Output = v2::Shared2> {
         let deadline = deadline_of(&ctx);
-        async move { v2::Shared2(self.0.handle(request.0, deadline).await) }
+        let mut request = request.0;
+        // Just read from the frame: nothing else holds it.
+        if let Some(request) = Arc::get_mut(&mut request) {
+            request.head.caller = Some(self.peer);
+        }
+        // Only what the handler needs goes into every request's task.
+        let dispatcher = self.dispatcher;
+        async move { v2::Shared2(dispatcher.handle(request, deadline).await) }
     }
 }
 
@@ -197,7 +216,7 @@ impl v1::Wire for V1 {
                 Some(refused) => refused.into(),
                 None => self
                     .dispatcher
-                    .handle(request.envelope, deadline)
+                    .handle(request.request, deadline)
                     .await
                     .into(),
             }

@@ -74,6 +74,8 @@ pub(crate) fn welcome(
     max_frame: u64,
 ) -> Welcome {
     let theirs = hello.versions.0..=hello.versions.1;
+    // A handshake opens wire 2 or later; wire 1 has none.
+    let versions = &((*versions.start()).max(2)..=*versions.end());
     let features = hello
         .features
         .iter()
@@ -184,7 +186,16 @@ mod tests {
         );
         let refused = welcome(&hello, &(1..=1), "search-1", 8 << 20);
         assert_eq!(refused.version, 0);
-        assert!(refused.refusal.unwrap().contains("1..=1"));
+        assert!(refused.refusal.unwrap().contains("2..=1"));
+        let old = Hello {
+            versions: (1, 1),
+            ..hello
+        };
+        assert_eq!(
+            welcome(&old, &(1..=2), "search-1", 8 << 20).version,
+            0,
+            "wire 1 is never agreed in a handshake"
+        );
     }
 
     #[tokio::test]

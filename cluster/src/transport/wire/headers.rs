@@ -1,16 +1,16 @@
-//! The header map of wire version 2: a sequence of `(key, bytes)`, keys small numbers. A reader
-//! skips keys it does not know, so adding a key is not a new wire version; every value is a
-//! length-prefixed byte string, so a value a reader does not understand cannot break the frame.
+//! The header map of wire version 2: one byte string holding `(key, length, value)` entries,
+//! key a `u16`, length a `u32`, both little-endian. A reader skips keys it does not know (the
+//! length says how far), so adding a key is not a new wire version, and a value a reader does
+//! not understand cannot break the frame. One byte string rather than a sequence of serde
+//! values: bincode then writes and reads it in one step, not one per header.
 
 use std::fmt;
 
-use serde::de::{self, SeqAccess, Visitor};
-use serde::ser::SerializeSeq;
+use serde::de::{self, Visitor};
 use serde::{Deserializer, Serializer};
-use serde_bytes::Bytes;
 
-/// The calling node's name, UTF-8.
-pub(super) const CALLER: u16 = 1;
+// Key 1 is reserved: an early draft of wire 2 put the caller's name there. The caller is the
+// connection's (its handshake names it), never a header a peer could set per request.
 /// The request id, 16 bytes little-endian.
 pub(super) const REQUEST_ID: u16 = 2;
 /// The attempt's number, 4 bytes little-endian.
@@ -22,41 +22,103 @@ pub(super) const REPLY_LIMIT: u16 = 5;
 /// The call's metadata: MessagePack of `[[key, value], …]`.
 pub(super) const METADATA: u16 = 6;
 
-/// Writes the headers that are present, each a key and its bytes.
+/// Bytes an entry takes besides its value.
+const ENTRY: usize = 6;
+
+/// Room for the headers of a call without metadata, on the stack.
+const INLINE: usize = 96;
+
+/// Writes the headers that are present as one byte string.
 pub(super) fn write<S: Serializer>(
     headers: &[Option<(u16, &[u8])>],
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    let present = headers.iter().flatten();
-    let mut seq = serializer.serialize_seq(Some(present.clone().count()))?;
-    for (key, value) in present {
-        seq.serialize_element(&(key, Bytes::new(value)))?;
+    let present = || headers.iter().flatten();
+    let len: usize = present().map(|(_, value)| ENTRY + value.len()).sum();
+    if len <= INLINE {
+        let mut inline = [0u8; INLINE];
+        let mut at = 0;
+        for (key, value) in present() {
+            at += put(&mut inline[at..], *key, value);
+        }
+        return serializer.serialize_bytes(&inline[..at]);
     }
-    seq.end()
+    let mut out = vec![0u8; len];
+    let mut at = 0;
+    for (key, value) in present() {
+        at += put(&mut out[at..], *key, value);
+    }
+    serializer.serialize_bytes(&out)
 }
 
-/// Reads a header sequence, handing each known key's bytes to `each`; unknown keys are skipped.
-/// `each` returns an error message for a value it cannot read.
-pub(super) fn read<'de, D, F>(deserializer: D, each: F) -> Result<(), D::Error>
+/// Writes one entry at the start of `out`, which has room for it; its length.
+fn put(out: &mut [u8], key: u16, value: &[u8]) -> usize {
+    // A value is a header's few bytes or metadata bounded far below 4 GiB.
+    let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
+    out[..2].copy_from_slice(&key.to_le_bytes());
+    out[2..ENTRY].copy_from_slice(&len.to_le_bytes());
+    out[ENTRY..ENTRY + value.len()].copy_from_slice(value);
+    ENTRY + value.len()
+}
+
+/// Reads a header string, handing each entry to `each`, which skips keys it does not know and
+/// returns an error message for a value it cannot read. What cannot be read (a value, an entry
+/// cut short) is the first problem returned, never an error of the frame: the request is then
+/// refused on its own, and the connection and the other calls on it carry on. Only a header
+/// field that is not a byte string at all fails the frame.
+pub(super) fn read<'de, D, F>(deserializer: D, each: F) -> Result<Option<String>, D::Error>
 where
     D: Deserializer<'de>,
     F: FnMut(u16, &[u8]) -> Result<(), String>,
 {
-    struct Each<F>(F);
-    impl<'de, F: FnMut(u16, &[u8]) -> Result<(), String>> Visitor<'de> for Each<F> {
-        type Value = ();
+    struct Entries<F>(F);
+    impl<'de, F: FnMut(u16, &[u8]) -> Result<(), String>> Visitor<'de> for Entries<F> {
+        type Value = Option<String>;
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a sequence of (key, bytes) headers")
+            f.write_str("a byte string of headers")
         }
-        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-            // Borrowed from the frame: reading a header allocates nothing.
-            while let Some((key, value)) = seq.next_element::<(u16, &'de Bytes)>()? {
-                (self.0)(key, value).map_err(de::Error::custom)?;
-            }
-            Ok(())
+        fn visit_borrowed_bytes<E: de::Error>(
+            mut self,
+            bytes: &'de [u8],
+        ) -> Result<Self::Value, E> {
+            // Borrowed from the frame: reading the headers allocates nothing.
+            Ok(walk(bytes, &mut self.0))
+        }
+        fn visit_bytes<E: de::Error>(mut self, bytes: &[u8]) -> Result<Self::Value, E> {
+            Ok(walk(bytes, &mut self.0))
         }
     }
-    deserializer.deserialize_seq(Each(each))
+    deserializer.deserialize_bytes(Entries(each))
+}
+
+/// Hands every entry of `bytes` to `each`; the first problem, if any.
+fn walk(
+    mut bytes: &[u8],
+    each: &mut impl FnMut(u16, &[u8]) -> Result<(), String>,
+) -> Option<String> {
+    let mut problem = None;
+    while !bytes.is_empty() {
+        let (key, value, rest) = match entry(bytes) {
+            Ok(entry) => entry,
+            Err(cut) => return problem.or(Some(cut)),
+        };
+        if let Err(e) = each(key, value) {
+            problem.get_or_insert(e);
+        }
+        bytes = rest;
+    }
+    problem
+}
+
+/// The first entry of `bytes`, and what follows it.
+fn entry(bytes: &[u8]) -> Result<(u16, &[u8], &[u8]), String> {
+    let cut = || format!("a header entry cut short ({} bytes left)", bytes.len());
+    let head = bytes.get(..ENTRY).ok_or_else(cut)?;
+    let key = u16::from_le_bytes([head[0], head[1]]);
+    let len = u32::from_le_bytes([head[2], head[3], head[4], head[5]]) as usize;
+    let end = ENTRY.checked_add(len).ok_or_else(cut)?;
+    let value = bytes.get(ENTRY..end).ok_or_else(cut)?;
+    Ok((key, value, &bytes[end..]))
 }
 
 /// A fixed-size little-endian value, or why not.
@@ -64,4 +126,35 @@ pub(super) fn fixed<const N: usize>(key: u16, value: &[u8]) -> Result<[u8; N], S
     value
         .try_into()
         .map_err(|_| format!("header {key} has {} bytes, not {N}", value.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_read_back_and_a_cut_entry_is_an_error_not_a_panic() {
+        let mut buf = [0u8; 32];
+        let n = put(&mut buf, 7, b"abc");
+        let n = n + put(&mut buf[n..], 999, b"");
+        let (key, value, rest) = entry(&buf[..n]).unwrap();
+        assert_eq!((key, value), (7, &b"abc"[..]));
+        assert_eq!(entry(rest).unwrap().0, 999);
+        for cut in (1..n).filter(|&cut| cut != 9) {
+            assert!(
+                walk(&buf[..cut], &mut |_, _| Ok(())).is_some(),
+                "cut at {cut}"
+            );
+        }
+        let bad_first = walk(&buf[..n], &mut |key, _| {
+            if key == 7 { Err("bad".into()) } else { Ok(()) }
+        });
+        assert_eq!(
+            bad_first.as_deref(),
+            Some("bad"),
+            "later entries are still read"
+        );
+        let huge = [1, 0, 0xff, 0xff, 0xff, 0xff];
+        assert!(entry(&huge).is_err());
+    }
 }

@@ -13,7 +13,9 @@ pub(crate) mod v2;
 use std::borrow::Cow;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tokio::time::Instant;
 
 use crate::context::{Metadata, RequestId};
 
@@ -27,9 +29,9 @@ pub(crate) fn common(a: &RangeInclusive<u32>, b: &RangeInclusive<u32>) -> Option
     (low <= high).then_some(high)
 }
 
-/// One call, the same on every attempt: shared by the attempts in an `Arc`, so a retry copies
-/// nothing.
-#[derive(Debug, Clone)]
+/// One call, shared by its attempts in an `Arc`: a retry copies nothing, and what tarpc moves
+/// through its queues and streams for every request is one pointer.
+#[derive(Debug)]
 pub(crate) struct Request {
     /// The service's name.
     pub(crate) service: Cow<'static, str>,
@@ -41,35 +43,48 @@ pub(crate) struct Request {
     pub(crate) args: Vec<u8>,
     /// The call's headers (wire 2 and later; wire 1 carries none of them).
     pub(crate) head: Head,
+    /// Which attempt this is, from 1: set before each is sent (0 from a wire 1 peer).
+    pub(crate) attempt: AtomicU32,
 }
 
-/// The headers that stay the same over a call's attempts.
+impl Clone for Request {
+    fn clone(&self) -> Self {
+        Self {
+            service: self.service.clone(),
+            function: self.function.clone(),
+            signature: self.signature,
+            args: self.args.clone(),
+            head: self.head.clone(),
+            attempt: AtomicU32::new(self.attempt.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl Request {
+    /// Which attempt this is.
+    pub(crate) fn attempt(&self) -> u32 {
+        self.attempt.load(Ordering::Relaxed)
+    }
+}
+
+/// The call's headers.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Head {
-    /// The calling node's name.
+    /// The calling node's name: set by the caller for the in-memory network, and by the
+    /// provider's side of a TCP connection from the name the peer gave in its handshake.
     pub(crate) caller: Option<Arc<str>>,
     /// The call's id; inherited by calls made inside its handler.
     pub(crate) request_id: RequestId,
     /// The largest reply the caller can read, in bytes (its frame limit less the envelope).
     pub(crate) reply_limit: Option<u64>,
+    /// When the caller's whole budget ends, on this node's clock. It travels as time left
+    /// (written when the frame is), so the two nodes' clocks need not agree.
+    pub(crate) budget_deadline: Option<Instant>,
     /// What the caller set on the call.
     pub(crate) metadata: Metadata,
-}
-
-/// What changes from one attempt to the next.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct AttemptHead {
-    /// Which attempt, from 1.
-    pub(crate) number: u32,
-    /// The time left in the caller's whole budget when the attempt was sent.
-    pub(crate) budget_left: Option<Duration>,
-}
-
-/// One attempt of a call, as a transport sends it.
-#[derive(Debug, Clone)]
-pub(crate) struct Envelope {
-    pub(crate) request: Arc<Request>,
-    pub(crate) attempt: AttemptHead,
+    /// Why a header of the request could not be read, if one could not: the provider refuses
+    /// the request (and only it).
+    pub(crate) invalid: Option<String>,
 }
 
 /// What a provider answers.

@@ -11,7 +11,7 @@ use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_bytes::{ByteBuf, Bytes};
 
-use super::{AttemptHead, Envelope, Head, Reply, Request};
+use super::{Head, Reply, Request};
 
 #[tarpc::service]
 pub(crate) trait Wire {
@@ -24,12 +24,12 @@ pub(crate) trait Wire {
 #[derive(Debug, Clone)]
 pub(crate) struct Shared {
     pub(crate) wire: u32,
-    pub(crate) envelope: Envelope,
+    pub(crate) request: Arc<Request>,
 }
 
 impl Serialize for Shared {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let request = &self.envelope.request;
+        let request = &self.request;
         let mut tuple = serializer.serialize_tuple(5)?;
         tuple.serialize_element(&self.wire)?;
         tuple.serialize_element(&*request.service)?;
@@ -61,13 +61,11 @@ impl<'de> Deserialize<'de> for Shared {
                     signature,
                     args: args.into_vec(),
                     head: Head::default(),
+                    attempt: Default::default(),
                 };
                 Ok(Shared {
                     wire,
-                    envelope: Envelope {
-                        request: Arc::new(request),
-                        attempt: AttemptHead::default(),
-                    },
+                    request: Arc::new(request),
                 })
             }
         }
@@ -144,16 +142,14 @@ mod tests {
         };
         let ours = Shared {
             wire: 1,
-            envelope: Envelope {
-                request: Arc::new(Request {
-                    service: "search".into(),
-                    function: "search".into(),
-                    signature: 42,
-                    args: vec![1, 2, 3],
-                    head: Head::default(),
-                }),
-                attempt: AttemptHead::default(),
-            },
+            request: Arc::new(Request {
+                service: "search".into(),
+                function: "search".into(),
+                signature: 42,
+                args: vec![1, 2, 3],
+                head: Head::default(),
+                attempt: Default::default(),
+            }),
         };
         let theirs = Pin::new(&mut Bincode::<(), FirstRelease>::default())
             .serialize(&first)
@@ -162,9 +158,6 @@ mod tests {
         let bytes = Pin::new(&mut codec).serialize(&ours).unwrap();
         assert_eq!(bytes, theirs);
         let back = Pin::new(&mut codec).deserialize(&bytes[..].into()).unwrap();
-        assert_eq!(
-            (back.wire, &back.envelope.request.args[..]),
-            (1, &[1, 2, 3][..])
-        );
+        assert_eq!((back.wire, &back.request.args[..]), (1, &[1, 2, 3][..]));
     }
 }

@@ -1,21 +1,24 @@
 //! Wire version 2, after a [handshake](super::handshake): a request is
 //! `(service, function, signature, headers, args)` and a reply `(kind, code, body, headers)`,
-//! both bincode inside tarpc's frame. The header map ([`super::headers`]) is where new fields
+//! both bincode inside tarpc's frame. The caller is not a header: it is the node that opened the
+//! connection, named in its handshake (and, with mutual TLS, proven by its certificate). The header map ([`super::headers`]) is where new fields
 //! go; a reply kind this node does not know is read as an undeliverable reply for that one
 //! call, never as a broken frame.
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_bytes::{ByteBuf, Bytes};
+use tokio::time::Instant;
 
-use super::headers::{self, ATTEMPT, BUDGET_LEFT, CALLER, METADATA, REPLY_LIMIT, REQUEST_ID};
-use super::{AttemptHead, Envelope, Head, Reply, Request};
-use crate::context::{Metadata, RequestId};
+use super::headers::{self, ATTEMPT, BUDGET_LEFT, METADATA, REPLY_LIMIT, REQUEST_ID};
+use super::{Head, Reply, Request};
+use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId};
 
 #[tarpc::service]
 pub(crate) trait Wire {
@@ -26,7 +29,7 @@ pub(crate) trait Wire {
 /// An attempt as wire 2 carries it. Written from the shared request without copying its
 /// arguments; read back with one allocation for the arguments.
 #[derive(Debug, Clone)]
-pub(crate) struct Shared(pub(crate) Envelope);
+pub(crate) struct Shared(pub(crate) Arc<Request>);
 
 /// A reply as wire 2 carries it.
 #[derive(Debug, Clone)]
@@ -34,25 +37,27 @@ pub(crate) struct Shared2(pub(crate) Reply);
 
 impl Serialize for Shared {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let Envelope { request, attempt } = &self.0;
+        let request = &self.0;
         let mut tuple = serializer.serialize_tuple(5)?;
         tuple.serialize_element(&*request.service)?;
         tuple.serialize_element(&*request.function)?;
         tuple.serialize_element(&request.signature)?;
-        tuple.serialize_element(&RequestHeaders(&request.head, attempt))?;
+        tuple.serialize_element(&RequestHeaders(request))?;
         tuple.serialize_element(Bytes::new(&request.args))?;
         tuple.end()
     }
 }
 
-struct RequestHeaders<'a>(&'a Head, &'a AttemptHead);
+struct RequestHeaders<'a>(&'a Request);
 
 impl Serialize for RequestHeaders<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (head, attempt) = (self.0, self.1);
+        let head = &self.0.head;
         let id = head.request_id.0.to_le_bytes();
-        let number = attempt.number.to_le_bytes();
-        let budget = attempt.budget_left.map(|left| {
+        let number = self.0.attempt().to_le_bytes();
+        // Time left when the frame is written: the receiver counts from when it reads it.
+        let budget = head.budget_deadline.map(|end| {
+            let left = end.saturating_duration_since(Instant::now());
             u64::try_from(left.as_micros())
                 .unwrap_or(u64::MAX)
                 .to_le_bytes()
@@ -64,7 +69,6 @@ impl Serialize for RequestHeaders<'_> {
             Some(rmp_serde::to_vec(head.metadata.entries()).map_err(serde::ser::Error::custom)?)
         };
         let present = [
-            head.caller.as_deref().map(|c| (CALLER, c.as_bytes())),
             Some((REQUEST_ID, &id[..])),
             Some((ATTEMPT, &number[..])),
             budget.as_ref().map(|b| (BUDGET_LEFT, &b[..])),
@@ -89,7 +93,7 @@ impl<'de> Deserialize<'de> for Shared {
                 let function: String = seq.next_element()?.ok_or_else(missing)?;
                 let signature: u64 = seq.next_element()?.ok_or_else(missing)?;
                 let mut head = Head::default();
-                let mut attempt = AttemptHead::default();
+                let mut attempt = 0;
                 seq.next_element_seed(ReadRequestHeaders(&mut head, &mut attempt))?
                     .ok_or_else(missing)?;
                 let args: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
@@ -99,43 +103,46 @@ impl<'de> Deserialize<'de> for Shared {
                     signature,
                     args: args.into_vec(),
                     head,
+                    attempt: AtomicU32::new(attempt),
                 };
-                Ok(Shared(Envelope {
-                    request: Arc::new(request),
-                    attempt,
-                }))
+                Ok(Shared(Arc::new(request)))
             }
         }
         deserializer.deserialize_tuple(5, Fields)
     }
 }
 
-struct ReadRequestHeaders<'a>(&'a mut Head, &'a mut AttemptHead);
+struct ReadRequestHeaders<'a>(&'a mut Head, &'a mut u32);
 
 impl<'de> DeserializeSeed<'de> for ReadRequestHeaders<'_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         let (head, attempt) = (self.0, self.1);
-        headers::read(deserializer, |key, value| {
+        let problem = headers::read(deserializer, |key, value| {
             match key {
-                CALLER => {
-                    let name = std::str::from_utf8(value).map_err(|e| e.to_string())?;
-                    head.caller = Some(Arc::from(name));
-                }
                 REQUEST_ID => {
                     head.request_id = RequestId(u128::from_le_bytes(headers::fixed(key, value)?));
                 }
-                ATTEMPT => attempt.number = u32::from_le_bytes(headers::fixed(key, value)?),
+                ATTEMPT => *attempt = u32::from_le_bytes(headers::fixed(key, value)?),
                 BUDGET_LEFT => {
                     let micros = u64::from_le_bytes(headers::fixed(key, value)?);
-                    attempt.budget_left = Some(Duration::from_micros(micros));
+                    // A budget too far out for the clock is no limit, never an overflow.
+                    head.budget_deadline =
+                        Instant::now().checked_add(Duration::from_micros(micros));
                 }
                 REPLY_LIMIT => {
                     head.reply_limit = Some(u64::from_le_bytes(headers::fixed(key, value)?));
                 }
                 METADATA => {
-                    let entries: Vec<(String, String)> =
-                        rmp_serde::from_slice(value).map_err(|e| e.to_string())?;
+                    // Bounded before it is decoded: a peer cannot make this node build more.
+                    if value.len() > MAX_METADATA_BYTES + 8 * MAX_METADATA_ENTRIES + 16 {
+                        return Err(format!(
+                            "the metadata is {} bytes, over its bounds ({MAX_METADATA_BYTES} bytes)",
+                            value.len()
+                        ));
+                    }
+                    let entries: Vec<(String, String)> = rmp_serde::from_slice(value)
+                        .map_err(|e| format!("the metadata cannot be read: {e}"))?;
                     let metadata = Metadata::from_entries(entries);
                     metadata.check().map_err(|e| e.to_string())?;
                     head.metadata = metadata;
@@ -143,7 +150,9 @@ impl<'de> DeserializeSeed<'de> for ReadRequestHeaders<'_> {
                 _ => {}
             }
             Ok(())
-        })
+        })?;
+        head.invalid = problem;
+        Ok(())
     }
 }
 
@@ -190,7 +199,7 @@ struct SkipHeaders;
 impl<'de> DeserializeSeed<'de> for SkipHeaders {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        headers::read(deserializer, |_, _| Ok(()))
+        headers::read(deserializer, |_, _| Ok(())).map(|_| ())
     }
 }
 
@@ -236,46 +245,48 @@ mod tests {
 
     use super::*;
 
-    fn envelope() -> Envelope {
+    fn request() -> Arc<Request> {
         let mut metadata = Metadata::new();
         metadata.insert("tenant", "acme");
-        Envelope {
-            request: Arc::new(Request {
-                service: "search".into(),
-                function: "search".into(),
-                signature: 42,
-                args: vec![1, 2, 3],
-                head: Head {
-                    caller: Some("web-1".into()),
-                    request_id: RequestId(7 << 70 | 9),
-                    reply_limit: Some(1 << 20),
-                    metadata,
-                },
-            }),
-            attempt: AttemptHead {
-                number: 3,
-                budget_left: Some(Duration::from_millis(1500)),
+        Arc::new(Request {
+            service: "search".into(),
+            function: "search".into(),
+            signature: 42,
+            args: vec![1, 2, 3],
+            head: Head {
+                caller: Some("web-1".into()),
+                request_id: RequestId(7 << 70 | 9),
+                reply_limit: Some(1 << 20),
+                budget_deadline: Some(Instant::now() + Duration::from_millis(1500)),
+                metadata,
+                invalid: None,
             },
-        }
+            attempt: AtomicU32::new(3),
+        })
     }
 
-    #[test]
-    fn a_request_reads_back_as_written() {
+    #[tokio::test(start_paused = true)]
+    async fn a_request_reads_back_as_written() {
         let mut codec = Bincode::<Shared, Shared>::default();
-        let bytes = Pin::new(&mut codec).serialize(&Shared(envelope())).unwrap();
-        let back = Pin::new(&mut codec)
+        let sent = request();
+        let bytes = Pin::new(&mut codec)
+            .serialize(&Shared(sent.clone()))
+            .unwrap();
+        let got = Pin::new(&mut codec)
             .deserialize(&bytes[..].into())
             .unwrap()
             .0;
-        let (sent, got) = (envelope(), back);
-        assert_eq!(got.request.service, sent.request.service);
-        assert_eq!(got.request.args, sent.request.args);
-        assert_eq!(got.request.head.caller.as_deref(), Some("web-1"));
-        assert_eq!(got.request.head.request_id, sent.request.head.request_id);
-        assert_eq!(got.request.head.reply_limit, Some(1 << 20));
-        assert_eq!(got.request.head.metadata.get("tenant"), Some("acme"));
-        assert_eq!(got.attempt.number, 3);
-        assert_eq!(got.attempt.budget_left, Some(Duration::from_millis(1500)));
+        assert_eq!(got.service, sent.service);
+        assert_eq!(got.args, sent.args);
+        assert_eq!(
+            got.head.caller, None,
+            "the caller is the connection's, not a header"
+        );
+        assert_eq!(got.head.request_id, sent.head.request_id);
+        assert_eq!(got.head.reply_limit, Some(1 << 20));
+        assert_eq!(got.head.metadata.get("tenant"), Some("acme"));
+        assert_eq!(got.attempt(), 3);
+        assert_eq!(got.head.budget_deadline, sent.head.budget_deadline);
     }
 
     #[test]
@@ -307,8 +318,8 @@ mod tests {
             .deserialize(&bytes[..].into())
             .unwrap()
             .0;
-        assert_eq!(got.attempt.number, 2);
-        assert_eq!(got.request.args, [1, 2]);
+        assert_eq!(got.attempt(), 2);
+        assert_eq!(got.args, [1, 2]);
 
         struct Broken;
         impl Serialize for Broken {
@@ -323,11 +334,10 @@ mod tests {
             }
         }
         let bytes = bincode_of(&Broken);
-        assert!(
-            Pin::new(&mut Bincode::<Shared, Shared>::default())
-                .deserialize(&bytes[..].into())
-                .is_err()
-        );
+        let got = Pin::new(&mut Bincode::<Shared, Shared>::default())
+            .deserialize(&bytes[..].into())
+            .expect("the frame is read; the request is refused on its own");
+        assert!(got.0.head.invalid.as_deref().unwrap().contains("header 3"));
     }
 
     #[test]

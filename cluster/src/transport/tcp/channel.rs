@@ -1,0 +1,97 @@
+//! Serving one connection's requests with tarpc, with two guards of ours around its transport:
+//!
+//! - a deadline further out than tarpc's timer can hold (about two years) is clamped before
+//!   tarpc sees it: tarpc panics on one, which would cost the connection and every call on it;
+//! - when the peer closes its side, the handlers still running for it are aborted. tarpc would
+//!   let them run and wait to write replies that nobody reads any more: a caller that has gone
+//!   (crashed, shut down, cut off) should not leave its work running here.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{Sink, Stream};
+use tarpc::ClientMessage;
+use tokio::sync::oneshot;
+
+/// The furthest deadline handed to tarpc: a year, well inside what its timer accepts.
+pub(crate) const MAX_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A transport that clamps incoming deadlines and says when its read side has ended.
+pub(super) struct Guarded<T> {
+    inner: T,
+    closed: Option<oneshot::Sender<()>>,
+}
+
+impl<T, Req> Stream for Guarded<T>
+where
+    T: Stream<Item = std::io::Result<ClientMessage<Req>>> + Unpin,
+{
+    type Item = std::io::Result<ClientMessage<Req>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = Pin::new(&mut self.inner).poll_next(cx);
+        match polled {
+            Poll::Ready(Some(Ok(ClientMessage::Request(mut request)))) => {
+                let latest = std::time::Instant::now() + MAX_DEADLINE;
+                if request.context.deadline > latest {
+                    request.context.deadline = latest;
+                }
+                Poll::Ready(Some(Ok(ClientMessage::Request(request))))
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
+                if let Some(closed) = self.closed.take() {
+                    let _ = closed.send(());
+                }
+                polled
+            }
+            other => other,
+        }
+    }
+}
+
+impl<T, Item> Sink<Item> for Guarded<T>
+where
+    T: Sink<Item> + Unpin,
+{
+    type Error = T::Error;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_ready(cx)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, item: Item) -> Result<(), T::Error> {
+        Pin::new(&mut self.inner).start_send(item)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
+/// `transport`, guarded, and what says that its peer has closed its side.
+pub(super) fn guard<T>(transport: T) -> (Guarded<T>, oneshot::Receiver<()>) {
+    let (closed_tx, closed) = oneshot::channel();
+    let guarded = Guarded {
+        inner: transport,
+        closed: Some(closed_tx),
+    };
+    (guarded, closed)
+}
+
+/// Runs a connection's `requests` until its peer has closed its side; then drops them, and
+/// with them tarpc's channel, which aborts the handlers still running for that peer.
+pub(super) async fn until_closed(
+    requests: impl Future<Output = ()>,
+    closed: oneshot::Receiver<()>,
+) {
+    tokio::select! {
+        () = requests => {}
+        _ = closed => {}
+    }
+}
