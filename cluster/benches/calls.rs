@@ -160,10 +160,16 @@ fn main() {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // `--threads 1`: one thread for everything, so that an instruction count does not depend
+    // on how the workers happened to park and steal (the difference between two builds' counts
+    // is then the code's, not the scheduler's).
+    let runtime = match value("--threads").as_deref() {
+        Some("1") => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build()
+    .expect("runtime");
     if let Some(side) = value("--profile") {
         let calls = value("--calls").map_or(2000, |n| n.parse().expect("--calls N"));
         let payload = value("--payload").map_or(32, |n| n.parse().expect("--payload BYTES"));

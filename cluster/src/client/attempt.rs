@@ -98,6 +98,7 @@ pub(crate) async fn run(
                 request_id,
                 reply_limit: Some(client.node.max_frame.saturating_sub(ENVELOPE_OVERHEAD) as u64),
                 budget_deadline: Some(budget_deadline),
+                encoded_metadata: crate::transport::wire::encode_metadata(&metadata),
                 metadata,
                 invalid: None,
             },

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -13,7 +13,7 @@ use tarpc::server::{BaseChannel, Channel};
 use tarpc::tokio_serde::formats::Bincode;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::bytes::{Bytes, BytesMut};
 use tokio_util::codec::{Framed, FramedParts, LengthDelimitedCodec};
@@ -58,7 +58,9 @@ pub(crate) async fn serve(
                 _ = stop.wait_for(|stopped| *stopped) => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        connections.spawn(connection(stream, peer, dispatcher.clone(), config.clone()));
+                        let serving = Arc::new(OnceLock::new());
+                        let task = connection(stream, peer, dispatcher.clone(), config.clone(), serving.clone());
+                        let _ = serving.set(connections.spawn(task));
                     }
                     // A failed accept (a peer that reset at once, too many open files) costs
                     // that connection, not the listener; a pause keeps a persistent cause
@@ -83,6 +85,7 @@ async fn connection(
     peer: SocketAddr,
     dispatcher: Arc<Dispatcher>,
     config: ServeConfig,
+    serving: Arc<OnceLock<AbortHandle>>,
 ) {
     // Replies are small frames written one by one: without this, Nagle's algorithm holds each
     // behind the client's delayed ACK.
@@ -114,13 +117,12 @@ async fn connection(
                 dispatcher,
                 peer: Arc::from(hello.node.as_str()),
             };
-            let (transport, closed) = channel::guard(transport);
-            let requests = BaseChannel::with_defaults(transport)
+            BaseChannel::with_defaults(channel::guard(transport, serving))
                 .execute(server.serve())
                 .for_each(|call| async {
                     tokio::spawn(call);
-                });
-            channel::until_closed(requests, closed).await;
+                })
+                .await;
         }
         Ok(Ok(Opening::Legacy(first))) => {
             // The four bytes read to tell the two apart begin the peer's first frame.
@@ -133,13 +135,12 @@ async fn connection(
                 speaks_v1: config.versions.contains(&1),
                 versions: config.versions.clone(),
             };
-            let (transport, closed) = channel::guard(transport);
-            let requests = BaseChannel::with_defaults(transport)
+            BaseChannel::with_defaults(channel::guard(transport, serving))
                 .execute(server.serve())
                 .for_each(|call| async {
                     tokio::spawn(call);
-                });
-            channel::until_closed(requests, closed).await;
+                })
+                .await;
         }
         Ok(Err(e)) => tracing::debug!("a connection from {peer} did not open correctly: {e}"),
         Err(_) => {

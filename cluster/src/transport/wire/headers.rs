@@ -9,18 +9,8 @@ use std::fmt;
 use serde::de::{self, Visitor};
 use serde::{Deserializer, Serializer};
 
-// Key 1 is reserved: an early draft of wire 2 put the caller's name there. The caller is the
-// connection's (its handshake names it), never a header a peer could set per request.
-/// The request id, 16 bytes little-endian.
-pub(super) const REQUEST_ID: u16 = 2;
-/// The attempt's number, 4 bytes little-endian.
-pub(super) const ATTEMPT: u16 = 3;
-/// The caller's budget left, in microseconds, 8 bytes little-endian.
-pub(super) const BUDGET_LEFT: u16 = 4;
-/// The largest reply the caller reads, in bytes, 8 bytes little-endian.
-pub(super) const REPLY_LIMIT: u16 = 5;
 /// The call's metadata: MessagePack of `[[key, value], …]`.
-pub(super) const METADATA: u16 = 6;
+pub(super) const METADATA: u16 = 1;
 
 /// Bytes an entry takes besides its value.
 const ENTRY: usize = 6;
@@ -34,6 +24,10 @@ pub(super) fn write<S: Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     let present = || headers.iter().flatten();
+    if present().next().is_none() {
+        // The usual case, written at once (and twice per frame: bincode sizes it first).
+        return serializer.serialize_bytes(&[]);
+    }
     let len: usize = present().map(|(_, value)| ENTRY + value.len()).sum();
     if len <= INLINE {
         let mut inline = [0u8; INLINE];
@@ -119,13 +113,6 @@ fn entry(bytes: &[u8]) -> Result<(u16, &[u8], &[u8]), String> {
     let end = ENTRY.checked_add(len).ok_or_else(cut)?;
     let value = bytes.get(ENTRY..end).ok_or_else(cut)?;
     Ok((key, value, &bytes[end..]))
-}
-
-/// A fixed-size little-endian value, or why not.
-pub(super) fn fixed<const N: usize>(key: u16, value: &[u8]) -> Result<[u8; N], String> {
-    value
-        .try_into()
-        .map_err(|_| format!("header {key} has {} bytes, not {N}", value.len()))
 }
 
 #[cfg(test)]

@@ -82,6 +82,9 @@ pub(crate) struct Head {
     pub(crate) budget_deadline: Option<Instant>,
     /// What the caller set on the call.
     pub(crate) metadata: Metadata,
+    /// The metadata as wire 2 carries it, encoded once per call by the caller (empty when
+    /// there is none), not once per attempt and frame.
+    pub(crate) encoded_metadata: Vec<u8>,
     /// Why a header of the request could not be read, if one could not: the provider refuses
     /// the request (and only it).
     pub(crate) invalid: Option<String>,
@@ -105,4 +108,13 @@ pub(crate) enum Reply {
     /// (Over TCP the client has given up by then and never reads this; in memory it is how a
     /// timeout surfaces.)
     Expired,
+}
+
+/// The metadata as wire 2 carries it: MessagePack of `[[key, value], …]`; nothing when empty.
+pub(crate) fn encode_metadata(metadata: &Metadata) -> Vec<u8> {
+    if metadata.is_empty() {
+        return Vec::new();
+    }
+    // Strings and a list of pairs always encode.
+    rmp_serde::to_vec(metadata.entries()).unwrap_or_default()
 }

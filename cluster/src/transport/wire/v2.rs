@@ -1,6 +1,8 @@
 //! Wire version 2, after a [handshake](super::handshake): a request is
-//! `(service, function, signature, headers, args)` and a reply `(kind, code, body, headers)`,
-//! both bincode inside tarpc's frame. The caller is not a header: it is the node that opened the
+//! `(service, function, signature, (request id, attempt, budget left, reply limit), headers,
+//! args)` and a reply `(kind, code, body, headers)`, both bincode inside tarpc's frame. What
+//! every request carries is positional (cheap to write and read); the header map holds what may
+//! be absent (metadata) and whatever later builds add. The caller is not a header: it is the node that opened the
 //! connection, named in its handshake (and, with mutual TLS, proven by its certificate). The header map ([`super::headers`]) is where new fields
 //! go; a reply kind this node does not know is read as an undeliverable reply for that one
 //! call, never as a broken frame.
@@ -16,7 +18,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_bytes::{ByteBuf, Bytes};
 use tokio::time::Instant;
 
-use super::headers::{self, ATTEMPT, BUDGET_LEFT, METADATA, REPLY_LIMIT, REQUEST_ID};
+use super::headers::{self, METADATA};
 use super::{Head, Reply, Request};
 use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId};
 
@@ -38,43 +40,39 @@ pub(crate) struct Shared2(pub(crate) Reply);
 impl Serialize for Shared {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let request = &self.0;
-        let mut tuple = serializer.serialize_tuple(5)?;
+        let head = &request.head;
+        // Time left when the frame is written: the receiver counts from when it reads it.
+        let budget = head.budget_deadline.map_or(NONE, |end| {
+            let left = end.saturating_duration_since(Instant::now());
+            u64::try_from(left.as_micros()).unwrap_or(NONE)
+        });
+        let core = (
+            head.request_id.0,
+            request.attempt(),
+            budget,
+            head.reply_limit.unwrap_or(NONE),
+        );
+        let mut tuple = serializer.serialize_tuple(6)?;
         tuple.serialize_element(&*request.service)?;
         tuple.serialize_element(&*request.function)?;
         tuple.serialize_element(&request.signature)?;
-        tuple.serialize_element(&RequestHeaders(request))?;
+        tuple.serialize_element(&core)?;
+        tuple.serialize_element(&RequestHeaders(head))?;
         tuple.serialize_element(Bytes::new(&request.args))?;
         tuple.end()
     }
 }
 
-struct RequestHeaders<'a>(&'a Request);
+/// A core field a caller did not set (no budget, no reply limit).
+const NONE: u64 = u64::MAX;
+
+struct RequestHeaders<'a>(&'a Head);
 
 impl Serialize for RequestHeaders<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let head = &self.0.head;
-        let id = head.request_id.0.to_le_bytes();
-        let number = self.0.attempt().to_le_bytes();
-        // Time left when the frame is written: the receiver counts from when it reads it.
-        let budget = head.budget_deadline.map(|end| {
-            let left = end.saturating_duration_since(Instant::now());
-            u64::try_from(left.as_micros())
-                .unwrap_or(u64::MAX)
-                .to_le_bytes()
-        });
-        let limit = head.reply_limit.map(u64::to_le_bytes);
-        let metadata = if head.metadata.is_empty() {
-            None
-        } else {
-            Some(rmp_serde::to_vec(head.metadata.entries()).map_err(serde::ser::Error::custom)?)
-        };
-        let present = [
-            Some((REQUEST_ID, &id[..])),
-            Some((ATTEMPT, &number[..])),
-            budget.as_ref().map(|b| (BUDGET_LEFT, &b[..])),
-            limit.as_ref().map(|l| (REPLY_LIMIT, &l[..])),
-            metadata.as_deref().map(|m| (METADATA, m)),
-        ];
+        let head = self.0;
+        let present = [(!head.encoded_metadata.is_empty())
+            .then_some((METADATA, head.encoded_metadata.as_slice()))];
         headers::write(&present, serializer)
     }
 }
@@ -92,9 +90,18 @@ impl<'de> Deserialize<'de> for Shared {
                 let service: String = seq.next_element()?.ok_or_else(missing)?;
                 let function: String = seq.next_element()?.ok_or_else(missing)?;
                 let signature: u64 = seq.next_element()?.ok_or_else(missing)?;
-                let mut head = Head::default();
-                let mut attempt = 0;
-                seq.next_element_seed(ReadRequestHeaders(&mut head, &mut attempt))?
+                let (id, attempt, budget, limit): (u128, u32, u64, u64) =
+                    seq.next_element()?.ok_or_else(missing)?;
+                let mut head = Head {
+                    request_id: RequestId(id),
+                    // A budget too far out for the clock is no limit, never an overflow.
+                    budget_deadline: (budget != NONE)
+                        .then(|| Instant::now().checked_add(Duration::from_micros(budget)))
+                        .flatten(),
+                    reply_limit: (limit != NONE).then_some(limit),
+                    ..Head::default()
+                };
+                seq.next_element_seed(ReadRequestHeaders(&mut head))?
                     .ok_or_else(missing)?;
                 let args: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
                 let request = Request {
@@ -108,46 +115,30 @@ impl<'de> Deserialize<'de> for Shared {
                 Ok(Shared(Arc::new(request)))
             }
         }
-        deserializer.deserialize_tuple(5, Fields)
+        deserializer.deserialize_tuple(6, Fields)
     }
 }
 
-struct ReadRequestHeaders<'a>(&'a mut Head, &'a mut u32);
+struct ReadRequestHeaders<'a>(&'a mut Head);
 
 impl<'de> DeserializeSeed<'de> for ReadRequestHeaders<'_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        let (head, attempt) = (self.0, self.1);
+        let head = self.0;
         let problem = headers::read(deserializer, |key, value| {
-            match key {
-                REQUEST_ID => {
-                    head.request_id = RequestId(u128::from_le_bytes(headers::fixed(key, value)?));
+            if key == METADATA {
+                // Bounded before it is decoded: a peer cannot make this node build more.
+                if value.len() > MAX_METADATA_BYTES + 8 * MAX_METADATA_ENTRIES + 16 {
+                    return Err(format!(
+                        "the metadata is {} bytes, over its bounds ({MAX_METADATA_BYTES} bytes)",
+                        value.len()
+                    ));
                 }
-                ATTEMPT => *attempt = u32::from_le_bytes(headers::fixed(key, value)?),
-                BUDGET_LEFT => {
-                    let micros = u64::from_le_bytes(headers::fixed(key, value)?);
-                    // A budget too far out for the clock is no limit, never an overflow.
-                    head.budget_deadline =
-                        Instant::now().checked_add(Duration::from_micros(micros));
-                }
-                REPLY_LIMIT => {
-                    head.reply_limit = Some(u64::from_le_bytes(headers::fixed(key, value)?));
-                }
-                METADATA => {
-                    // Bounded before it is decoded: a peer cannot make this node build more.
-                    if value.len() > MAX_METADATA_BYTES + 8 * MAX_METADATA_ENTRIES + 16 {
-                        return Err(format!(
-                            "the metadata is {} bytes, over its bounds ({MAX_METADATA_BYTES} bytes)",
-                            value.len()
-                        ));
-                    }
-                    let entries: Vec<(String, String)> = rmp_serde::from_slice(value)
-                        .map_err(|e| format!("the metadata cannot be read: {e}"))?;
-                    let metadata = Metadata::from_entries(entries);
-                    metadata.check().map_err(|e| e.to_string())?;
-                    head.metadata = metadata;
-                }
-                _ => {}
+                let entries: Vec<(String, String)> = rmp_serde::from_slice(value)
+                    .map_err(|e| format!("the metadata cannot be read: {e}"))?;
+                let metadata = Metadata::from_entries(entries);
+                metadata.check().map_err(|e| e.to_string())?;
+                head.metadata = metadata;
             }
             Ok(())
         })?;
@@ -258,6 +249,7 @@ mod tests {
                 request_id: RequestId(7 << 70 | 9),
                 reply_limit: Some(1 << 20),
                 budget_deadline: Some(Instant::now() + Duration::from_millis(1500)),
+                encoded_metadata: crate::transport::wire::encode_metadata(&metadata),
                 metadata,
                 invalid: None,
             },
@@ -295,14 +287,12 @@ mod tests {
         struct Later;
         impl Serialize for Later {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut tuple = serializer.serialize_tuple(5)?;
+                let mut tuple = serializer.serialize_tuple(6)?;
                 tuple.serialize_element("search")?;
                 tuple.serialize_element("search")?;
                 tuple.serialize_element(&42u64)?;
-                tuple.serialize_element(&Raw(&[
-                    Some((999, b"trace")),
-                    Some((ATTEMPT, &2u32.to_le_bytes())),
-                ]))?;
+                tuple.serialize_element(&(1u128, 2u32, NONE, NONE))?;
+                tuple.serialize_element(&Raw(&[Some((999, b"trace"))]))?;
                 tuple.serialize_element(Bytes::new(&[1, 2]))?;
                 tuple.end()
             }
@@ -324,11 +314,12 @@ mod tests {
         struct Broken;
         impl Serialize for Broken {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut tuple = serializer.serialize_tuple(5)?;
+                let mut tuple = serializer.serialize_tuple(6)?;
                 tuple.serialize_element("s")?;
                 tuple.serialize_element("f")?;
                 tuple.serialize_element(&1u64)?;
-                tuple.serialize_element(&Raw(&[Some((ATTEMPT, b"x"))]))?;
+                tuple.serialize_element(&(1u128, 1u32, NONE, NONE))?;
+                tuple.serialize_element(&Raw(&[Some((METADATA, b"\xc1"))]))?;
                 tuple.serialize_element(Bytes::new(&[]))?;
                 tuple.end()
             }
@@ -337,7 +328,8 @@ mod tests {
         let got = Pin::new(&mut Bincode::<Shared, Shared>::default())
             .deserialize(&bytes[..].into())
             .expect("the frame is read; the request is refused on its own");
-        assert!(got.0.head.invalid.as_deref().unwrap().contains("header 3"));
+        let invalid = got.0.head.invalid.as_deref().unwrap();
+        assert!(invalid.contains("metadata cannot be read"), "{invalid}");
     }
 
     #[test]
