@@ -57,14 +57,7 @@ pub struct Context {
 }
 
 struct Inner {
-    service: Cow<'static, str>,
-    function: Cow<'static, str>,
-    caller: Option<Arc<str>>,
-    request_id: RequestId,
-    attempt: u32,
-    deadline: Instant,
-    budget_deadline: Option<Instant>,
-    metadata: Metadata,
+    call: Received,
     cancelled: AtomicBool,
     // Whether anything waits in `cancelled()`: most handlers spawn nothing, and then ending a
     // call wakes nobody (`notify_waiters` takes a lock).
@@ -85,29 +78,12 @@ pub(crate) struct Received {
 }
 
 impl Context {
-    pub(crate) fn new(received: Received) -> Self {
-        let Received {
-            service,
-            function,
-            caller,
-            request_id,
-            attempt,
-            deadline,
-            budget_deadline,
-            metadata,
-        } = received;
+    pub(crate) fn new(mut call: Received) -> Self {
         // The caller's budget can never end before the attempt it is paying for.
-        let budget_deadline = budget_deadline.map(|end| end.max(deadline));
+        call.budget_deadline = call.budget_deadline.map(|end| end.max(call.deadline));
         Self {
             inner: Arc::new(Inner {
-                service,
-                function,
-                caller,
-                request_id,
-                attempt,
-                deadline,
-                budget_deadline,
-                metadata,
+                call,
                 cancelled: AtomicBool::new(false),
                 watched: AtomicBool::new(false),
                 wake: Notify::new(),
@@ -137,39 +113,40 @@ impl Context {
 
     /// The service called.
     pub fn service(&self) -> &str {
-        &self.inner.service
+        &self.inner.call.service
     }
 
     /// The function called.
     pub fn function(&self) -> &str {
-        &self.inner.function
+        &self.inner.call.function
     }
 
     /// The name of the calling node, as it introduced itself when it opened the connection;
     /// `None` from a peer on wire version 1, which does not say.
     pub fn caller(&self) -> Option<&str> {
-        self.inner.caller.as_deref()
+        self.inner.call.caller.as_deref()
     }
 
     /// The request id: the same on every attempt of a call, and on every call made inside its
     /// handler (unless one asked for its own).
     pub fn request_id(&self) -> RequestId {
-        self.inner.request_id
+        self.inner.call.request_id
     }
 
     /// Which attempt of its call this is, from 1; 0 from a peer on wire version 1.
     pub fn attempt(&self) -> u32 {
-        self.inner.attempt
+        self.inner.call.attempt
     }
 
     /// When this attempt's time is up: the provider stops the handler then.
     pub fn deadline(&self) -> Instant {
-        self.inner.deadline
+        self.inner.call.deadline
     }
 
     /// The time left until [`deadline`](Self::deadline).
     pub fn remaining(&self) -> Duration {
         self.inner
+            .call
             .deadline
             .saturating_duration_since(Instant::now())
     }
@@ -178,13 +155,14 @@ impl Context {
     /// `None` when the caller did not say (wire version 1).
     pub fn budget_remaining(&self) -> Option<Duration> {
         self.inner
+            .call
             .budget_deadline
             .map(|end| end.saturating_duration_since(Instant::now()))
     }
 
     /// The metadata the caller set on this call.
     pub fn metadata(&self) -> &Metadata {
-        &self.inner.metadata
+        &self.inner.call.metadata
     }
 
     /// Whether the call has ended for its handler: it finished, its deadline passed or its

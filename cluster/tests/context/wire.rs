@@ -9,8 +9,12 @@ use cluster::{CallError, Reason, Registry};
 
 use crate::{Net, OrdersClient, OrdersServer, Plan, Shop};
 
+async fn node_on(net: &Net, name: &str, wire: std::ops::RangeInclusive<u32>) -> cluster::Node {
+    net.builder(name).wire_versions(wire).start().await.unwrap()
+}
+
 async fn shop_on(net: &Net, name: &str, wire: std::ops::RangeInclusive<u32>) -> cluster::Node {
-    let node = net.builder(name).wire_versions(wire).start().await.unwrap();
+    let node = node_on(net, name, wire).await;
     let shop = Arc::new(Shop::new(&node, Plan::Pay));
     let _r = node.serve(OrdersServer::new(shop)).await.unwrap();
     node
@@ -29,12 +33,7 @@ async fn a_first_release_node_and_this_one_call_each_other() {
 
     let net = Net::tcp();
     let _new = shop_on(&net, "new-1", 1..=2).await;
-    let old_client = net
-        .builder("old-client")
-        .wire_versions(1..=1)
-        .start()
-        .await
-        .unwrap();
+    let old_client = node_on(&net, "old-client", 1..=1).await;
     let seen = OrdersClient::new(&old_client).whoami().await.unwrap();
     assert_eq!((seen.node.as_str(), seen.caller), ("new-1", None));
     let new_client = net.node("new-client").await;
@@ -50,12 +49,7 @@ async fn a_first_release_node_and_this_one_call_each_other() {
 async fn a_provider_without_a_common_wire_version_is_never_tried_nor_waited_for() {
     let net = Net::tcp();
     let _old = shop_on(&net, "old-1", 1..=1).await;
-    let client = net
-        .builder("new-only")
-        .wire_versions(2..=2)
-        .start()
-        .await
-        .unwrap();
+    let client = node_on(&net, "new-only", 2..=2).await;
     let start = Instant::now();
     let err = OrdersClient::new(&client).whoami().await.unwrap_err();
     let CallError::Service(e) = &err else {
@@ -81,12 +75,7 @@ async fn a_wire_refusal_is_not_retried_on_the_same_node() {
         Arc::new(OrdersClient::description().clone()),
     );
     net.registry.register(claim).await.unwrap();
-    let client = net
-        .builder("new-only")
-        .wire_versions(2..=2)
-        .start()
-        .await
-        .unwrap();
+    let client = node_on(&net, "new-only", 2..=2).await;
     let err = OrdersClient::new(&client).whoami().await.unwrap_err();
     let CallError::Service(e) = &err else {
         panic!("expected a ServiceError, got {err:?}")
