@@ -1,5 +1,6 @@
 use std::convert::Infallible;
 use std::future::{Future, IntoFuture};
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -148,15 +149,22 @@ where
             let started = tokio::time::Instant::now();
             let mut refused = None;
             for layer in layers.iter() {
-                if let Err(why) = layer.on_call(&info, &mut metadata) {
-                    refused = Some(super::attempt::early_service_error(
-                        &client,
-                        function,
-                        Reason::Rejected,
-                        format!("a client layer refused the call: {why}"),
-                    ));
-                    break;
-                }
+                let asked = AssertUnwindSafe(|| layer.on_call(&info, &mut metadata));
+                let why = match std::panic::catch_unwind(asked) {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(why)) => format!("a client layer refused the call: {why}"),
+                    Err(panic) => format!(
+                        "a client layer panicked: {}",
+                        crate::server::panic_message(&*panic)
+                    ),
+                };
+                refused = Some(super::attempt::early_service_error(
+                    &client,
+                    function,
+                    Reason::Rejected,
+                    why,
+                ));
+                break;
             }
             let result = match refused {
                 Some(e) => Err(e),
@@ -179,7 +187,13 @@ where
             };
             let elapsed = started.elapsed();
             for layer in layers.iter() {
-                layer.on_outcome(&info, outcome, elapsed);
+                let told = AssertUnwindSafe(|| layer.on_outcome(&info, outcome, elapsed));
+                if let Err(panic) = std::panic::catch_unwind(told) {
+                    tracing::error!(
+                        "a client layer panicked in on_outcome: {}",
+                        crate::server::panic_message(&*panic)
+                    );
+                }
             }
             finish(result)
         })

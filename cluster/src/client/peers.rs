@@ -84,7 +84,11 @@ impl Peers {
     }
 
     pub(crate) fn eject(&self, addr: SocketAddr) {
-        let until = Instant::now() + self.cooldown;
+        // A cool-down too long for the clock means "for good", never an overflow.
+        let now = Instant::now();
+        let until = now
+            .checked_add(self.cooldown)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
         *self
             .get(addr)
             .ejected_until

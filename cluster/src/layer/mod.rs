@@ -70,13 +70,15 @@ pub enum Outcome<'a> {
 /// ```
 pub trait ClientLayer: Send + Sync + 'static {
     /// Before the call's first attempt: may add to its metadata, or refuse the call with a
-    /// reason (it then fails with [`Reason::Rejected`] and is not sent).
+    /// reason (it then fails with [`Reason::Rejected`] and is not sent). A panic here refuses
+    /// the call the same way.
     fn on_call(&self, call: &CallInfo<'_>, metadata: &mut Metadata) -> Result<(), String> {
         let _ = (call, metadata);
         Ok(())
     }
 
-    /// When the call has ended, however it ended, `elapsed` after it started.
+    /// When the call has ended, however it ended, `elapsed` after it started. A panic here is
+    /// caught and logged: the call's result is returned all the same.
     fn on_outcome(&self, call: &CallInfo<'_>, outcome: Outcome<'_>, elapsed: Duration) {
         let _ = (call, outcome, elapsed);
     }
@@ -127,6 +129,8 @@ pub enum Served {
     Undeliverable,
     /// The handler was dropped before it ended: its caller gave up or its connection closed.
     Cancelled,
+    /// A later layer refused the request (or panicked); the handler did not run.
+    Refused,
 }
 
 /// Behaviour around every request a node serves. Both methods default to doing nothing.

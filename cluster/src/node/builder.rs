@@ -26,6 +26,9 @@ pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1000;
 /// The largest bound on requests in flight on one connection a node may set.
 const MAX_IN_FLIGHT_LIMIT: usize = 1 << 20;
 
+/// The longest node name, in bytes: it travels in every handshake and registry entry.
+const MAX_NAME: usize = 255;
+
 /// The smallest frame limit a node may set: room for the envelope and a few arguments.
 const MIN_FRAME: usize = 4 << 10;
 
@@ -202,13 +205,26 @@ impl NodeBuilder {
                 "connect_timeout is zero: no connection could ever open".to_owned(),
             ));
         }
+        let name = self.name.unwrap_or_else(|| format!("node-{generation}"));
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(StartError::Setting(format!(
+                "the node's name is {} bytes; it must be from 1 to {MAX_NAME}",
+                name.len()
+            )));
+        }
+        let max_concurrent = self
+            .max_concurrent_calls
+            .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
+        if max_concurrent == 0 {
+            return Err(StartError::Setting(
+                "max_concurrent_calls is 0: the node could serve no call".to_owned(),
+            ));
+        }
         let dispatcher = Arc::new(Dispatcher::new(
             max_frame.saturating_sub(ENVELOPE_OVERHEAD),
-            self.max_concurrent_calls
-                .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
+            max_concurrent,
             self.provider_layers.into(),
         ));
-        let name = self.name.unwrap_or_else(|| format!("node-{generation}"));
         let shared_name: Arc<str> = Arc::from(name.as_str());
         let registry = self
             .registry

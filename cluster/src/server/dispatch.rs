@@ -253,27 +253,35 @@ impl Dispatcher {
             budget_deadline: head.budget_deadline,
             metadata: head.metadata,
         });
-        for layer in self.layers.iter() {
-            match std::panic::catch_unwind(AssertUnwindSafe(|| layer.on_request(&context))) {
-                Ok(Ok(())) => {}
-                Ok(Err(refusal)) => {
-                    let (reason, detail) = refusal.into_parts();
-                    return Err(refuse(reason, detail));
-                }
-                Err(panic) => {
-                    let message = panic_message(&*panic);
-                    tracing::error!(
-                        service = %context.service(),
-                        function = %context.function(),
-                        "a provider layer panicked: {message}"
-                    );
-                    return Err(Reply::Panicked(format!(
-                        "a provider layer panicked before the handler ran: {message}"
-                    )));
-                }
-            }
+        for (passed, layer) in self.layers.iter().enumerate() {
+            let refused =
+                match std::panic::catch_unwind(AssertUnwindSafe(|| layer.on_request(&context))) {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(refusal)) => {
+                        let (reason, detail) = refusal.into_parts();
+                        refuse(reason, detail)
+                    }
+                    Err(panic) => {
+                        let message = panic_message(&*panic);
+                        tracing::error!(
+                            service = %context.service(),
+                            function = %context.function(),
+                            "a provider layer panicked: {message}"
+                        );
+                        Reply::Panicked(format!(
+                            "a provider layer panicked before the handler ran: {message}"
+                        ))
+                    }
+                };
+            // The layers before this one let the request through: they hear how it ended.
+            drop(Told {
+                layers: &self.layers[..passed],
+                context,
+                admitted: Instant::now(),
+                served: Served::Refused,
+            });
+            return Err(refused);
         }
-
         // Building the future runs no user code, but a generated adapter is still code: a panic
         // while building it is caught like one while running it.
         let run =
@@ -324,6 +332,7 @@ impl Drop for Told<'_> {
 /// the provider's words, as long as it likes, and a frame the caller cannot read would cost
 /// its connection and every call on it.
 fn fit(reply: Reply, limit: usize) -> Reply {
+    // Room for the reply's own fields; a caller that reads almost nothing gets no text at all.
     let room = limit.saturating_sub(64);
     let cut = |text: String| {
         if text.len() <= room {
@@ -332,6 +341,9 @@ fn fit(reply: Reply, limit: usize) -> Reply {
         let mut end = room;
         while !text.is_char_boundary(end) {
             end -= 1;
+        }
+        if room < 64 {
+            return text[..end].to_owned();
         }
         format!("{}… ({} bytes cut)", &text[..end], text.len() - end)
     };
@@ -348,7 +360,8 @@ fn refuse(reason: Reason, detail: String) -> Reply {
     Reply::Refused(reason.code(), detail)
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> String {
+/// A panic's message, as its payload carries it.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

@@ -195,3 +195,76 @@ async fn a_provider_layer_hears_of_a_request_its_caller_gave_up_on() {
     crate::support::until("the layer hears", || !served.0.lock().unwrap().is_empty()).await;
     assert_eq!(served.take(), ["charge Cancelled"]);
 }
+
+/// Counts requests in flight, as a metrics layer would.
+struct Gauge(Arc<std::sync::atomic::AtomicI64>);
+
+impl ProviderLayer for Gauge {
+    fn on_request(&self, _ctx: &Context) -> Result<(), Refusal> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn on_served(&self, _ctx: &Context, _served: Served, _elapsed: Duration) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Panics when it sees a call, and when it hears how one ended.
+struct Clumsy;
+
+impl ClientLayer for Clumsy {
+    fn on_call(&self, call: &CallInfo<'_>, _metadata: &mut Metadata) -> Result<(), String> {
+        if call.function == "place" {
+            panic!("on_call has a bug");
+        }
+        Ok(())
+    }
+
+    fn on_outcome(&self, _call: &CallInfo<'_>, _outcome: Outcome<'_>, _elapsed: Duration) {
+        panic!("on_outcome has a bug");
+    }
+}
+
+#[tokio::test]
+async fn layers_before_a_refusing_one_hear_the_end_and_a_panicking_client_layer_loses_nothing() {
+    let net = Net::tcp();
+    let gauge = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let orders = net
+        .builder("orders-1")
+        .provider_layer(Gauge(gauge.clone()))
+        .provider_layer(RequireTenant(Log::default()))
+        .start()
+        .await
+        .unwrap();
+    let shop = Arc::new(crate::Shop::new(&orders, Plan::Pay));
+    let _r = orders.serve(crate::OrdersServer::new(shop)).await.unwrap();
+    let client = OrdersClient::new(&net.node("plain").await);
+    for _ in 0..10 {
+        assert!(client.whoami().await.is_err(), "refused: no tenant");
+    }
+    assert_eq!(
+        gauge.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing leaked"
+    );
+
+    let clumsy = net
+        .builder("clumsy")
+        .client_layer(Clumsy)
+        .start()
+        .await
+        .unwrap();
+    let client = OrdersClient::new(&clumsy);
+    let seen = client.whoami().metadata("tenant", "acme").await;
+    assert!(
+        seen.is_ok(),
+        "the result survives a panic in on_outcome: {seen:?}"
+    );
+    let err = client.place("book".into()).await.unwrap_err();
+    let CallError::Service(e) = &err else {
+        panic!("expected a ServiceError, got {err:?}")
+    };
+    assert_eq!(e.reason(), Reason::Rejected);
+    assert!(e.detail().contains("on_call has a bug"), "{}", e.detail());
+}

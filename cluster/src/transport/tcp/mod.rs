@@ -3,6 +3,7 @@
 //! failure.
 
 mod channel;
+mod codec;
 mod connect;
 mod limit;
 mod serve;

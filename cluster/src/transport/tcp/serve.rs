@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tarpc::server::{BaseChannel, Channel};
-use tarpc::tokio_serde::formats::Bincode;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
@@ -19,6 +18,7 @@ use tokio_util::bytes::{Bytes, BytesMut};
 use tokio_util::codec::{Framed, FramedParts, LengthDelimitedCodec};
 
 use super::channel;
+use super::codec::Clamping;
 use crate::error::Reason;
 use crate::server::Dispatcher;
 use crate::transport::wire::handshake::{self, Opening};
@@ -112,7 +112,7 @@ async fn connection(
                 return;
             }
             let transport =
-                tarpc::serde_transport::new(Framed::new(stream, codec), Bincode::default());
+                tarpc::serde_transport::new(Framed::new(stream, codec), Clamping::default());
             let server = V2 {
                 dispatcher,
                 peer: Arc::from(hello.node.as_str()),
@@ -129,7 +129,7 @@ async fn connection(
             let mut parts = FramedParts::new::<Bytes>(stream, codec);
             parts.read_buf = BytesMut::from(&first[..]);
             let transport =
-                tarpc::serde_transport::new(Framed::from_parts(parts), Bincode::default());
+                tarpc::serde_transport::new(Framed::from_parts(parts), Clamping::default());
             let server = V1 {
                 dispatcher,
                 speaks_v1: config.versions.contains(&1),
