@@ -80,6 +80,7 @@ pub use options::{CallOptions, Source};
 pub use registry::{MemoryRegistry, Registry};
 pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, Provide};
 pub use service::{FunctionDescription, ServiceDescription};
+pub use transport::tcp::DEFAULT_MAX_OPENING_CONNECTIONS;
 pub use transport::{DEFAULT_MAX_FRAME, MAX_FRAME_LIMIT, MemoryNetwork, WIRE_VERSIONS};
 
 // The long-form docs, compiled as doc tests so their examples keep working.

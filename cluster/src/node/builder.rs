@@ -9,7 +9,9 @@ use crate::client::peers::{DEFAULT_COOLDOWN, Peers};
 use crate::layer::{ClientLayer, ProviderLayer};
 use crate::registry::{MemoryRegistry, NodeInfo, Registry, RegistryError};
 use crate::server::{DEFAULT_MAX_CONCURRENT_CALLS, Dispatcher};
-use crate::transport::tcp::{self, ConnectConfig, ServeConfig, TcpConnector};
+use crate::transport::tcp::{
+    self, ConnectConfig, DEFAULT_MAX_OPENING_CONNECTIONS, ServeConfig, TcpConnector,
+};
 use crate::transport::{
     Connector, DEFAULT_MAX_FRAME, ENVELOPE_OVERHEAD, MAX_FRAME_LIMIT, MemoryNetwork, WIRE_VERSIONS,
 };
@@ -46,6 +48,7 @@ const MIN_FRAME: usize = 4 << 10;
 /// | `drain_timeout` | 30 s: how long a shutdown waits for running calls |
 /// | `connect_timeout` | 1 s: opening a connection, TCP and handshake |
 /// | `max_in_flight_per_connection` | 1000 (1 to 2^20) |
+/// | `max_opening_connections` | 256: connected but silent; past it the oldest is closed |
 /// | `wire_versions` | every version this build speaks, [`WIRE_VERSIONS`] |
 /// | `client_layer`, `provider_layer` | none |
 #[derive(Default)]
@@ -53,6 +56,7 @@ const MIN_FRAME: usize = 4 << 10;
 pub struct NodeBuilder {
     connect_timeout: Option<Duration>,
     max_in_flight: Option<usize>,
+    max_opening: Option<usize>,
     wire: Option<std::ops::RangeInclusive<u32>>,
     client_layers: Vec<Arc<dyn ClientLayer>>,
     provider_layers: Vec<Arc<dyn ProviderLayer>>,
@@ -151,6 +155,14 @@ impl NodeBuilder {
         self
     }
 
+    /// The most connections that may be opening at once (connected, but not yet through the
+    /// handshake or their first frame); past it, a new connection closes the one that has been
+    /// opening longest, so that a peer holding many silent connections cannot lock callers out.
+    pub fn max_opening_connections(mut self, limit: usize) -> Self {
+        self.max_opening = Some(limit);
+        self
+    }
+
     /// The wire versions this node speaks, a range within [`WIRE_VERSIONS`]. Pinning the
     /// older version (`1..=1`) lets a node of this build take part in a cluster of the first
     /// release: no handshake, and no context (caller, request id, deadline, metadata) crosses.
@@ -198,6 +210,12 @@ impl NodeBuilder {
             return Err(StartError::Setting(format!(
                 "max_in_flight_per_connection is {max_in_flight}; it must be from 1 to {MAX_IN_FLIGHT_LIMIT}"
             )));
+        }
+        let max_opening = self.max_opening.unwrap_or(DEFAULT_MAX_OPENING_CONNECTIONS);
+        if max_opening == 0 {
+            return Err(StartError::Setting(
+                "max_opening_connections is 0: no connection could ever open".to_owned(),
+            ));
         }
         let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         if connect_timeout.is_zero() {
@@ -250,6 +268,7 @@ impl NodeBuilder {
                     node: shared_name.clone(),
                     versions: wire.clone(),
                     max_frame,
+                    max_opening,
                 };
                 let (local, task) = tcp::serve(addr, dispatcher.clone(), serving, stopped)
                     .await

@@ -222,3 +222,38 @@ async fn a_handler_whose_caller_has_gone_is_stopped() {
     assert_eq!(bank.counters.finished.load(Ordering::SeqCst), 0);
     call.abort();
 }
+
+#[tokio::test]
+async fn past_the_opening_limit_the_oldest_silent_connection_is_closed_and_callers_get_through() {
+    use tokio::io::AsyncReadExt;
+    let net = Net::tcp();
+    let orders = net
+        .builder("orders-1")
+        .max_opening_connections(8)
+        .start()
+        .await
+        .unwrap();
+    let shop = Arc::new(crate::Shop::new(&orders, crate::Plan::Pay));
+    let _r = orders.serve(crate::OrdersServer::new(shop)).await.unwrap();
+    // Twenty connections that never say a word, held open.
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        silent.push(tokio::net::TcpStream::connect(orders.addr()).await.unwrap());
+    }
+    let client = OrdersClient::new(&net.node("web-1").await);
+    let start = Instant::now();
+    let seen = client
+        .whoami()
+        .await
+        .expect("a legitimate caller gets through");
+    assert_eq!(seen.node, "orders-1");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    // The oldest silent ones were closed to make room.
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(5), silent[0].read(&mut byte)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+}

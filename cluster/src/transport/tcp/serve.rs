@@ -19,6 +19,7 @@ use tokio_util::codec::{Framed, FramedParts, LengthDelimitedCodec};
 
 use super::channel;
 use super::codec::Clamping;
+use super::opening::{OpeningSlot, Openings};
 use crate::error::Reason;
 use crate::server::Dispatcher;
 use crate::transport::wire::handshake::{self, Opening};
@@ -35,6 +36,8 @@ pub(crate) struct ServeConfig {
     pub(crate) node: Arc<str>,
     pub(crate) versions: RangeInclusive<u32>,
     pub(crate) max_frame: usize,
+    /// Connections that may be opening (not yet spoken) at once.
+    pub(crate) max_opening: usize,
 }
 
 /// Listens on `addr` until `stop` turns true; then closes the listener and every connection,
@@ -47,9 +50,12 @@ pub(crate) async fn serve(
 ) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let openings = Openings::new(config.max_opening);
     let task = tokio::spawn(async move {
         let mut connections = JoinSet::new();
         let mut pause = false;
+        // Accept failures in a row: the first is logged, the rest counted until one succeeds.
+        let mut failing = 0u64;
         loop {
             if std::mem::take(&mut pause) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -58,15 +64,28 @@ pub(crate) async fn serve(
                 _ = stop.wait_for(|stopped| *stopped) => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
+                        if std::mem::take(&mut failing) > 1 {
+                            tracing::info!("accepting connections on {local} again");
+                        }
                         let serving = Arc::new(OnceLock::new());
-                        let task = connection(stream, peer, dispatcher.clone(), config.clone(), serving.clone());
+                        let (opening, evicted) = openings.admit(serving.clone());
+                        if evicted {
+                            tracing::debug!(
+                                "{} connections on {local} were opening at once; the oldest was closed",
+                                config.max_opening + 1
+                            );
+                        }
+                        let task = connection(stream, peer, dispatcher.clone(), config.clone(), serving.clone(), opening);
                         let _ = serving.set(connections.spawn(task));
                     }
                     // A failed accept (a peer that reset at once, too many open files) costs
                     // that connection, not the listener; a pause keeps a persistent cause
-                    // (out of file handles) from spinning the loop.
+                    // (out of file handles) from spinning the loop, and one line says so.
                     Err(e) => {
-                        tracing::warn!("accepting a connection on {local} failed: {e}");
+                        failing += 1;
+                        if failing == 1 {
+                            tracing::warn!("accepting a connection on {local} failed: {e}; retrying every 100 ms");
+                        }
                         pause = true;
                     }
                 },
@@ -86,6 +105,7 @@ async fn connection(
     dispatcher: Arc<Dispatcher>,
     config: ServeConfig,
     serving: Arc<OnceLock<AbortHandle>>,
+    opening: OpeningSlot,
 ) {
     // Replies are small frames written one by one: without this, Nagle's algorithm holds each
     // behind the client's delayed ACK.
@@ -93,8 +113,10 @@ async fn connection(
     let codec = LengthDelimitedCodec::builder()
         .max_frame_length(config.max_frame)
         .new_codec();
-    let opening = tokio::time::timeout(OPENING_TIMEOUT, handshake::open(&mut stream)).await;
-    match opening {
+    let opened = tokio::time::timeout(OPENING_TIMEOUT, handshake::open(&mut stream)).await;
+    // It has spoken (or given up): no longer one of the connections opening.
+    drop(opening);
+    match opened {
         Ok(Ok(Opening::Hello(hello))) => {
             let welcome = handshake::welcome(
                 &hello,
