@@ -12,11 +12,12 @@ use tracing::Instrument;
 use super::Client;
 use super::failure::{Failure, Verdict};
 use super::peers::InFlight;
+use super::report::{call_name, early_error, provider_ref};
 use super::select::{Chosen, Miss, choose};
 use crate::context::{Context, Metadata, RequestId};
 use crate::error::report::Human;
 use crate::error::{
-    AttemptRecord, CallError, CallReport, ProviderRef, Reason, RpcError, RpcErrorKind, ServiceError,
+    AttemptRecord, CallError, CallReport, Reason, RpcError, RpcErrorKind, ServiceError,
 };
 use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source};
 use crate::registry::ServiceEntry;
@@ -412,51 +413,5 @@ fn merged(client: &Client, chosen: Option<&Chosen>, overrides: &CallOptions) -> 
             (Source::Client, &client.defaults),
             (Source::Call, overrides),
         ]),
-    }
-}
-
-fn provider_ref(entry: &ServiceEntry) -> ProviderRef {
-    ProviderRef {
-        node: entry.node.name.clone(),
-        addr: entry.node.addr,
-        version: entry.description.version.clone(),
-    }
-}
-
-fn call_name(client: &Client, function: usize) -> String {
-    let f = &client.description.functions[function];
-    format!("{}.{}/{}", client.description.name, f.name, f.arity())
-}
-
-/// An error raised outside the attempt loop: arguments that cannot be sent, a reply that cannot
-/// be read.
-pub(crate) fn early_error<E>(
-    client: &Client,
-    function: usize,
-    kind: RpcErrorKind,
-    detail: String,
-) -> CallError<E> {
-    CallError::Rpc(RpcError::new(kind, detail, empty_report(client, function)))
-}
-
-/// A refusal raised before the attempt loop (a client layer's).
-pub(crate) fn early_service_error<E>(
-    client: &Client,
-    function: usize,
-    reason: Reason,
-    detail: String,
-) -> CallError<E> {
-    let report = empty_report(client, function);
-    CallError::Service(ServiceError::new(reason, detail, vec![], report))
-}
-
-fn empty_report(client: &Client, function: usize) -> CallReport {
-    CallReport {
-        call: call_name(client, function),
-        requirement: client.requirement.to_string(),
-        provider: None,
-        attempts: Vec::new(),
-        elapsed: Duration::ZERO,
-        budget: None,
     }
 }

@@ -158,7 +158,7 @@ where
                         crate::server::panic_message(&*panic)
                     ),
                 };
-                refused = Some(super::attempt::early_service_error(
+                refused = Some(super::report::early_service_error(
                     &client,
                     function,
                     Reason::Rejected,
@@ -211,7 +211,7 @@ async fn run<T, E>(
     let bytes = super::attempt::run(client, function, sent).await?;
     decode(&bytes).map_err(|e| {
         let detail = format!("cannot decode the reply after {:?}: {e}", started.elapsed());
-        super::attempt::early_error(client, function, RpcErrorKind::Protocol, detail)
+        super::report::early_error(client, function, RpcErrorKind::Protocol, detail)
     })
 }
 

@@ -6,6 +6,7 @@ mod attempt;
 mod call;
 mod failure;
 pub(crate) mod peers;
+mod report;
 mod select;
 
 use std::sync::Arc;

@@ -1,0 +1,56 @@
+//! What a failed call's error says about it: the report, and the errors raised before or
+//! outside the attempt loop (nothing to send, a layer's refusal, a reply that cannot be read).
+
+use std::time::Duration;
+
+use super::Client;
+use crate::error::{
+    CallError, CallReport, ProviderRef, Reason, RpcError, RpcErrorKind, ServiceError,
+};
+use crate::registry::ServiceEntry;
+
+pub(super) fn provider_ref(entry: &ServiceEntry) -> ProviderRef {
+    ProviderRef {
+        node: entry.node.name.clone(),
+        addr: entry.node.addr,
+        version: entry.description.version.clone(),
+    }
+}
+
+pub(super) fn call_name(client: &Client, function: usize) -> String {
+    let f = &client.description.functions[function];
+    format!("{}.{}/{}", client.description.name, f.name, f.arity())
+}
+
+/// An error raised outside the attempt loop: arguments that cannot be sent, a reply that cannot
+/// be read.
+pub(crate) fn early_error<E>(
+    client: &Client,
+    function: usize,
+    kind: RpcErrorKind,
+    detail: String,
+) -> CallError<E> {
+    CallError::Rpc(RpcError::new(kind, detail, empty_report(client, function)))
+}
+
+/// A refusal raised before the attempt loop (a client layer's).
+pub(crate) fn early_service_error<E>(
+    client: &Client,
+    function: usize,
+    reason: Reason,
+    detail: String,
+) -> CallError<E> {
+    let report = empty_report(client, function);
+    CallError::Service(ServiceError::new(reason, detail, vec![], report))
+}
+
+fn empty_report(client: &Client, function: usize) -> CallReport {
+    CallReport {
+        call: call_name(client, function),
+        requirement: client.requirement.to_string(),
+        provider: None,
+        attempts: Vec::new(),
+        elapsed: Duration::ZERO,
+        budget: None,
+    }
+}
