@@ -119,7 +119,7 @@ async fn provider(registry: &MemoryRegistry, name: &str, delay: Duration) -> Nod
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(examples::log_filter())
         .init();
     let registry = MemoryRegistry::new();
     let one = provider(&registry, "search-1", Duration::from_millis(100)).await;

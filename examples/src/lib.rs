@@ -2,6 +2,9 @@
 //! processes) and `ledger` with its rolling-deploy scenario ([`deploy`]).
 
 pub mod deploy;
+mod logs;
+
+pub use logs::log_filter;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

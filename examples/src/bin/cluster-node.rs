@@ -10,7 +10,7 @@ use examples::{GreeterServer, Host};
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(examples::log_filter())
         .init();
     let mut name = None;
     let mut seeds = Vec::new();
