@@ -375,6 +375,7 @@ impl<'a> Attempts<'a> {
             attempts: self.attempts.clone(),
             elapsed: self.start.elapsed(),
             budget: self.budget,
+            retries_off: !self.retry.enabled,
         }
     }
 

@@ -52,5 +52,6 @@ fn empty_report(client: &Client, function: usize) -> CallReport {
         attempts: Vec::new(),
         elapsed: Duration::ZERO,
         budget: None,
+        retries_off: false,
     }
 }

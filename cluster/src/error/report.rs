@@ -23,6 +23,9 @@ pub struct CallReport {
     /// The call's budget (all attempts and pauses) and the layer it came from; `None` when
     /// retries were off and the call had one attempt.
     pub budget: Option<(Duration, Source)>,
+    /// Whether retries were off for this call (`no_retry()`, `retry = false`); false for a call
+    /// that failed before its attempts could start (nothing to send, a layer's refusal).
+    pub retries_off: bool,
 }
 
 /// A provider, as a report names it.
@@ -94,9 +97,9 @@ impl CallReport {
         )?;
         match self.budget {
             Some((b, source)) => write!(f, " (budget {}, set by {source})", Human(b))?,
-            // A call that failed before its first attempt (nothing to send) had no budget.
-            None if self.attempts.is_empty() => {}
-            None => write!(f, " (retries off)")?,
+            None if self.retries_off => write!(f, " (retries off)")?,
+            // A call that failed before its attempts could start had no budget.
+            None => {}
         }
         for (i, a) in self.attempts.iter().enumerate() {
             write!(
