@@ -55,6 +55,7 @@
 
 mod client;
 pub mod context;
+mod deadline;
 pub mod error;
 pub mod layer;
 mod node;

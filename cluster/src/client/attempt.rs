@@ -15,6 +15,7 @@ use super::peers::InFlight;
 use super::report::{call_name, early_error, provider_ref};
 use super::select::{Chosen, Miss, choose};
 use crate::context::{Context, Metadata, RequestId};
+use crate::deadline::later;
 use crate::error::report::Human;
 use crate::error::{
     AttemptRecord, CallError, CallReport, Reason, RpcError, RpcErrorKind, ServiceError,
@@ -389,13 +390,6 @@ impl<'a> Attempts<'a> {
             self.report(None),
         ))
     }
-}
-
-/// `from + by`, saturating far in the future instead of overflowing: a duration such as
-/// `Duration::MAX`, from a caller or from another node's registry entry, means "no limit".
-fn later(from: Instant, by: Duration) -> Instant {
-    const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    from.checked_add(by.min(FAR)).unwrap_or(from)
 }
 
 /// Step 2: library default < provider service < provider function < client < this call.

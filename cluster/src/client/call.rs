@@ -118,7 +118,7 @@ where
                 function,
                 args,
                 overrides,
-                mut metadata,
+                metadata,
                 detached,
                 decode,
             } = self;
@@ -126,78 +126,79 @@ where
             let request_id = parent
                 .as_ref()
                 .map_or_else(|| client.node.next_request_id(), Context::request_id);
-            let layers = &client.node.client_layers;
-            if layers.is_empty() {
-                let sent = super::attempt::Sent {
-                    args,
-                    overrides: &overrides,
-                    metadata,
-                    request_id,
-                    parent,
-                };
+            let sent = super::attempt::Sent {
+                args,
+                overrides: &overrides,
+                metadata,
+                request_id,
+                parent,
+            };
+            if client.node.client_layers.is_empty() {
                 return finish(run(&client, function, sent, decode).await);
             }
-            let options = client.defaults.overlay(&overrides);
-            let wanted = &client.description.functions[function];
-            let info = CallInfo {
-                service: &client.description.name,
-                function: &wanted.name,
-                request_id,
-                options: &options,
-                parent: parent.as_ref(),
-            };
-            let started = tokio::time::Instant::now();
-            let mut refused = None;
-            for layer in layers.iter() {
-                let asked = AssertUnwindSafe(|| layer.on_call(&info, &mut metadata));
-                let why = match std::panic::catch_unwind(asked) {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(why)) => format!("a client layer refused the call: {why}"),
-                    Err(panic) => format!(
-                        "a client layer panicked: {}",
-                        crate::server::panic_message(&*panic)
-                    ),
-                };
-                refused = Some(super::report::early_service_error(
-                    &client,
-                    function,
-                    Reason::Rejected,
-                    why,
-                ));
-                break;
-            }
-            let result = match refused {
-                Some(e) => Err(e),
-                None => {
-                    let sent = super::attempt::Sent {
-                        args,
-                        overrides: &overrides,
-                        metadata,
-                        request_id,
-                        parent: parent.clone(),
-                    };
-                    // Boxed, so that the layers' state does not grow every call's future.
-                    Box::pin(run(&client, function, sent, decode)).await
-                }
-            };
-            let outcome = match &result {
-                Ok(Ok(_)) => Outcome::Ok,
-                Ok(Err(_)) => Outcome::App,
-                Err(e) => Outcome::Failed(e),
-            };
-            let elapsed = started.elapsed();
-            for layer in layers.iter() {
-                let told = AssertUnwindSafe(|| layer.on_outcome(&info, outcome, elapsed));
-                if let Err(panic) = std::panic::catch_unwind(told) {
-                    tracing::error!(
-                        "a client layer panicked in on_outcome: {}",
-                        crate::server::panic_message(&*panic)
-                    );
-                }
-            }
-            finish(result)
+            // Boxed, so that the layers' state does not grow the future of every call.
+            finish(Box::pin(with_layers(&client, function, sent, decode)).await)
         })
     }
+}
+
+/// [`run`], with the node's client layers told before and after.
+async fn with_layers<T, E>(
+    client: &Client,
+    function: usize,
+    mut sent: super::attempt::Sent<'_>,
+    decode: Decode<T, E>,
+) -> Result<Result<T, E>, CallError<Infallible>> {
+    let layers = &client.node.client_layers;
+    let options = client.defaults.overlay(sent.overrides);
+    let parent = sent.parent.clone();
+    let info = CallInfo {
+        service: &client.description.name,
+        function: &client.description.functions[function].name,
+        request_id: sent.request_id,
+        options: &options,
+        parent: parent.as_ref(),
+    };
+    let started = tokio::time::Instant::now();
+    let mut refused = None;
+    for layer in layers.iter() {
+        let asked = AssertUnwindSafe(|| layer.on_call(&info, &mut sent.metadata));
+        let why = match std::panic::catch_unwind(asked) {
+            Ok(Ok(())) => continue,
+            Ok(Err(why)) => format!("a client layer refused the call: {why}"),
+            Err(panic) => format!(
+                "a client layer panicked: {}",
+                crate::server::panic_message(&*panic)
+            ),
+        };
+        refused = Some(super::report::early_service_error(
+            client,
+            function,
+            Reason::Rejected,
+            why,
+        ));
+        break;
+    }
+    let result = match refused {
+        Some(e) => Err(e),
+        None => run(client, function, sent, decode).await,
+    };
+    let outcome = match &result {
+        Ok(Ok(_)) => Outcome::Ok,
+        Ok(Err(_)) => Outcome::App,
+        Err(e) => Outcome::Failed(e),
+    };
+    let elapsed = started.elapsed();
+    for layer in layers.iter() {
+        let told = AssertUnwindSafe(|| layer.on_outcome(&info, outcome, elapsed));
+        if let Err(panic) = std::panic::catch_unwind(told) {
+            tracing::error!(
+                "a client layer panicked in on_outcome: {}",
+                crate::server::panic_message(&*panic)
+            );
+        }
+    }
+    result
 }
 
 /// Runs the call and decodes its reply: the provider's `Ok` or `Err`, or the framework's error.

@@ -17,7 +17,7 @@ pub(crate) enum Failure {
     /// The provider's function panicked.
     Panicked(String),
     /// The function ran; its reply is larger than this caller reads.
-    TooLarge(String),
+    ReplyTooLarge(String),
     /// The reply could not be understood.
     Protocol(String),
 }
@@ -34,7 +34,7 @@ impl Failure {
                 )),
             }),
             Ok(Reply::Panicked(message)) => Err(Failure::Panicked(message)),
-            Ok(Reply::TooLarge(detail)) => Err(Failure::TooLarge(detail)),
+            Ok(Reply::TooLarge(detail)) => Err(Failure::ReplyTooLarge(detail)),
             Ok(Reply::Undeliverable(detail)) => Err(Failure::Protocol(detail)),
             Ok(Reply::Expired) => Err(Failure::Timeout),
             Err(TransportError::NotSent(detail)) => Err(Failure::NotSent(detail)),
@@ -55,7 +55,7 @@ impl Failure {
                 reason.never_ran() && !matches!(reason, Reason::BadArguments | Reason::Rejected)
             }
             Failure::Timeout | Failure::Lost(_) => idempotent,
-            Failure::Panicked(_) | Failure::TooLarge(_) | Failure::Protocol(_) => false,
+            Failure::Panicked(_) | Failure::ReplyTooLarge(_) | Failure::Protocol(_) => false,
         }
     }
 
@@ -78,7 +78,7 @@ impl Failure {
             Failure::Timeout => "timeout".to_owned(),
             Failure::Lost(_) => "connection lost".to_owned(),
             Failure::Panicked(_) => "panicked".to_owned(),
-            Failure::TooLarge(_) => "reply too large".to_owned(),
+            Failure::ReplyTooLarge(_) => "reply too large".to_owned(),
             Failure::Protocol(_) => "protocol error".to_owned(),
         }
     }
@@ -93,7 +93,7 @@ impl Failure {
             Failure::Panicked(message) => {
                 Verdict::Service(Reason::Panicked, format!("panic message: {message}"))
             }
-            Failure::TooLarge(d) => Verdict::Rpc(RpcErrorKind::ReplyTooLarge, d),
+            Failure::ReplyTooLarge(d) => Verdict::Rpc(RpcErrorKind::ReplyTooLarge, d),
             Failure::Protocol(d) => Verdict::Rpc(RpcErrorKind::Protocol, d),
         }
     }
@@ -146,7 +146,7 @@ mod tests {
             (Failure::Timeout, true, false),
             (Failure::Lost("reset".into()), true, false),
             (Failure::Panicked("boom".into()), false, false),
-            (Failure::TooLarge(String::new()), false, false),
+            (Failure::ReplyTooLarge(String::new()), false, false),
             (Failure::Protocol(String::new()), false, false),
         ];
         for (failure, idempotent, other) in cases {

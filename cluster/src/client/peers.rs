@@ -85,10 +85,7 @@ impl Peers {
 
     pub(crate) fn eject(&self, addr: SocketAddr) {
         // A cool-down too long for the clock means "for good", never an overflow.
-        let now = Instant::now();
-        let until = now
-            .checked_add(self.cooldown)
-            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
+        let until = crate::deadline::later(Instant::now(), self.cooldown);
         *self
             .get(addr)
             .ejected_until

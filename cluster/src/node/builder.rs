@@ -188,12 +188,11 @@ impl NodeBuilder {
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let max_frame = self.max_frame.unwrap_or(DEFAULT_MAX_FRAME);
-        if !(MIN_FRAME..=MAX_FRAME_LIMIT).contains(&max_frame) {
-            return Err(StartError::Setting(format!(
-                "max_frame is {max_frame} bytes; it must be from {MIN_FRAME} to {MAX_FRAME_LIMIT}"
-            )));
-        }
+        let max_frame = within(
+            "max_frame",
+            self.max_frame.unwrap_or(DEFAULT_MAX_FRAME),
+            MIN_FRAME..=MAX_FRAME_LIMIT,
+        )?;
         let wire = self.wire.unwrap_or(WIRE_VERSIONS);
         if wire.is_empty()
             || !WIRE_VERSIONS.contains(wire.start())
@@ -203,20 +202,23 @@ impl NodeBuilder {
                 "wire_versions {wire:?} is not within the versions this build speaks, {WIRE_VERSIONS:?}"
             )));
         }
-        let max_in_flight = self
-            .max_in_flight
-            .unwrap_or(DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION);
-        if !(1..=MAX_IN_FLIGHT_LIMIT).contains(&max_in_flight) {
-            return Err(StartError::Setting(format!(
-                "max_in_flight_per_connection is {max_in_flight}; it must be from 1 to {MAX_IN_FLIGHT_LIMIT}"
-            )));
-        }
-        let max_opening = self.max_opening.unwrap_or(DEFAULT_MAX_OPENING_CONNECTIONS);
-        if max_opening == 0 {
-            return Err(StartError::Setting(
-                "max_opening_connections is 0: no connection could ever open".to_owned(),
-            ));
-        }
+        let max_in_flight = within(
+            "max_in_flight_per_connection",
+            self.max_in_flight
+                .unwrap_or(DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION),
+            1..=MAX_IN_FLIGHT_LIMIT,
+        )?;
+        let max_opening = within(
+            "max_opening_connections",
+            self.max_opening.unwrap_or(DEFAULT_MAX_OPENING_CONNECTIONS),
+            1..=usize::MAX,
+        )?;
+        let max_concurrent = within(
+            "max_concurrent_calls",
+            self.max_concurrent_calls
+                .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
+            1..=usize::MAX,
+        )?;
         let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         if connect_timeout.is_zero() {
             return Err(StartError::Setting(
@@ -224,20 +226,7 @@ impl NodeBuilder {
             ));
         }
         let name = self.name.unwrap_or_else(|| format!("node-{generation}"));
-        if name.is_empty() || name.len() > MAX_NAME {
-            return Err(StartError::Setting(format!(
-                "the node's name is {} bytes; it must be from 1 to {MAX_NAME}",
-                name.len()
-            )));
-        }
-        let max_concurrent = self
-            .max_concurrent_calls
-            .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
-        if max_concurrent == 0 {
-            return Err(StartError::Setting(
-                "max_concurrent_calls is 0: the node could serve no call".to_owned(),
-            ));
-        }
+        within("the length of the node's name", name.len(), 1..=MAX_NAME)?;
         let dispatcher = Arc::new(Dispatcher::new(
             max_frame.saturating_sub(ENVELOPE_OVERHEAD),
             max_concurrent,
@@ -310,5 +299,59 @@ impl NodeBuilder {
                 listener: Mutex::new(Some(listener)),
             }),
         })
+    }
+}
+
+/// `value` of `setting`, if it is in `range`; a [`StartError::Setting`] that says the range if
+/// not: a setting that could never work is refused at start, not found out in production.
+fn within(
+    setting: &str,
+    value: usize,
+    range: std::ops::RangeInclusive<usize>,
+) -> Result<usize, StartError> {
+    if range.contains(&value) {
+        return Ok(value);
+    }
+    let allowed = if *range.end() == usize::MAX {
+        format!("at least {}", range.start())
+    } else {
+        format!("from {} to {}", range.start(), range.end())
+    };
+    Err(StartError::Setting(format!(
+        "{setting} is {value}; it must be {allowed}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn settings_that_could_never_work_are_refused_at_start() {
+        let refused = [
+            Node::builder().max_frame(0),
+            Node::builder().max_frame(MAX_FRAME_LIMIT + 1),
+            Node::builder().wire_versions(3..=4),
+            #[allow(clippy::reversed_empty_ranges)] // what a caller might pass
+            Node::builder().wire_versions(2..=1),
+            Node::builder().max_in_flight_per_connection(0),
+            Node::builder().max_in_flight_per_connection(usize::MAX),
+            Node::builder().max_opening_connections(0),
+            Node::builder().max_concurrent_calls(0),
+            Node::builder().connect_timeout(Duration::ZERO),
+            Node::builder().name(""),
+            Node::builder().name("n".repeat(MAX_NAME + 1)),
+        ];
+        for builder in refused {
+            let started = builder.memory(&MemoryNetwork::new()).start().await;
+            let Err(StartError::Setting(why)) = started else {
+                panic!("started: {started:?}");
+            };
+            assert!(!why.is_empty());
+        }
+        let Err(StartError::Setting(why)) = Node::builder().max_frame(10).start().await else {
+            panic!("a 10-byte frame limit started")
+        };
+        assert_eq!(why, "max_frame is 10; it must be from 4096 to 1073741824");
     }
 }

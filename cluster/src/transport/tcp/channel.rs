@@ -1,27 +1,19 @@
-//! Serving one connection's requests with tarpc, with two guards of ours around its transport:
-//!
-//! - a deadline further out than tarpc's timer can hold (about two years) is clamped before
-//!   tarpc sees it: tarpc panics on one, which would cost the connection and every call on it;
-//! - when the peer closes its side, the handlers still running for it are aborted. tarpc would
-//!   let them run and wait to write replies that nobody reads any more: a caller that has gone
-//!   (crashed, shut down, cut off) should not leave its work running here.
+//! A guard around a served connection's transport: when the peer closes its side, the handlers
+//! still running for it are aborted. tarpc would let them run and wait to write replies that
+//! nobody reads any more: a caller that has gone (crashed, shut down, cut off) should not leave
+//! its work running here. (Deadlines from the wire are made safe earlier, in `codec.rs`.)
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::Duration;
-
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 
 use futures::{Sink, Stream};
 use tarpc::ClientMessage;
 use tokio::task::AbortHandle;
 
-/// The furthest deadline handed to tarpc: a year, well inside what its timer accepts.
-pub(crate) const MAX_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// A transport that clamps incoming deadlines and, when its read side ends, aborts the task
-/// that serves it (dropping tarpc's channel, which aborts the handlers still running). An abort
-/// rather than a signal another future waits on: nothing extra is polled per request.
+/// A transport that, when its read side ends, aborts the task that serves it (dropping tarpc's
+/// channel, which aborts the handlers still running). An abort rather than a signal another
+/// future waits on: nothing extra is polled per request.
 pub(super) struct Guarded<T> {
     inner: T,
     serving: Arc<OnceLock<AbortHandle>>,
@@ -35,22 +27,12 @@ where
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let polled = Pin::new(&mut self.inner).poll_next(cx);
-        match polled {
-            Poll::Ready(Some(Ok(ClientMessage::Request(mut request)))) => {
-                let latest = std::time::Instant::now() + MAX_DEADLINE;
-                if request.context.deadline > latest {
-                    request.context.deadline = latest;
-                }
-                Poll::Ready(Some(Ok(ClientMessage::Request(request))))
-            }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
-                if let Some(task) = self.serving.get() {
-                    task.abort();
-                }
-                polled
-            }
-            other => other,
+        if let Poll::Ready(None | Some(Err(_))) = polled
+            && let Some(task) = self.serving.get()
+        {
+            task.abort();
         }
+        polled
     }
 }
 

@@ -54,12 +54,12 @@ enum Slot {
 }
 
 /// One pooled connection: the tarpc client in its wire version, its dispatch task (whose end
-/// means the connection is closed), and the permits for requests in flight on it.
+/// means the connection is closed), and the bound on requests in flight on it.
 #[derive(Clone)]
 struct Connection {
     client: WireClient,
     dispatch: tokio::task::AbortHandle,
-    permits: Arc<InFlightLimit>,
+    in_flight: Arc<InFlightLimit>,
 }
 
 #[derive(Clone)]
@@ -165,7 +165,7 @@ impl TcpConnector {
         };
         let conn = self.connection(to, version, deadline).await?;
         // Waiting here is waiting before the request is handed to tarpc: it has not left.
-        let Some(_place) = conn.permits.take(deadline).await else {
+        let Some(_place) = conn.in_flight.take(deadline).await else {
             return Err(TransportError::NotSent(format!(
                 "{} requests were in flight to {to} and none ended in time",
                 self.config.max_in_flight
@@ -177,13 +177,13 @@ impl TcpConnector {
         ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
         let result = match &conn.client {
             WireClient::V2(client) => {
-                let call = client.call(ctx, v2::Shared(request));
+                let call = client.call(ctx, v2::RequestFrame(request));
                 tokio::time::timeout_at(deadline, call)
                     .await
                     .map(|r| r.map(|reply| reply.0))
             }
             WireClient::V1(client) => {
-                let call = client.call(ctx, v1::Shared { wire: 1, request });
+                let call = client.call(ctx, v1::RequestFrame { wire: 1, request });
                 tokio::time::timeout_at(deadline, call)
                     .await
                     .map(|r| r.map(Reply::from))
@@ -319,7 +319,7 @@ async fn connect(
     Ok(Connection {
         client,
         dispatch,
-        permits: Arc::new(InFlightLimit::new(config.max_in_flight)),
+        in_flight: Arc::new(InFlightLimit::new(config.max_in_flight)),
     })
 }
 

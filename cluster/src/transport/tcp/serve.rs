@@ -154,7 +154,6 @@ async fn connection(
                 tarpc::serde_transport::new(Framed::from_parts(parts), Clamping::default());
             let server = V1 {
                 dispatcher,
-                speaks_v1: config.versions.contains(&1),
                 versions: config.versions.clone(),
             };
             BaseChannel::with_defaults(channel::guard(transport, serving))
@@ -176,9 +175,7 @@ fn deadline_of(ctx: &tarpc::context::Context) -> Instant {
     let left = ctx
         .deadline
         .saturating_duration_since(std::time::Instant::now());
-    Instant::now()
-        .checked_add(left)
-        .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600))
+    crate::deadline::later(Instant::now(), left)
 }
 
 #[derive(Clone)]
@@ -195,8 +192,8 @@ impl v2::Wire for V2 {
     fn call(
         self,
         ctx: tarpc::context::Context,
-        request: v2::Shared,
-    ) -> impl Future<Output = v2::Shared2> {
+        request: v2::RequestFrame,
+    ) -> impl Future<Output = v2::ReplyFrame> {
         let deadline = deadline_of(&ctx);
         let mut request = request.0;
         // Just read from the frame: nothing else holds it.
@@ -205,14 +202,13 @@ impl v2::Wire for V2 {
         }
         // Only what the handler needs goes into every request's task.
         let dispatcher = self.dispatcher;
-        async move { v2::Shared2(dispatcher.handle(request, deadline).await) }
+        async move { v2::ReplyFrame(dispatcher.handle(request, deadline).await) }
     }
 }
 
 #[derive(Clone)]
 struct V1 {
     dispatcher: Arc<Dispatcher>,
-    speaks_v1: bool,
     versions: RangeInclusive<u32>,
 }
 
@@ -220,10 +216,10 @@ impl v1::Wire for V1 {
     fn call(
         self,
         ctx: tarpc::context::Context,
-        request: v1::Shared,
-    ) -> impl Future<Output = v1::Reply1> {
+        request: v1::RequestFrame,
+    ) -> impl Future<Output = v1::ReplyFrame> {
         let deadline = deadline_of(&ctx);
-        let refusal = (!self.speaks_v1 || request.wire != 1).then(|| {
+        let refusal = (!self.versions.contains(&1) || request.wire != 1).then(|| {
             Reply::Refused(
                 Reason::WireVersion.code(),
                 format!(

@@ -16,18 +16,18 @@ use super::{Head, Reply, Request};
 #[tarpc::service]
 pub(crate) trait Wire {
     /// Runs one attempt of a call.
-    async fn call(request: Shared) -> Reply1;
+    async fn call(request: RequestFrame) -> ReplyFrame;
 }
 
 /// An attempt as wire 1 carries it, and the wire version its sender wrote in it (always 1 from
 /// a conforming peer).
 #[derive(Debug, Clone)]
-pub(crate) struct Shared {
+pub(crate) struct RequestFrame {
     pub(crate) wire: u32,
     pub(crate) request: Arc<Request>,
 }
 
-impl Serialize for Shared {
+impl Serialize for RequestFrame {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let request = &self.request;
         let mut tuple = serializer.serialize_tuple(5)?;
@@ -40,15 +40,15 @@ impl Serialize for Shared {
     }
 }
 
-impl<'de> Deserialize<'de> for Shared {
+impl<'de> Deserialize<'de> for RequestFrame {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> Visitor<'de> for Fields {
-            type Value = Shared;
+            type Value = RequestFrame;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a wire 1 request")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shared, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RequestFrame, A::Error> {
                 let missing = || de::Error::custom("a wire 1 request is missing fields");
                 let wire: u32 = seq.next_element()?.ok_or_else(missing)?;
                 let service: String = seq.next_element()?.ok_or_else(missing)?;
@@ -63,7 +63,7 @@ impl<'de> Deserialize<'de> for Shared {
                     head: Head::default(),
                     attempt: Default::default(),
                 };
-                Ok(Shared {
+                Ok(RequestFrame {
                     wire,
                     request: Arc::new(request),
                 })
@@ -75,7 +75,7 @@ impl<'de> Deserialize<'de> for Shared {
 
 /// The reply of wire 1, as the first release declared it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) enum Reply1 {
+pub(crate) enum ReplyFrame {
     Done(#[serde(with = "serde_bytes")] Vec<u8>),
     Refused(u16, String),
     Panicked(String),
@@ -84,28 +84,28 @@ pub(crate) enum Reply1 {
     Expired,
 }
 
-impl From<Reply> for Reply1 {
+impl From<Reply> for ReplyFrame {
     fn from(reply: Reply) -> Self {
         match reply {
-            Reply::Done(bytes) => Reply1::Done(bytes),
-            Reply::Refused(code, detail) => Reply1::Refused(code, detail),
-            Reply::Panicked(message) => Reply1::Panicked(message),
-            Reply::TooLarge(detail) => Reply1::TooLarge(detail),
-            Reply::Undeliverable(detail) => Reply1::Undeliverable(detail),
-            Reply::Expired => Reply1::Expired,
+            Reply::Done(bytes) => ReplyFrame::Done(bytes),
+            Reply::Refused(code, detail) => ReplyFrame::Refused(code, detail),
+            Reply::Panicked(message) => ReplyFrame::Panicked(message),
+            Reply::TooLarge(detail) => ReplyFrame::TooLarge(detail),
+            Reply::Undeliverable(detail) => ReplyFrame::Undeliverable(detail),
+            Reply::Expired => ReplyFrame::Expired,
         }
     }
 }
 
-impl From<Reply1> for Reply {
-    fn from(reply: Reply1) -> Self {
+impl From<ReplyFrame> for Reply {
+    fn from(reply: ReplyFrame) -> Self {
         match reply {
-            Reply1::Done(bytes) => Reply::Done(bytes),
-            Reply1::Refused(code, detail) => Reply::Refused(code, detail),
-            Reply1::Panicked(message) => Reply::Panicked(message),
-            Reply1::TooLarge(detail) => Reply::TooLarge(detail),
-            Reply1::Undeliverable(detail) => Reply::Undeliverable(detail),
-            Reply1::Expired => Reply::Expired,
+            ReplyFrame::Done(bytes) => Reply::Done(bytes),
+            ReplyFrame::Refused(code, detail) => Reply::Refused(code, detail),
+            ReplyFrame::Panicked(message) => Reply::Panicked(message),
+            ReplyFrame::TooLarge(detail) => Reply::TooLarge(detail),
+            ReplyFrame::Undeliverable(detail) => Reply::Undeliverable(detail),
+            ReplyFrame::Expired => Reply::Expired,
         }
     }
 }
@@ -140,7 +140,7 @@ mod tests {
             signature: 42,
             args: vec![1, 2, 3],
         };
-        let ours = Shared {
+        let ours = RequestFrame {
             wire: 1,
             request: Arc::new(Request {
                 service: "search".into(),
@@ -154,7 +154,7 @@ mod tests {
         let theirs = Pin::new(&mut Bincode::<(), FirstRelease>::default())
             .serialize(&first)
             .unwrap();
-        let mut codec = Bincode::<Shared, Shared>::default();
+        let mut codec = Bincode::<RequestFrame, RequestFrame>::default();
         let bytes = Pin::new(&mut codec).serialize(&ours).unwrap();
         assert_eq!(bytes, theirs);
         let back = Pin::new(&mut codec).deserialize(&bytes[..].into()).unwrap();

@@ -25,19 +25,19 @@ use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, Request
 #[tarpc::service]
 pub(crate) trait Wire {
     /// Runs one attempt of a call.
-    async fn call(request: Shared) -> Shared2;
+    async fn call(request: RequestFrame) -> ReplyFrame;
 }
 
 /// An attempt as wire 2 carries it. Written from the shared request without copying its
 /// arguments; read back with one allocation for the arguments.
 #[derive(Debug, Clone)]
-pub(crate) struct Shared(pub(crate) Arc<Request>);
+pub(crate) struct RequestFrame(pub(crate) Arc<Request>);
 
 /// A reply as wire 2 carries it.
 #[derive(Debug, Clone)]
-pub(crate) struct Shared2(pub(crate) Reply);
+pub(crate) struct ReplyFrame(pub(crate) Reply);
 
-impl Serialize for Shared {
+impl Serialize for RequestFrame {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let request = &self.0;
         let head = &request.head;
@@ -77,15 +77,15 @@ impl Serialize for RequestHeaders<'_> {
     }
 }
 
-impl<'de> Deserialize<'de> for Shared {
+impl<'de> Deserialize<'de> for RequestFrame {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> Visitor<'de> for Fields {
-            type Value = Shared;
+            type Value = RequestFrame;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a wire 2 request")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shared, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RequestFrame, A::Error> {
                 let missing = || de::Error::custom("a wire 2 request is missing fields");
                 let service: String = seq.next_element()?.ok_or_else(missing)?;
                 let function: String = seq.next_element()?.ok_or_else(missing)?;
@@ -112,7 +112,7 @@ impl<'de> Deserialize<'de> for Shared {
                     head,
                     attempt: AtomicU32::new(attempt),
                 };
-                Ok(Shared(Arc::new(request)))
+                Ok(RequestFrame(Arc::new(request)))
             }
         }
         deserializer.deserialize_tuple(6, Fields)
@@ -157,7 +157,7 @@ mod kind {
     pub(super) const EXPIRED: u16 = 5;
 }
 
-impl Serialize for Shared2 {
+impl Serialize for ReplyFrame {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let (kind, code, body): (u16, u16, &[u8]) = match &self.0 {
             Reply::Done(bytes) => (kind::DONE, 0, bytes),
@@ -194,22 +194,22 @@ impl<'de> DeserializeSeed<'de> for SkipHeaders {
     }
 }
 
-impl<'de> Deserialize<'de> for Shared2 {
+impl<'de> Deserialize<'de> for ReplyFrame {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> Visitor<'de> for Fields {
-            type Value = Shared2;
+            type Value = ReplyFrame;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a wire 2 reply")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shared2, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ReplyFrame, A::Error> {
                 let missing = || de::Error::custom("a wire 2 reply is missing fields");
                 let kind: u16 = seq.next_element()?.ok_or_else(missing)?;
                 let code: u16 = seq.next_element()?.ok_or_else(missing)?;
                 let body: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
                 seq.next_element_seed(SkipHeaders)?.ok_or_else(missing)?;
                 let text = || String::from_utf8_lossy(&body).into_owned();
-                Ok(Shared2(match kind {
+                Ok(ReplyFrame(match kind {
                     kind::DONE => Reply::Done(body.into_vec()),
                     kind::REFUSED => Reply::Refused(code, text()),
                     kind::PANICKED => Reply::Panicked(text()),
@@ -259,10 +259,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_reads_back_as_written() {
-        let mut codec = Bincode::<Shared, Shared>::default();
+        let mut codec = Bincode::<RequestFrame, RequestFrame>::default();
         let sent = request();
         let bytes = Pin::new(&mut codec)
-            .serialize(&Shared(sent.clone()))
+            .serialize(&RequestFrame(sent.clone()))
             .unwrap();
         let got = Pin::new(&mut codec)
             .deserialize(&bytes[..].into())
@@ -304,7 +304,7 @@ mod tests {
             }
         }
         let bytes = bincode_of(&Later);
-        let got = Pin::new(&mut Bincode::<Shared, Shared>::default())
+        let got = Pin::new(&mut Bincode::<RequestFrame, RequestFrame>::default())
             .deserialize(&bytes[..].into())
             .unwrap()
             .0;
@@ -325,7 +325,7 @@ mod tests {
             }
         }
         let bytes = bincode_of(&Broken);
-        let got = Pin::new(&mut Bincode::<Shared, Shared>::default())
+        let got = Pin::new(&mut Bincode::<RequestFrame, RequestFrame>::default())
             .deserialize(&bytes[..].into())
             .expect("the frame is read; the request is refused on its own");
         let invalid = got.0.head.invalid.as_deref().unwrap();
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn every_reply_reads_back_and_an_unknown_kind_is_undeliverable() {
-        let mut codec = Bincode::<Shared2, Shared2>::default();
+        let mut codec = Bincode::<ReplyFrame, ReplyFrame>::default();
         for reply in [
             Reply::Done(vec![9, 9]),
             Reply::Refused(6, "draining".into()),
@@ -344,7 +344,7 @@ mod tests {
             Reply::Expired,
         ] {
             let bytes = Pin::new(&mut codec)
-                .serialize(&Shared2(reply.clone()))
+                .serialize(&ReplyFrame(reply.clone()))
                 .unwrap();
             let back = Pin::new(&mut codec).deserialize(&bytes[..].into()).unwrap();
             assert_eq!(back.0, reply);
