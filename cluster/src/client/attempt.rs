@@ -107,7 +107,7 @@ pub(crate) async fn run(
             attempt: Default::default(),
         });
         let Some(parent) = parent else {
-            return call.run(request).await;
+            return call.run(request, size).await;
         };
         // Made inside a handler: it ends when the handler's call does, even from a task the
         // handler spawned (where dropping the handler would not reach it).
@@ -115,7 +115,7 @@ pub(crate) async fn run(
             return Err(call.cancelled());
         }
         // Boxed: inline, this branch would make every call's future larger, nested or not.
-        let run = Box::pin(call.run(request));
+        let run = Box::pin(call.run(request, size));
         let finished = tokio::select! {
             biased;
             result = run => Some(result),
@@ -222,7 +222,12 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    async fn run(&mut self, request: Arc<Request>) -> Result<Vec<u8>, CallError<Infallible>> {
+    /// Runs the attempts of `request`, which takes `size` bytes in a frame.
+    async fn run(
+        &mut self,
+        request: Arc<Request>,
+        size: usize,
+    ) -> Result<Vec<u8>, CallError<Infallible>> {
         loop {
             // Step 4: re-resolve before every attempt (the first reuses the lookup made at start).
             let chosen = match self.first.take().unwrap_or_else(|| {
@@ -250,7 +255,6 @@ impl<'a> Attempts<'a> {
                 None => merged(self.client, Some(&chosen), self.overrides),
             };
             let attempt_deadline = later(now, options.timeout).min(self.deadline);
-            let size = request_size(request.args.len(), &request.head.metadata);
             if let Some(limit) = chosen.entry.node.max_frame
                 && size > limit
             {

@@ -1,6 +1,5 @@
 use std::convert::Infallible;
 use std::future::{Future, IntoFuture};
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -9,6 +8,7 @@ use crate::context::{Context, Metadata};
 use crate::error::{CallError, Reason, RpcErrorKind};
 use crate::layer::{CallInfo, Outcome};
 use crate::options::CallOptions;
+use crate::server::catching;
 use crate::service::CodecError;
 
 type Decode<T, E> = fn(&[u8]) -> Result<Result<T, E>, CodecError>;
@@ -162,14 +162,10 @@ async fn with_layers<T, E>(
     let started = tokio::time::Instant::now();
     let mut refused = None;
     for layer in layers.iter() {
-        let asked = AssertUnwindSafe(|| layer.on_call(&info, &mut sent.metadata));
-        let why = match std::panic::catch_unwind(asked) {
+        let why = match catching(|| layer.on_call(&info, &mut sent.metadata)) {
             Ok(Ok(())) => continue,
             Ok(Err(why)) => format!("a client layer refused the call: {why}"),
-            Err(panic) => format!(
-                "a client layer panicked: {}",
-                crate::server::panic_message(&*panic)
-            ),
+            Err(panic) => format!("a client layer panicked: {panic}"),
         };
         refused = Some(super::report::early_service_error(
             client,
@@ -190,12 +186,8 @@ async fn with_layers<T, E>(
     };
     let elapsed = started.elapsed();
     for layer in layers.iter() {
-        let told = AssertUnwindSafe(|| layer.on_outcome(&info, outcome, elapsed));
-        if let Err(panic) = std::panic::catch_unwind(told) {
-            tracing::error!(
-                "a client layer panicked in on_outcome: {}",
-                crate::server::panic_message(&*panic)
-            );
+        if let Err(panic) = catching(|| layer.on_outcome(&info, outcome, elapsed)) {
+            tracing::error!("a client layer panicked in on_outcome: {panic}");
         }
     }
     result

@@ -133,7 +133,6 @@ impl Dispatcher {
             let Started {
                 run,
                 context,
-                layered,
                 _permit,
             } = match started {
                 Ok(started) => started,
@@ -141,7 +140,7 @@ impl Dispatcher {
             };
             // Tells the provider layers how the request ended, also when it is dropped (its
             // caller gave up, its connection closed): they see every request they let through.
-            let mut told = layered.then(|| Told {
+            let mut told = (!self.layers.is_empty()).then(|| Told {
                 layers: &self.layers,
                 context: context.clone(),
                 admitted: Instant::now(),
@@ -254,25 +253,23 @@ impl Dispatcher {
             metadata: head.metadata,
         });
         for (passed, layer) in self.layers.iter().enumerate() {
-            let refused =
-                match std::panic::catch_unwind(AssertUnwindSafe(|| layer.on_request(&context))) {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(refusal)) => {
-                        let (reason, detail) = refusal.into_parts();
-                        refuse(reason, detail)
-                    }
-                    Err(panic) => {
-                        let message = panic_message(&*panic);
-                        tracing::error!(
-                            service = %context.service(),
-                            function = %context.function(),
-                            "a provider layer panicked: {message}"
-                        );
-                        Reply::Panicked(format!(
-                            "a provider layer panicked before the handler ran: {message}"
-                        ))
-                    }
-                };
+            let refused = match catching(|| layer.on_request(&context)) {
+                Ok(Ok(())) => continue,
+                Ok(Err(refusal)) => {
+                    let (reason, detail) = refusal.into_parts();
+                    refuse(reason, detail)
+                }
+                Err(message) => {
+                    tracing::error!(
+                        service = %context.service(),
+                        function = %context.function(),
+                        "a provider layer panicked: {message}"
+                    );
+                    Reply::Panicked(format!(
+                        "a provider layer panicked before the handler ran: {message}"
+                    ))
+                }
+            };
             // The layers before this one let the request through: they hear how it ended.
             drop(Told {
                 layers: &self.layers[..passed],
@@ -289,7 +286,6 @@ impl Dispatcher {
         Ok(Started {
             run,
             context,
-            layered: !self.layers.is_empty(),
             _permit: permit,
         })
     }
@@ -301,8 +297,6 @@ struct Started<'a> {
     run: std::thread::Result<DispatchFuture>,
     /// What the handler reads through `cluster::context()`.
     context: Context,
-    /// Whether provider layers are to hear how it ended.
-    layered: bool,
     /// Held until the call ends; lets the next call in when dropped.
     _permit: Permit<'a>,
 }
@@ -319,9 +313,8 @@ impl Drop for Told<'_> {
     fn drop(&mut self) {
         let elapsed = self.admitted.elapsed();
         for layer in self.layers {
-            let told = AssertUnwindSafe(|| layer.on_served(&self.context, self.served, elapsed));
-            if let Err(panic) = std::panic::catch_unwind(told) {
-                let message = panic_message(&*panic);
+            if let Err(message) = catching(|| layer.on_served(&self.context, self.served, elapsed))
+            {
                 tracing::error!("a provider layer panicked in on_served: {message}");
             }
         }
@@ -360,8 +353,14 @@ fn refuse(reason: Reason, detail: String) -> Reply {
     Reply::Refused(reason.code(), detail)
 }
 
+/// Runs a layer's code (the user's, on the call path), its panic caught as its message: a layer
+/// with a bug fails the call it was called for, never the node or the connection.
+pub(crate) fn catching<T>(layer: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(layer)).map_err(|panic| panic_message(&*panic))
+}
+
 /// A panic's message, as its payload carries it.
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

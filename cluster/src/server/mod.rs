@@ -7,5 +7,5 @@ mod dispatch;
 mod provide;
 
 pub use admission::DEFAULT_MAX_CONCURRENT_CALLS;
-pub(crate) use dispatch::{Dispatcher, panic_message};
+pub(crate) use dispatch::{Dispatcher, catching};
 pub use provide::{DispatchError, DispatchFuture, Provide, dispatch_with, unknown_function};
