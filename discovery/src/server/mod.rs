@@ -1,12 +1,14 @@
 //! The registry server: Eureka's REST API, leases decided at read time, self-preservation,
 //! peer forwarding, and the dashboard.
 
+mod access;
 mod clock;
 mod config;
 mod dashboard;
 mod peers;
 mod routes;
 mod store;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,11 +18,13 @@ use axum::extract::Request;
 use tokio::sync::oneshot;
 use tower::Layer as _;
 
+pub use access::{Access, Credentials};
 pub use clock::Clock;
 pub use config::{Dashboard, ServerConfig};
 pub use peers::{Action, Item, MARKER, ReplicationStats};
 pub use routes::REPLICATION_HEADER;
 pub use store::{Health, RegisterError, Renewed};
+pub use tls::ServerTls;
 
 use peers::Peers;
 use store::Store;
@@ -32,6 +36,7 @@ pub(crate) struct Shared {
     peers: Peers,
     dashboard: Dashboard,
     config: ServerConfig,
+    access: Access,
 }
 
 /// A Eureka-compatible registry server, to configure and then [`start`](Self::start) on a port
@@ -43,6 +48,9 @@ pub struct RegistryServer {
     clock: Clock,
     peers: Vec<String>,
     dashboard: Dashboard,
+    access: Access,
+    tls: Option<ServerTls>,
+    peer_ca: Vec<u8>,
 }
 
 impl RegistryServer {
@@ -87,24 +95,89 @@ impl RegistryServer {
         self
     }
 
+    /// Who may write, replicate and read (open by default). The peer credentials are also
+    /// what this server sends when it replicates to its peers.
+    pub fn access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// Serves HTTPS with this certificate and key (plaintext by default).
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// A CA (PEM) that the replication client trusts for `https://` peers, besides the usual
+    /// web roots. Checked when the server starts.
+    pub fn peer_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.peer_ca = pem.into();
+        self
+    }
+
+    /// The client this server replicates and pulls the registry with.
+    fn http(&self) -> std::io::Result<reqwest::Client> {
+        let mut builder = reqwest::Client::builder();
+        if !self.peer_ca.is_empty() {
+            for ca in tls::ca_certificates(&self.peer_ca)? {
+                builder = builder.add_root_certificate(ca);
+            }
+        }
+        builder.build().map_err(std::io::Error::other)
+    }
+
     fn shared(self, http: &reqwest::Client) -> Arc<Shared> {
         let timeout = self.config.peer_timeout;
+        let as_peer = self.access.peers.clone();
         Arc::new_cyclic(|weak| Shared {
             store: Store::new(self.config.clone(), self.clock),
             peers: if self.peers.is_empty() {
                 Peers::none()
             } else {
-                Peers::start(self.peers, http.clone(), weak.clone(), timeout)
+                Peers::start(self.peers, http.clone(), weak.clone(), timeout, as_peer)
             },
             dashboard: self.dashboard,
             config: self.config,
+            access: self.access,
         })
+    }
+
+    /// What an operator should know before trusting this configuration, logged at start.
+    fn warn_about(&self, addr: SocketAddr) {
+        if !self.access.is_secured() {
+            tracing::warn!(
+                "no credentials configured: anyone who reaches {addr} can register, cancel, \
+                 override statuses and replicate (see --user in docs/discovery.md)"
+            );
+            return;
+        }
+        if self.tls.is_none() {
+            tracing::warn!(
+                "credentials are configured without TLS: the passwords cross the network in \
+                 clear (base64 is no encryption); give --tls-cert and --tls-key"
+            );
+        }
+        if !self.peers.is_empty() && self.access.peers.is_none() {
+            tracing::warn!(
+                "peers are configured but no peer credentials: peers will refuse this \
+                 server's replication, and this server theirs"
+            );
+        }
+        if self
+            .peers
+            .iter()
+            .any(|p| p.starts_with("http://") && self.access.peers.is_some())
+        {
+            tracing::warn!(
+                "a peer is named by http://: the peer password crosses the network in clear"
+            );
+        }
     }
 
     /// The server as an in-process service (no socket): for [`crate::client::Transport`]'s
     /// in-process variant and for tests on a paused clock. Peers are not contacted at start.
     pub fn service(self) -> Service {
-        let http = reqwest::Client::new();
+        let http = self.http().unwrap_or_default();
         let shared = self.shared(&http);
         Service {
             router: routes::router(shared.clone()),
@@ -130,9 +203,9 @@ impl RegistryServer {
     ) -> std::io::Result<RunningServer> {
         let addr = listener.local_addr()?;
         let timeout = self.config.peer_timeout;
-        let http = reqwest::Client::builder()
-            .build()
-            .map_err(std::io::Error::other)?;
+        let http = self.http()?;
+        self.warn_about(addr);
+        let tls = self.tls.clone();
         let shared = self.shared(&http);
         let synced = peers::sync_from_peers(&shared, &http, timeout).await;
         if synced == 0 && shared.config.warm_up {
@@ -150,18 +223,35 @@ impl RegistryServer {
         let app = axum::middleware::map_request(|r: Request| async move { routes::normalize(r) })
             .layer(router);
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let serve =
-                axum::serve(listener, app.into_make_service()).with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                });
-            if let Err(e) = serve.await {
-                tracing::error!("the registry server stopped: {e}");
+        let stopped = async move {
+            let _ = stopped.await;
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let task = match tls {
+            None => tokio::spawn(async move {
+                let serve =
+                    axum::serve(listener, app.into_make_service()).with_graceful_shutdown(stopped);
+                if let Err(e) = serve.await {
+                    tracing::error!("the registry server stopped: {e}");
+                }
+            }),
+            Some(tls) => {
+                let listener = tls::TlsListener::new(listener, &tls)?;
+                tokio::spawn(async move {
+                    let serve = axum::serve(listener, app.into_make_service())
+                        .with_graceful_shutdown(stopped);
+                    if let Err(e) = serve.await {
+                        tracing::error!("the registry server stopped: {e}");
+                    }
+                })
             }
-        });
-        tracing::info!("registry server on http://{addr}/eureka/ ({synced} instances from peers)");
+        };
+        tracing::info!(
+            "registry server on {scheme}://{addr}/eureka/ ({synced} instances from peers)"
+        );
         Ok(RunningServer {
             addr,
+            scheme,
             shared,
             stop: Some(stop),
             task: Some(task),
@@ -197,6 +287,7 @@ impl Service {
 #[derive(Debug)]
 pub struct RunningServer {
     addr: SocketAddr,
+    scheme: &'static str,
     shared: Arc<Shared>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -208,9 +299,10 @@ impl RunningServer {
         self.addr
     }
 
-    /// Its base URL, `http://addr/eureka/`, as clients and peers name it.
+    /// Its base URL, `http://addr/eureka/` (`https://` with TLS), as clients and peers name
+    /// it.
     pub fn url(&self) -> String {
-        format!("http://{}/eureka/", self.addr)
+        format!("{}://{}/eureka/", self.scheme, self.addr)
     }
 
     /// The registry's state at a glance.

@@ -10,7 +10,7 @@ use super::send::post_batch;
 use super::wire::{Action, Item};
 use super::{ReplicationStats, base_url};
 use crate::model::json;
-use crate::server::Shared;
+use crate::server::{Credentials, Shared};
 
 /// The other registry servers and the forwarding queues to them.
 #[derive(Debug)]
@@ -29,6 +29,7 @@ impl Peers {
         http: reqwest::Client,
         store: std::sync::Weak<Shared>,
         timeout: Duration,
+        credentials: Option<Credentials>,
     ) -> Self {
         let urls: Vec<String> = urls.iter().map(|u| base_url(u)).collect();
         let failed = Arc::new(AtomicU64::new(0));
@@ -43,6 +44,7 @@ impl Peers {
                     store.clone(),
                     timeout,
                     failed.clone(),
+                    credentials.clone(),
                 ));
                 outbox
             })
@@ -106,6 +108,7 @@ async fn forward_loop(
     shared: std::sync::Weak<Shared>,
     timeout: Duration,
     failed: Arc<AtomicU64>,
+    credentials: Option<Credentials>,
 ) {
     let endpoint = format!("{url}peerreplication/batch/");
     let mut pause = Duration::ZERO;
@@ -121,7 +124,16 @@ async fn forward_loop(
         tokio::time::sleep(pause).await;
         let queued = out.take(BATCH_SIZE);
         let batch: Vec<Item> = queued.iter().map(|q| q.item.clone()).collect();
-        let Some(answer) = post_batch(&http, &url, &endpoint, &batch, timeout).await else {
+        let Some(answer) = post_batch(
+            &http,
+            &url,
+            &endpoint,
+            &batch,
+            timeout,
+            credentials.as_ref(),
+        )
+        .await
+        else {
             // Back in the outbox, behind nothing newer: the peer gets the latest state of each
             // instance when it answers again, however long it was away (up to GIVE_UP_AFTER).
             let given_up = out.put_back(queued);

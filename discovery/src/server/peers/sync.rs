@@ -15,12 +15,14 @@ pub(crate) async fn sync_from_peers(
     timeout: Duration,
 ) -> usize {
     for url in shared.peers.urls() {
-        let got = http
-            .get(format!("{url}apps/"))
-            .timeout(timeout)
-            .header(header::ACCEPT.as_str(), "application/json")
-            .send()
-            .await;
+        let got = super::send::as_peer(
+            http.get(format!("{url}apps/")),
+            shared.access.peers.as_ref(),
+        )
+        .timeout(timeout)
+        .header(header::ACCEPT.as_str(), "application/json")
+        .send()
+        .await;
         let body = match got {
             Ok(r) if r.status().is_success() => match r.bytes().await {
                 Ok(b) => b,

@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 
+use super::access::{self, Replication};
 use super::peers::{Action, Item};
 use super::store::Renewed;
 use super::{Shared, dashboard, peers};
@@ -50,7 +51,12 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
             "/eureka/peerreplication/batch",
             post(peers::batch).layer(DefaultBodyLimit::max(max.saturating_mul(8))),
         )
-        .layer(middleware::from_fn_with_state(shared.clone(), warm_up_gate));
+        .layer(middleware::from_fn_with_state(shared.clone(), warm_up_gate))
+        // Outermost: a caller without the credentials a route needs gets no further.
+        .layer(middleware::from_fn_with_state(
+            shared.clone(),
+            access::guard,
+        ));
     api.merge(dashboard::routes(&shared.dashboard))
         .with_state(shared)
 }
@@ -106,35 +112,22 @@ fn bad_request(message: impl Into<String>) -> Response {
         .into_response()
 }
 
-/// Whether a write is a replication from a peer (and counts it): Eureka's header, or the
-/// seed's query flag.
-fn replicated(shared: &Shared, headers: &HeaderMap, query: &Marks) -> bool {
-    let marked = is_replication(headers, query);
-    if marked {
+/// Whether a write is a replication (and counts it): marked by Eureka's header or the query
+/// flag, and, on a server with credentials, from a peer (`access::guard` decided, and refused
+/// a marked write from anyone else).
+fn replicated(shared: &Shared, replication: Replication) -> bool {
+    if replication.0 {
         shared
             .peers
             .applied
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
-    marked
-}
-
-fn is_replication(headers: &HeaderMap, query: &Marks) -> bool {
-    headers
-        .get(REPLICATION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-        || query
-            .is_replication
-            .as_deref()
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    replication.0
 }
 
 /// The query parameters of Eureka's writes.
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct Marks {
-    #[serde(rename = "isReplication")]
-    is_replication: Option<String>,
     #[serde(rename = "lastDirtyTimestamp")]
     last_dirty_timestamp: Option<String>,
     value: Option<String>,
@@ -151,7 +144,7 @@ impl Marks {
 async fn register(
     State(shared): State<Arc<Shared>>,
     Path(app): Path<String>,
-    Query(marks): Query<Marks>,
+    Extension(replication): Extension<Replication>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -169,7 +162,7 @@ async fn register(
     match shared.store.register(&app, instance) {
         Ok(stored) => {
             tracing::debug!("registered {} of {}", stored.id(), stored.app);
-            if !replicated(&shared, &headers, &marks) {
+            if !replicated(&shared, replication) {
                 shared.peers.forward(Item::register(&stored));
             }
             // 204, "to be backwards compatible": the js and Java clients require exactly it.
@@ -183,9 +176,9 @@ async fn heartbeat(
     State(shared): State<Arc<Shared>>,
     Path((app, id)): Path<(String, String)>,
     Query(marks): Query<Marks>,
-    headers: HeaderMap,
+    Extension(replication): Extension<Replication>,
 ) -> Response {
-    let replication = replicated(&shared, &headers, &marks);
+    let replication = replicated(&shared, replication);
     let outcome = shared
         .store
         .renew(&app, &id, marks.last_dirty(), replication);
@@ -210,13 +203,12 @@ async fn heartbeat(
 async fn cancel(
     State(shared): State<Arc<Shared>>,
     Path((app, id)): Path<(String, String)>,
-    Query(marks): Query<Marks>,
-    headers: HeaderMap,
+    Extension(replication): Extension<Replication>,
 ) -> Response {
     if !shared.store.cancel(&app, &id) {
         return empty(StatusCode::NOT_FOUND);
     }
-    if !replicated(&shared, &headers, &marks) {
+    if !replicated(&shared, replication) {
         shared.peers.forward(Item::new(Action::Cancel, &app, &id));
     }
     empty(StatusCode::OK)
@@ -226,7 +218,7 @@ async fn set_status(
     State(shared): State<Arc<Shared>>,
     Path((app, id)): Path<(String, String)>,
     Query(marks): Query<Marks>,
-    headers: HeaderMap,
+    Extension(replication): Extension<Replication>,
 ) -> Response {
     let Some(value) = marks.value.as_deref() else {
         return bad_request("Missing value: PUT …/status?value=OUT_OF_SERVICE");
@@ -241,7 +233,7 @@ async fn set_status(
     {
         return empty(StatusCode::NOT_FOUND);
     }
-    if !replicated(&shared, &headers, &marks) {
+    if !replicated(&shared, replication) {
         let mut item = Item::new(Action::StatusUpdate, &app, &id);
         item.status = Some(status.as_str().to_owned());
         item.last_dirty_timestamp = marks.last_dirty();
@@ -254,7 +246,7 @@ async fn remove_status(
     State(shared): State<Arc<Shared>>,
     Path((app, id)): Path<(String, String)>,
     Query(marks): Query<Marks>,
-    headers: HeaderMap,
+    Extension(replication): Extension<Replication>,
 ) -> Response {
     let fallback = match marks.value.as_deref().map(str::parse::<Status>) {
         None => Status::Unknown,
@@ -267,7 +259,7 @@ async fn remove_status(
     {
         return empty(StatusCode::NOT_FOUND);
     }
-    if !replicated(&shared, &headers, &marks) {
+    if !replicated(&shared, replication) {
         let mut item = Item::new(Action::DeleteStatusOverride, &app, &id);
         item.status = Some(fallback.as_str().to_owned());
         item.last_dirty_timestamp = marks.last_dirty();
@@ -280,14 +272,13 @@ async fn metadata(
     State(shared): State<Arc<Shared>>,
     Path((app, id)): Path<(String, String)>,
     Query(pairs): Query<Vec<(String, String)>>,
-    headers: HeaderMap,
+    Extension(replication): Extension<Replication>,
 ) -> Response {
     let mut seen = std::collections::HashSet::new();
     let mut first = Vec::new();
-    let mut replication = false;
     for (k, v) in pairs {
         if k == "isReplication" {
-            replication = v.eq_ignore_ascii_case("true");
+            continue; // the mark, not metadata
         } else if seen.insert(k.clone()) {
             first.push((k, v));
         }
@@ -297,7 +288,7 @@ async fn metadata(
         Ok(None) => return empty(StatusCode::NOT_FOUND),
         Err(e) => return bad_request(e.to_string()),
     };
-    if !replication && !replicated(&shared, &headers, &Marks::default()) {
+    if !replicated(&shared, replication) {
         // Eureka replicates a metadata change as a registration.
         shared.peers.forward(Item::register(&updated));
     }
