@@ -3,7 +3,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use cluster_discovery::server::{Dashboard, RegistryServer, ServerConfig};
+use cluster_discovery::server::{
+    Access, Credentials, Dashboard, RegistryServer, ServerConfig, ServerTls,
+};
 
 const USAGE: &str = "\
 usage: cluster-discovery serve [options]
@@ -21,6 +23,19 @@ usage: cluster-discovery serve [options]
   --no-warm-up             answer reads at once after starting with an empty registry (by
                            default they answer 503 for one renewal interval, or until an
                            instance registers, so that clients keep their copy)
+
+Security (see `The server's security` in docs/discovery.md):
+  --user USER              writes need HTTP Basic USER and its password (clients put
+                           http://USER:PASSWORD@host:port/eureka/ in their server URL)
+  --password-file FILE     USER's password, the file's first line (or DISCOVERY_PASSWORD)
+  --peer-user USER         replication (peerreplication/batch, isReplication=true) needs this
+                           user, which this server also sends to its peers
+  --peer-password-file FILE  its password (or DISCOVERY_PEER_PASSWORD)
+  --protect-reads          reads need a credential too (by default they are open)
+  --tls-cert FILE          serve HTTPS with this certificate chain (PEM) ...
+  --tls-key FILE           ... and its private key (PEM)
+  --tls-ca FILE            trust this CA (PEM) for https:// peers, besides the web roots
+Passwords are never taken on the command line (where `ps` shows them).
 
 Prints `listening on http://ADDR/eureka/` once it accepts requests.";
 
@@ -45,6 +60,10 @@ fn parse(args: &[String]) -> Options {
             .filter(|t| !t.is_empty()),
     );
     let mut config = ServerConfig::default();
+    let (mut user, mut password_file) = (None, None);
+    let (mut peer_user, mut peer_password_file) = (None, None);
+    let mut protect_reads = false;
+    let (mut tls_cert, mut tls_key, mut tls_ca) = (None, None, None);
     let mut it = args.iter();
     let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| -> String {
         it.next()
@@ -79,6 +98,18 @@ fn parse(args: &[String]) -> Options {
             "--renewal-interval" => config.renewal_interval = secs(value(&mut it, arg), arg),
             "--no-self-preservation" => config.self_preservation = false,
             "--no-warm-up" => config.warm_up = false,
+            "--user" => user = Some(value(&mut it, arg)),
+            "--password-file" => password_file = Some(value(&mut it, arg)),
+            "--peer-user" => peer_user = Some(value(&mut it, arg)),
+            "--peer-password-file" => peer_password_file = Some(value(&mut it, arg)),
+            "--protect-reads" => protect_reads = true,
+            "--tls-cert" => tls_cert = Some(value(&mut it, arg)),
+            "--tls-key" => tls_key = Some(value(&mut it, arg)),
+            "--tls-ca" => tls_ca = Some(value(&mut it, arg)),
+            "--password" | "--peer-password" => fail(&format!(
+                "{arg}: a password on the command line is visible to every user (`ps`); \
+                 use {arg}-file FILE or the environment variable"
+            )),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0)
@@ -86,10 +117,39 @@ fn parse(args: &[String]) -> Options {
             other => fail(&format!("unknown option `{other}`")),
         }
     }
+    let mut access = Access::open();
+    access.clients = credentials(user, password_file, "DISCOVERY_PASSWORD", "--user");
+    access.peers = credentials(
+        peer_user,
+        peer_password_file,
+        "DISCOVERY_PEER_PASSWORD",
+        "--peer-user",
+    );
+    if protect_reads {
+        if !access.is_secured() {
+            fail("--protect-reads needs --user or --peer-user");
+        }
+        access = access.protect_reads();
+    }
     let mut server = RegistryServer::new()
         .config(config)
         .peers(peers)
-        .dashboard(dashboard);
+        .dashboard(dashboard)
+        .access(access);
+    match (tls_cert, tls_key) {
+        (None, None) => {}
+        (Some(cert), Some(key)) => match ServerTls::from_pem_files(&cert, &key) {
+            Ok(tls) => server = server.tls(tls),
+            Err(e) => fail(&e.to_string()),
+        },
+        _ => fail("--tls-cert and --tls-key go together"),
+    }
+    if let Some(ca) = tls_ca {
+        match std::fs::read(&ca) {
+            Ok(pem) => server = server.peer_ca(pem),
+            Err(e) => fail(&format!("--tls-ca {ca}: {e}")),
+        }
+    }
     if let Some(own) = own {
         server = server.own_url(&own);
     }
@@ -97,6 +157,37 @@ fn parse(args: &[String]) -> Options {
         addr: SocketAddr::new(bind, port),
         server,
     }
+}
+
+/// A user and its password: from the file if one is given, else from the environment variable.
+fn credentials(
+    user: Option<String>,
+    file: Option<String>,
+    env: &str,
+    flag: &str,
+) -> Option<Credentials> {
+    let Some(user) = user else {
+        if file.is_some() {
+            fail(&format!("a password file without {flag}"));
+        }
+        return None;
+    };
+    if user.is_empty() || user.contains(':') {
+        fail(&format!("{flag}: a user name is not empty and has no `:`"));
+    }
+    let password = match file {
+        Some(f) => match std::fs::read_to_string(&f) {
+            Ok(text) => text.lines().next().unwrap_or("").to_owned(),
+            Err(e) => fail(&format!("{flag}: cannot read the password file {f}: {e}")),
+        },
+        None => std::env::var(env).unwrap_or_default(),
+    };
+    if password.is_empty() {
+        fail(&format!(
+            "{flag} {user} needs a password: a password file or {env}"
+        ));
+    }
+    Some(Credentials::new(user, password))
 }
 
 #[tokio::main]
@@ -120,7 +211,7 @@ async fn main() {
     let options = parse(&args[1..]);
     let running = match options.server.start(options.addr).await {
         Ok(r) => r,
-        Err(e) => fail(&format!("cannot listen on {}: {e}", options.addr)),
+        Err(e) => fail(&format!("cannot start on {}: {e}", options.addr)),
     };
     println!("listening on {}", running.url());
     let _ = tokio::signal::ctrl_c().await;
