@@ -9,3 +9,4 @@ mod dashboard;
 mod leases;
 mod peers;
 mod routes;
+mod security;
