@@ -28,12 +28,14 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // Two nodes on loopback TCP sharing an in-process registry (use
-//! // `registry::GossipRegistry` across processes).
+//! // Two nodes on loopback TCP, over mutual TLS with certificates of a CA made here and
+//! // thrown away (`cluster-node init` and `issue` write real ones), sharing an in-process
+//! // registry (use `registry::GossipRegistry` across processes).
+//! let ca = cluster::Authority::new("example")?;
 //! let registry = cluster::MemoryRegistry::new();
-//! let provider = cluster::Node::builder().name("search-1").registry(registry.clone()).start().await?;
+//! let provider = cluster::Node::builder().identity(ca.issue("search-1")?).registry(registry.clone()).start().await?;
 //! let _registration = provider.serve(SearchServer::new(Engine)).await?;
-//! let node = cluster::Node::builder().name("web-1").registry(registry).start().await?;
+//! let node = cluster::Node::builder().identity(ca.issue("web-1")?).registry(registry).start().await?;
 //!
 //! let search = SearchClient::new(&node);
 //! assert_eq!(search.search("rust".into()).await?, ["rust"]);
@@ -49,8 +51,9 @@
 //! The long-form docs explain each mechanism: `docs/calls.md` (the call path),
 //! `docs/errors.md` (the errors), `docs/wire.md` (the handshake and the envelope),
 //! `docs/registry.md` (the registry and routing),
-//! `docs/deploys.md` (health, draining, rolling deploys), `docs/discovery.md` (Eureka and the
-//! resolvers), `docs/benchmarks.md` (what it costs).
+//! `docs/deploys.md` (health, draining, rolling deploys), `docs/security.md` (identity, mutual
+//! TLS, sealed gossip, who may call), `docs/discovery.md` (Eureka and the resolvers),
+//! `docs/benchmarks.md` (what it costs).
 #![deny(missing_docs)]
 
 mod client;
@@ -61,6 +64,7 @@ pub mod layer;
 mod node;
 pub mod options;
 pub mod registry;
+pub mod security;
 mod server;
 pub mod service;
 mod transport;
@@ -79,6 +83,7 @@ pub use node::{
 };
 pub use options::{CallOptions, Source};
 pub use registry::{MemoryRegistry, Registry};
+pub use security::{Authority, Callers, GossipKey, Identity, IdentityError, KeyId, Keyring};
 pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, Provide};
 pub use service::{FunctionDescription, ServiceDescription};
 pub use transport::tcp::DEFAULT_MAX_OPENING_CONNECTIONS;

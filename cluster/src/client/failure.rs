@@ -20,6 +20,9 @@ pub(crate) enum Failure {
     ReplyTooLarge(String),
     /// The reply could not be understood.
     Protocol(String),
+    /// The peer could not be trusted (`Untrusted`) or is another node than the entry
+    /// (`WrongPeer`): never sent, and that node is not tried again in this call.
+    Untrusted(RpcErrorKind, String),
 }
 
 impl Failure {
@@ -43,6 +46,12 @@ impl Failure {
             Err(TransportError::WireVersion(detail)) => {
                 Err(Failure::Refused(Reason::WireVersion, detail))
             }
+            Err(TransportError::Untrusted(detail)) => {
+                Err(Failure::Untrusted(RpcErrorKind::Untrusted, detail))
+            }
+            Err(TransportError::WrongPeer(detail)) => {
+                Err(Failure::Untrusted(RpcErrorKind::WrongPeer, detail))
+            }
         }
     }
 
@@ -50,9 +59,13 @@ impl Failure {
     /// what may have run, only for an idempotent one; the provider's own verdicts never.
     pub(crate) fn retryable(&self, idempotent: bool) -> bool {
         match self {
-            Failure::NotSent(_) => true,
+            Failure::NotSent(_) | Failure::Untrusted(..) => true,
             Failure::Refused(reason, _) => {
-                reason.never_ran() && !matches!(reason, Reason::BadArguments | Reason::Rejected)
+                reason.never_ran()
+                    && !matches!(
+                        reason,
+                        Reason::BadArguments | Reason::Rejected | Reason::Unauthorized
+                    )
             }
             Failure::Timeout | Failure::Lost(_) => idempotent,
             Failure::Panicked(_) | Failure::ReplyTooLarge(_) | Failure::Protocol(_) => false,
@@ -67,7 +80,10 @@ impl Failure {
     /// Whether the node should not be tried again in this call: it speaks no wire version this
     /// node does, whatever its registry entry said.
     pub(crate) fn excludes_node(&self) -> bool {
-        matches!(self, Failure::Refused(Reason::WireVersion, _))
+        matches!(
+            self,
+            Failure::Refused(Reason::WireVersion, _) | Failure::Untrusted(..)
+        )
     }
 
     /// The attempt's outcome in a few words, for the report.
@@ -80,6 +96,7 @@ impl Failure {
             Failure::Panicked(_) => "panicked".to_owned(),
             Failure::ReplyTooLarge(_) => "reply too large".to_owned(),
             Failure::Protocol(_) => "protocol error".to_owned(),
+            Failure::Untrusted(kind, d) => format!("{kind}: {d}"),
         }
     }
 
@@ -95,6 +112,7 @@ impl Failure {
             }
             Failure::ReplyTooLarge(d) => Verdict::Rpc(RpcErrorKind::ReplyTooLarge, d),
             Failure::Protocol(d) => Verdict::Rpc(RpcErrorKind::Protocol, d),
+            Failure::Untrusted(kind, d) => Verdict::Rpc(kind, d),
         }
     }
 }
@@ -135,6 +153,11 @@ mod tests {
             ),
             (
                 Failure::Refused(Reason::Rejected, String::new()),
+                false,
+                false,
+            ),
+            (
+                Failure::Refused(Reason::Unauthorized, String::new()),
                 false,
                 false,
             ),

@@ -22,6 +22,12 @@ pub enum RpcErrorKind {
     /// The call was made inside a handler whose own call has ended (finished, timed out or
     /// given up by its caller), so its result has nobody to go to. It may have run.
     Cancelled,
+    /// No provider tried could be trusted: the TLS handshake failed (a certificate of another
+    /// CA or cluster, or a plaintext peer). The function did not run.
+    Untrusted,
+    /// A provider's certificate named another node than its registry entry, and no other
+    /// provider answered. The function did not run.
+    WrongPeer,
 }
 
 impl RpcErrorKind {
@@ -35,6 +41,8 @@ impl RpcErrorKind {
             RpcErrorKind::ReplyTooLarge => "reply too large",
             RpcErrorKind::Protocol => "protocol error",
             RpcErrorKind::Cancelled => "cancelled",
+            RpcErrorKind::Untrusted => "untrusted peer",
+            RpcErrorKind::WrongPeer => "wrong peer",
         }
     }
 
@@ -55,6 +63,12 @@ impl RpcErrorKind {
             }
             RpcErrorKind::Cancelled => {
                 "the handler this call was made in has ended, so the call was given up; it may have run"
+            }
+            RpcErrorKind::Untrusted => {
+                "no provider tried could be trusted: the TLS handshake failed (another CA or cluster, or a node started insecure()); the function did not run"
+            }
+            RpcErrorKind::WrongPeer => {
+                "the node at the registry entry's address presented another node's certificate; the function did not run"
             }
             RpcErrorKind::Protocol => {
                 "the reply could not be read: client and provider disagree on the types or the wire protocol"

@@ -26,6 +26,9 @@ pub enum Reason {
     WireVersion,
     /// A layer (the caller's or the provider's) refused the call before it ran; not retried.
     Rejected,
+    /// The provider does not admit this caller ([`Callers`](crate::Callers)); it did not run
+    /// and is not retried.
+    Unauthorized,
 }
 
 impl Reason {
@@ -41,6 +44,7 @@ impl Reason {
             Reason::Overloaded => "the provider is overloaded",
             Reason::WireVersion => "wire protocol mismatch",
             Reason::Rejected => "rejected",
+            Reason::Unauthorized => "unauthorized",
         }
     }
 
@@ -71,6 +75,9 @@ impl Reason {
             Reason::Rejected => {
                 "a layer refused the call before it ran (the caller's or the provider's); it was not retried"
             }
+            Reason::Unauthorized => {
+                "the provider does not admit this caller (its allow-list names other nodes); the function did not run and the call was not retried"
+            }
         }
     }
 
@@ -91,6 +98,7 @@ impl Reason {
             Reason::Overloaded => 7,
             Reason::WireVersion => 8,
             Reason::Rejected => 9,
+            Reason::Unauthorized => 10,
         }
     }
 
@@ -106,6 +114,7 @@ impl Reason {
             7 => Reason::Overloaded,
             8 => Reason::WireVersion,
             9 => Reason::Rejected,
+            10 => Reason::Unauthorized,
             _ => return None,
         })
     }

@@ -64,8 +64,8 @@ pub enum Outcome<'a> {
 ///         Ok(())
 ///     }
 /// }
-/// # async fn demo() -> Result<(), cluster::StartError> {
-/// let node = cluster::Node::builder().client_layer(Tenant("acme")).start().await?;
+/// # async fn demo(identity: cluster::Identity) -> Result<(), cluster::StartError> {
+/// let node = cluster::Node::builder().identity(identity).client_layer(Tenant("acme")).start().await?;
 /// # Ok(()) }
 /// ```
 pub trait ClientLayer: Send + Sync + 'static {
@@ -149,8 +149,8 @@ pub enum Served {
 ///         }
 ///     }
 /// }
-/// # async fn demo() -> Result<(), cluster::StartError> {
-/// let node = cluster::Node::builder().provider_layer(RequireTenant).start().await?;
+/// # async fn demo(identity: cluster::Identity) -> Result<(), cluster::StartError> {
+/// let node = cluster::Node::builder().identity(identity).provider_layer(RequireTenant).start().await?;
 /// # Ok(()) }
 /// ```
 pub trait ProviderLayer: Send + Sync + 'static {

@@ -8,6 +8,8 @@ use super::{Listener, Node, NodeInner};
 use crate::client::peers::{DEFAULT_COOLDOWN, Peers};
 use crate::layer::{ClientLayer, ProviderLayer};
 use crate::registry::{MemoryRegistry, NodeInfo, Registry, RegistryError};
+use crate::security::Identity;
+use crate::security::tls::Tls;
 use crate::server::{DEFAULT_MAX_CONCURRENT_CALLS, Dispatcher};
 use crate::transport::tcp::{
     self, ConnectConfig, DEFAULT_MAX_OPENING_CONNECTIONS, ServeConfig, TcpConnector,
@@ -51,9 +53,12 @@ const MIN_FRAME: usize = 4 << 10;
 /// | `max_opening_connections` | 256: connected but silent; past it the oldest is closed |
 /// | `wire_versions` | every version this build speaks, [`WIRE_VERSIONS`] |
 /// | `client_layer`, `provider_layer` | none |
+/// | `identity` or `insecure` | neither: over TCP, one must be given ([`StartError::Setting`]) |
 #[derive(Default)]
 #[must_use]
 pub struct NodeBuilder {
+    identity: Option<Identity>,
+    insecure: bool,
     connect_timeout: Option<Duration>,
     max_in_flight: Option<usize>,
     max_opening: Option<usize>,
@@ -171,6 +176,23 @@ impl NodeBuilder {
         self
     }
 
+    /// The node's certificate and key, and its cluster's CA: every connection it makes or
+    /// serves is mutual TLS, its calls go only to providers whose certificate names the node
+    /// of the registry entry, and its handlers see each caller's verified name. The node's
+    /// name is the certificate's (a different [`name`](Self::name) is refused at start).
+    pub fn identity(mut self, identity: Identity) -> Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    /// Serves and calls in plaintext, with no identity: anyone who reaches the port can call,
+    /// and callers' names are their own claims. For a laptop or a test, said by name; the node
+    /// logs a WARN when it starts. A plaintext node and a secure one refuse each other at once.
+    pub fn insecure(mut self) -> Self {
+        self.insecure = true;
+        self
+    }
+
     /// Adds a layer around every call this node makes; layers run in the order added.
     pub fn client_layer(mut self, layer: impl ClientLayer) -> Self {
         self.client_layers.push(Arc::new(layer));
@@ -225,7 +247,49 @@ impl NodeBuilder {
                 "connect_timeout is zero: no connection could ever open".to_owned(),
             ));
         }
-        let name = self.name.unwrap_or_else(|| format!("node-{generation}"));
+        let over_tcp = self.memory.is_none();
+        let tls = match (&self.identity, self.insecure, &self.memory) {
+            (Some(_), true, _) => {
+                return Err(StartError::Setting(
+                    "both identity() and insecure() were given: choose one".to_owned(),
+                ));
+            }
+            (Some(identity), false, _) => {
+                if let Some(name) = &self.name
+                    && name != identity.node()
+                {
+                    return Err(StartError::Setting(format!(
+                        "the node is named `{name}`, its certificate names `{}`",
+                        identity.node()
+                    )));
+                }
+                Some(Arc::new(
+                    Tls::new(identity).map_err(|e| StartError::Setting(e.to_string()))?,
+                ))
+            }
+            (None, false, None) => {
+                return Err(StartError::Setting(
+                    "no identity: give the node one (NodeBuilder::identity, from the files `cluster-node init` and `cluster-node issue` write), or call insecure() to serve in plaintext".to_owned(),
+                ));
+            }
+            // The in-process network has no sockets to secure.
+            (None, _, _) => None,
+        };
+        // Wire 1 has no handshake, so no TLS: a secure node speaks wire 2 and later.
+        let wire = match &tls {
+            Some(_) if *wire.end() < 2 => {
+                return Err(StartError::Setting(
+                    "wire version 1 has no TLS: a node that speaks only wire 1 must be insecure()"
+                        .to_owned(),
+                ));
+            }
+            Some(_) => (*wire.start()).max(2)..=*wire.end(),
+            None => wire,
+        };
+        let name = self
+            .name
+            .or_else(|| self.identity.as_ref().map(|i| i.node().to_owned()))
+            .unwrap_or_else(|| format!("node-{generation}"));
         within("the length of the node's name", name.len(), 1..=MAX_NAME)?;
         let dispatcher = Arc::new(Dispatcher::new(
             max_frame.saturating_sub(ENVELOPE_OVERHEAD),
@@ -258,6 +322,7 @@ impl NodeBuilder {
                     versions: wire.clone(),
                     max_frame,
                     max_opening,
+                    tls: tls.clone(),
                 };
                 let (local, task) = tcp::serve(addr, dispatcher.clone(), serving, stopped)
                     .await
@@ -268,6 +333,7 @@ impl NodeBuilder {
                     max_frame,
                     connect_timeout,
                     max_in_flight,
+                    tls: tls.clone(),
                 };
                 (
                     local,
@@ -279,6 +345,13 @@ impl NodeBuilder {
         let info = NodeInfo::new(name, addr, generation)
             .with_max_frame(Some(max_frame))
             .with_wire(Some(wire.clone()));
+        match &self.identity {
+            Some(identity) => registry.bind_cluster(identity.cluster())?,
+            None if over_tcp => tracing::warn!(
+                "node {info} serves and calls in PLAINTEXT (insecure()): anyone who reaches {addr} can call it"
+            ),
+            None => {}
+        }
         registry.join(info.clone()).await?;
         tracing::info!("node {info} started");
         Ok(Node {

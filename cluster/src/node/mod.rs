@@ -28,7 +28,9 @@ use crate::transport::{Connector, MemoryNetwork};
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// let node = cluster::Node::builder().name("search-1").start().await?;
+/// // `certs/` as `cluster-node init` and `cluster-node issue search-1` wrote it.
+/// let identity = cluster::Identity::from_dir("certs", "search-1")?;
+/// let node = cluster::Node::builder().identity(identity).start().await?;
 /// println!("{} listens on {}", node.name(), node.addr());
 /// node.shutdown().await;
 /// # Ok(()) }

@@ -37,6 +37,14 @@ pub trait Registry: Send + Sync + 'static {
         service: &str,
     ) -> RegistryFuture<'_, Result<(), RegistryError>>;
 
+    /// Told before [`join`](Self::join), by a node with an identity: the cluster its
+    /// certificate is for. A backend bound to a cluster of its own (a gossip keyring's) refuses
+    /// another. The default accepts any.
+    fn bind_cluster(&self, cluster: &str) -> Result<(), RegistryError> {
+        let _ = cluster;
+        Ok(())
+    }
+
     /// Adds a node (no services yet), so that others see it come up.
     fn join(&self, node: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>>;
 

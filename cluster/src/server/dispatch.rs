@@ -230,6 +230,18 @@ impl Dispatcher {
             );
             return Err(refuse(Reason::NoFunction, detail));
         }
+        if let Some(callers) = hosted.provider.callers() {
+            let caller = request.head.caller.as_deref();
+            if !caller.is_some_and(|c| callers.admits(c)) {
+                let detail = format!(
+                    "`{}` admits callers {}; the caller is {}",
+                    request.service,
+                    callers.patterns().join(", "),
+                    caller.map_or_else(|| "unnamed".to_owned(), |c| format!("`{c}`"))
+                );
+                return Err(refuse(Reason::Unauthorized, detail));
+            }
+        }
         let permit = match self.admission.admit() {
             Ok(permit) => permit,
             Err((reason, detail)) => return Err(refuse(reason, detail)),

@@ -16,6 +16,12 @@ pub trait Provide: Send + Sync + 'static {
 
     /// Runs function number `function` (its index in the description) on encoded arguments.
     fn dispatch(&self, function: usize, args: Vec<u8>) -> DispatchFuture;
+
+    /// The callers it admits; `None` (the default) admits every verified member of the
+    /// cluster. [`Callers::may_call`](crate::Callers::may_call) sets it.
+    fn callers(&self) -> Option<&crate::Callers> {
+        None
+    }
 }
 
 /// Why a dispatched call has no return value.

@@ -70,4 +70,11 @@ pub(crate) enum TransportError {
     /// The peer does not speak a wire version this node speaks: it was never sent, and is not
     /// sent to that peer again in this call.
     WireVersion(String),
+    /// The peer is not a member this node can trust: the TLS handshake failed (another CA, a
+    /// plaintext peer, a certificate of another cluster). Never sent; not sent there again in
+    /// this call.
+    Untrusted(String),
+    /// The peer's certificate names another node than the registry entry chosen: never sent;
+    /// another provider is tried.
+    WrongPeer(String),
 }

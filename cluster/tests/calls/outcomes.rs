@@ -88,6 +88,7 @@ async fn oversized_arguments_fail_before_sending_and_oversized_replies_are_refus
 async fn cluster_node_with_frame(cluster: &Cluster, name: &str, max_frame: usize) -> cluster::Node {
     cluster::Node::builder()
         .name(name)
+        .identity(crate::support::identity(name))
         .registry(cluster.registry.clone())
         .max_frame(max_frame)
         .start()
@@ -279,6 +280,7 @@ async fn a_broken_pooled_connection_is_reestablished_within_the_same_attempt() {
     first.kill().await;
     let again = cluster::Node::builder()
         .name("search-1")
+        .identity(crate::support::identity("search-1"))
         .listen(addr)
         .registry(cluster.registry.clone())
         .start()

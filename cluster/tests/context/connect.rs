@@ -82,6 +82,7 @@ async fn a_request_waiting_behind_the_in_flight_limit_was_never_sent() {
     let (_provider, engine) = cluster.provider("search-1", Mode::Hang).await;
     let web = cluster::Node::builder()
         .name("web-1")
+        .identity(crate::support::identity("web-1"))
         .registry(cluster.registry.clone())
         .max_in_flight_per_connection(1)
         .start()
@@ -123,6 +124,7 @@ async fn a_reply_too_large_for_one_caller_fails_that_call_alone() {
         .unwrap();
     let small = cluster::Node::builder()
         .name("small-frames")
+        .identity(crate::support::identity("small-frames"))
         .registry(cluster.registry.clone())
         .max_frame(64 * 1024)
         .start()

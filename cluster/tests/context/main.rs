@@ -221,6 +221,8 @@ impl Inventory for Stock {
 pub struct Net {
     pub registry: MemoryRegistry,
     pub memory: Option<MemoryNetwork>,
+    /// TCP in plaintext (`insecure()`): wire 1 has no TLS.
+    pub plaintext: bool,
 }
 
 impl Net {
@@ -228,6 +230,7 @@ impl Net {
         Self {
             registry: MemoryRegistry::new(),
             memory: Some(MemoryNetwork::new()),
+            plaintext: false,
         }
     }
 
@@ -235,6 +238,15 @@ impl Net {
         Self {
             registry: MemoryRegistry::new(),
             memory: None,
+            plaintext: false,
+        }
+    }
+
+    /// Nodes on TCP in plaintext, as a first-release cluster (which had no TLS) is.
+    pub fn plaintext() -> Self {
+        Self {
+            plaintext: true,
+            ..Self::tcp()
         }
     }
 
@@ -242,7 +254,8 @@ impl Net {
         let builder = Node::builder().name(name).registry(self.registry.clone());
         match &self.memory {
             Some(net) => builder.memory(net),
-            None => builder,
+            None if self.plaintext => builder.insecure(),
+            None => builder.identity(support::identity(name)),
         }
     }
 

@@ -22,7 +22,7 @@ async fn shop_on(net: &Net, name: &str, wire: std::ops::RangeInclusive<u32>) -> 
 
 #[tokio::test]
 async fn a_first_release_node_and_this_one_call_each_other() {
-    let net = Net::tcp();
+    let net = Net::plaintext();
     let old = shop_on(&net, "old-1", 1..=1).await;
     assert_eq!(old.info().wire, Some((1, 1)));
     let new_client = net.node("new-client").await;
@@ -31,7 +31,7 @@ async fn a_first_release_node_and_this_one_call_each_other() {
     assert_eq!(seen.caller, None, "wire 1 carries no context");
     assert_eq!(seen.attempt, 0);
 
-    let net = Net::tcp();
+    let net = Net::plaintext();
     let _new = shop_on(&net, "new-1", 1..=2).await;
     let old_client = node_on(&net, "old-client", 1..=1).await;
     let seen = OrdersClient::new(&old_client).whoami().await.unwrap();
@@ -47,7 +47,7 @@ async fn a_first_release_node_and_this_one_call_each_other() {
 
 #[tokio::test]
 async fn a_provider_without_a_common_wire_version_is_never_tried_nor_waited_for() {
-    let net = Net::tcp();
+    let net = Net::plaintext();
     let _old = shop_on(&net, "old-1", 1..=1).await;
     let client = node_on(&net, "new-only", 2..=2).await;
     let start = Instant::now();
@@ -67,7 +67,7 @@ async fn a_provider_without_a_common_wire_version_is_never_tried_nor_waited_for(
 
 #[tokio::test]
 async fn a_wire_refusal_is_not_retried_on_the_same_node() {
-    let net = Net::tcp();
+    let net = Net::plaintext();
     let old = shop_on(&net, "old-1", 1..=1).await;
     // Its entry claims wire 2, as a stale or forged one might: the handshake finds out.
     let claim = ServiceEntry::new(

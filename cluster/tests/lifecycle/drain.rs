@@ -13,6 +13,7 @@ async fn calls_beyond_the_limit_are_refused_before_they_run_and_retried() {
     let cluster = Cluster::tcp();
     let node = Node::builder()
         .name("search-1")
+        .identity(crate::support::identity("search-1"))
         .registry(cluster.registry.clone())
         .max_concurrent_calls(2)
         .start()

@@ -155,9 +155,14 @@ async fn a_restart_under_the_same_name_never_resurrects_the_old_entries() {
 
 #[tokio::test]
 async fn an_oversized_description_is_refused_at_registration() {
-    let registry = GossipRegistry::new(GossipConfig::new().max_entry_bytes(256));
+    let registry = GossipRegistry::new(
+        GossipConfig::new()
+            .keyring(crate::support::keyring())
+            .max_entry_bytes(256),
+    );
     let node = Node::builder()
         .name("small")
+        .identity(crate::support::identity("small"))
         .registry(registry)
         .start()
         .await

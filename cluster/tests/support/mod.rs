@@ -218,7 +218,7 @@ impl<R: TestRegistry> TestCluster<R> {
         let builder = Node::builder().name(name).registry(self.registry.clone());
         let builder = match &self.memory {
             Some(net) => builder.memory(net),
-            None => builder,
+            None => builder.identity(identity(name)),
         };
         builder.start().await.expect("node starts")
     }
@@ -248,15 +248,34 @@ pub async fn until(what: &str, condition: impl Fn() -> bool) {
     }
 }
 
+/// The tests' cluster CA, made once per test binary and thrown away.
+pub fn authority() -> &'static cluster::Authority {
+    static CA: std::sync::OnceLock<cluster::Authority> = std::sync::OnceLock::new();
+    CA.get_or_init(|| cluster::Authority::new("test").expect("a CA"))
+}
+
+/// A certificate for `name` from the tests' CA.
+pub fn identity(name: &str) -> cluster::Identity {
+    authority().issue(name).expect("an identity")
+}
+
+/// The tests' gossip keyring (one per test binary).
+pub fn keyring() -> cluster::Keyring {
+    static KEY: std::sync::OnceLock<cluster::GossipKey> = std::sync::OnceLock::new();
+    cluster::Keyring::new(KEY.get_or_init(cluster::GossipKey::generate).clone())
+}
+
 /// A node on real TCP with its own gossip registry, seeded with `seeds`.
 pub async fn gossip_node(
     name: &str,
     seeds: &[std::net::SocketAddr],
 ) -> (Node, cluster::registry::GossipRegistry) {
-    let config = cluster::registry::GossipConfig::new().seeds(seeds.iter().map(|s| s.to_string()));
+    let config = cluster::registry::GossipConfig::new()
+        .keyring(keyring())
+        .seeds(seeds.iter().map(|s| s.to_string()));
     let registry = cluster::registry::GossipRegistry::new(config);
     let node = Node::builder()
-        .name(name)
+        .identity(identity(name))
         .registry(registry.clone())
         .start()
         .await

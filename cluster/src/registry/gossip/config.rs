@@ -8,7 +8,9 @@ use std::time::Duration;
 /// | `listen` | `127.0.0.1:0` (a port the OS picks) | |
 /// | `advertise` | the listen address | set it when peers reach this node by another address |
 /// | `seeds` | none | a few `host:port` gossip addresses of other nodes |
-/// | `cluster_id` | `cluster` | nodes of another cluster id are ignored |
+/// | `keyring` or `insecure` | neither: joining fails | a keyring seals every datagram (ChaCha20-Poly1305); `insecure()` gossips in plaintext, said by name |
+/// | `cluster_id` | the cluster of the node's certificate | set it only for an `insecure()` registry, where it is required |
+/// | `replay_window` | 30 s | a sealed datagram sent longer ago (by the sender's clock) is refused: nodes' clocks must agree within it |
 /// | `gossip_interval` | 200 ms | a crashed node is out of every lookup in about 2 s (30 nodes) |
 /// | `phi_threshold` | 6 | chitchat defaults to 8; 6 keeps crash detection near 2 s at 30 nodes, at the price of less tolerance for a stalled process (about 1.5 s of silence) |
 /// | `purge_after` | 1 h | a dead node's state is forgotten after this |
@@ -22,8 +24,14 @@ pub struct GossipConfig {
     pub advertise: Option<SocketAddr>,
     /// Gossip addresses of some other nodes.
     pub seeds: Vec<String>,
-    /// The cluster's name.
-    pub cluster_id: String,
+    /// The cluster's name; by default the node certificate's.
+    pub cluster_id: Option<String>,
+    /// The keys that seal gossip.
+    pub keyring: Option<crate::Keyring>,
+    /// Gossip in plaintext.
+    pub insecure: bool,
+    /// How old a sealed datagram may be.
+    pub replay_window: Duration,
     /// Time between gossip rounds.
     pub gossip_interval: Duration,
     /// The failure detector's threshold.
@@ -40,7 +48,10 @@ impl Default for GossipConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise: None,
             seeds: Vec::new(),
-            cluster_id: "cluster".to_owned(),
+            cluster_id: None,
+            keyring: None,
+            insecure: false,
+            replay_window: Duration::from_secs(30),
             gossip_interval: Duration::from_millis(200),
             phi_threshold: 6.0,
             purge_after: Duration::from_secs(3600),
@@ -73,9 +84,30 @@ impl GossipConfig {
         self
     }
 
-    /// The cluster's name.
+    /// The cluster's name. A node with an identity takes its certificate's (a different one
+    /// here is refused); an `insecure()` registry needs one.
     pub fn cluster_id(mut self, id: impl Into<String>) -> Self {
-        self.cluster_id = id.into();
+        self.cluster_id = Some(id.into());
+        self
+    }
+
+    /// The keys that seal every datagram: a node without them cannot join, read the registry
+    /// or add to it. Keep a clone of the keyring to rotate keys while the node runs.
+    pub fn keyring(mut self, keyring: crate::Keyring) -> Self {
+        self.keyring = Some(keyring);
+        self
+    }
+
+    /// Gossips in plaintext: anyone who reaches the port can join, read every entry and add
+    /// its own. For a laptop or a test, said by name; the registry logs a WARN when it starts.
+    pub fn insecure(mut self) -> Self {
+        self.insecure = true;
+        self
+    }
+
+    /// How old a sealed datagram may be before it is refused as a replay.
+    pub fn replay_window(mut self, window: Duration) -> Self {
+        self.replay_window = window;
         self
     }
 

@@ -3,12 +3,12 @@
 
 mod config;
 mod state;
+mod transport;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use chitchat::transport::UdpTransport;
 use chitchat::{
     Chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, ProtocolVersion,
 };
@@ -18,14 +18,18 @@ pub use config::GossipConfig;
 
 use super::index::{Index, LocalCopy};
 use super::{NodeInfo, Registry, RegistryError, RegistryFuture, ServiceEntry};
+use crate::security::seal::Sealer;
 
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use cluster::registry::{GossipConfig, GossipRegistry};
-/// let registry = GossipRegistry::new(GossipConfig::new().seeds(["10.0.0.1:7280"]));
-/// let node = cluster::Node::builder().name("search-1").registry(registry).start().await?;
+/// use cluster::{Identity, Keyring};
+/// let keyring = Keyring::from_file("certs/gossip.key")?;
+/// let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring).seeds(["10.0.0.1:7280"]));
+/// let identity = Identity::from_dir("certs", "search-1")?;
+/// let node = cluster::Node::builder().identity(identity).registry(registry).start().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -41,6 +45,9 @@ struct Inner {
     // When the node withdrew (marked itself leaving): its leave need not wait for that news to
     // spread again.
     withdrawn: Mutex<Option<tokio::time::Instant>>,
+    /// The cluster of the node's certificate, once its node has said it.
+    bound: Mutex<Option<String>>,
+    dropped: Arc<transport::Dropped>,
 }
 
 struct Running {
@@ -68,6 +75,8 @@ impl GossipRegistry {
                 copy: LocalCopy::default(),
                 running: Mutex::new(None),
                 withdrawn: Mutex::new(None),
+                bound: Mutex::new(None),
+                dropped: Arc::default(),
             }),
         }
     }
@@ -149,8 +158,59 @@ impl GossipRegistry {
     /// Starts chitchat. With port 0 the port is picked before chitchat binds it (chitchat must
     /// advertise it first), so another socket may take it in between: then a new port is
     /// picked, a few times.
+    /// Gossip datagrams dropped since the registry was made: not sealed, not opened with any
+    /// key held, replayed, or not gossip at all.
+    pub fn dropped_datagrams(&self) -> u64 {
+        self.inner.dropped.total()
+    }
+
+    /// The cluster's name and how datagrams are carried, or why gossip cannot start.
+    fn carriage(&self) -> Result<(String, transport::GossipTransport), RegistryError> {
+        let config = &self.inner.config;
+        let bound = self
+            .inner
+            .bound
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(cluster) = bound.or_else(|| config.cluster_id.clone()) else {
+            return Err(RegistryError::Gossip(
+                "no cluster name: a node with an identity gives its certificate's; an insecure() registry needs GossipConfig::cluster_id".to_owned(),
+            ));
+        };
+        let sealer = match (&config.keyring, config.insecure) {
+            (Some(_), true) => {
+                return Err(RegistryError::Gossip(
+                    "both keyring() and insecure() were given: choose one".to_owned(),
+                ));
+            }
+            (Some(keyring), false) => Some(Arc::new(Sealer::new(
+                keyring.clone(),
+                &cluster,
+                config.replay_window,
+            ))),
+            (None, true) => {
+                tracing::warn!(
+                    "gossip for cluster `{cluster}` is PLAINTEXT (insecure()): anyone who reaches its port can join and add entries"
+                );
+                None
+            }
+            (None, false) => {
+                return Err(RegistryError::Gossip(
+                    "no gossip key: give GossipConfig::keyring (the key file `cluster-node init` writes), or insecure() to gossip in plaintext".to_owned(),
+                ));
+            }
+        };
+        let carriage = transport::GossipTransport {
+            sealer,
+            dropped: self.inner.dropped.clone(),
+        };
+        Ok((cluster, carriage))
+    }
+
     async fn spawn(&self, own: &NodeInfo) -> Result<ChitchatHandle, RegistryError> {
         let config = &self.inner.config;
+        let (cluster_id, carriage) = self.carriage()?;
         let mut tries = 0;
         loop {
             tries += 1;
@@ -159,7 +219,7 @@ impl GossipRegistry {
             let advertise = config.advertise.unwrap_or(listen);
             let chitchat_config = ChitchatConfig {
                 chitchat_id: ChitchatId::new(own.name.clone(), own.generation, advertise),
-                cluster_id: config.cluster_id.clone(),
+                cluster_id: cluster_id.clone(),
                 gossip_interval: config.gossip_interval,
                 listen_addr: listen,
                 seed_nodes: config.seeds.clone(),
@@ -175,7 +235,7 @@ impl GossipRegistry {
                 extra_liveness_predicate: None,
                 protocol_version: ProtocolVersion::V0,
             };
-            match chitchat::spawn_chitchat(chitchat_config, state::initial_keys(own), &UdpTransport)
+            match chitchat::spawn_chitchat(chitchat_config, state::initial_keys(own), &carriage)
                 .await
             {
                 Ok(handle) => return Ok(handle),
@@ -268,6 +328,18 @@ impl Registry for GossipRegistry {
             self.own(&node)?;
             self.change(|me| me.delete(&key)).await
         })
+    }
+
+    fn bind_cluster(&self, cluster: &str) -> Result<(), RegistryError> {
+        if let Some(configured) = &self.inner.config.cluster_id
+            && configured != cluster
+        {
+            return Err(RegistryError::Gossip(format!(
+                "the registry is configured for cluster `{configured}`, the node's certificate is for `{cluster}`"
+            )));
+        }
+        *self.inner.bound.lock().unwrap_or_else(|p| p.into_inner()) = Some(cluster.to_owned());
+        Ok(())
     }
 
     fn join(&self, node: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>> {

@@ -13,13 +13,16 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tarpc::tokio_serde::formats::Bincode;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::MAX_DEADLINE;
 use super::limit::InFlightLimit;
 use crate::registry::NodeInfo;
+use crate::security::tls::{self, Tls};
 use crate::transport::TransportError;
 use crate::transport::wire::handshake::{self, Hello};
 use crate::transport::wire::{self, Reply, Request, v1, v2};
@@ -35,6 +38,8 @@ pub(crate) struct ConnectConfig {
     pub(crate) connect_timeout: Duration,
     /// Requests in flight on one connection; more wait here, where waiting means "not sent".
     pub(crate) max_in_flight: usize,
+    /// Mutual TLS; `None` on a node started `insecure()`.
+    pub(crate) tls: Option<Arc<Tls>>,
 }
 
 /// The client side: a pool of one tarpc connection per peer.
@@ -264,10 +269,52 @@ async fn connect(
     to: &NodeInfo,
     version: u32,
 ) -> Result<Connection, TransportError> {
-    let mut stream = TcpStream::connect(to.addr)
+    let stream = TcpStream::connect(to.addr)
         .await
         .map_err(|e| TransportError::NotSent(format!("cannot connect to {to}: {e}")))?;
     let _ = stream.set_nodelay(true);
+    let Some(tls) = &config.tls else {
+        return opened(config, to, version, stream).await;
+    };
+    let stream = TlsConnector::from(tls.client.clone())
+        .connect(tls::server_name(&to.name, to.addr), stream)
+        .await
+        .map_err(|e| {
+            TransportError::Untrusted(format!(
+                "the TLS handshake with {to} failed: {e} (a node started insecure() speaks no TLS; \
+                 one of another cluster's CA is refused)"
+            ))
+        })?;
+    // The chain was checked in the handshake; who it names is checked here, against the
+    // registry entry this call chose.
+    let names = tls
+        .peer_of(stream.get_ref().1.peer_certificates())
+        .map_err(|why| TransportError::Untrusted(format!("{to}: {why}")))?;
+    if names != to.name {
+        tracing::warn!(
+            "the registry says node `{}` is at {}, but the certificate there names node `{names}`: not calling it",
+            to.name,
+            to.addr
+        );
+        return Err(TransportError::WrongPeer(format!(
+            "{} presented the certificate of node `{names}`, not of `{}`",
+            to.addr, to.name
+        )));
+    }
+    opened(config, to, version, stream).await
+}
+
+/// A connection past TLS (or plaintext, on an insecure node): the handshake (wire 2 and
+/// later), then the tarpc client.
+async fn opened<S>(
+    config: &ConnectConfig,
+    to: &NodeInfo,
+    version: u32,
+    mut stream: S,
+) -> Result<Connection, TransportError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     if version >= 2 {
         let hello = Hello {
             versions: (2.max(*config.versions.start()), *config.versions.end()),
@@ -278,11 +325,24 @@ async fn connect(
             node: config.node.to_string(),
             max_frame: config.max_frame as u64,
         };
-        let welcome = handshake::offer(&mut stream, &hello)
-            .await
-            .map_err(|e| TransportError::NotSent(format!("the handshake with {to} failed: {e}")))?;
+        let welcome = handshake::offer(&mut stream, &hello).await.map_err(|e| {
+            let detail = format!("the handshake with {to} failed: {e}");
+            // A secure provider checks the caller's certificate after the client's side of
+            // the TLS handshake is done: its refusal arrives here.
+            if config.tls.is_some() {
+                TransportError::Untrusted(format!(
+                    "{detail} (did it refuse this node's certificate?)"
+                ))
+            } else {
+                TransportError::NotSent(detail)
+            }
+        })?;
         if let Some(why) = welcome.refusal {
-            return Err(TransportError::WireVersion(why));
+            return Err(if welcome.needs_tls {
+                TransportError::Untrusted(why)
+            } else {
+                TransportError::WireVersion(why)
+            });
         }
         if !config.versions.contains(&welcome.version) || welcome.version < 2 {
             return Err(TransportError::WireVersion(format!(

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tarpc::server::{BaseChannel, Channel};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::bytes::{Bytes, BytesMut};
 use tokio_util::codec::{Framed, FramedParts, LengthDelimitedCodec};
 
@@ -21,6 +23,7 @@ use super::channel;
 use super::codec::Clamping;
 use super::opening::{OpeningSlot, Openings};
 use crate::error::Reason;
+use crate::security::tls::{TLS_HANDSHAKE_RECORD, Tls};
 use crate::server::Dispatcher;
 use crate::transport::wire::handshake::{self, Opening};
 use crate::transport::wire::v1::Wire as _;
@@ -38,6 +41,8 @@ pub(crate) struct ServeConfig {
     pub(crate) max_frame: usize,
     /// Connections that may be opening (not yet spoken) at once.
     pub(crate) max_opening: usize,
+    /// Mutual TLS; `None` on a node started `insecure()`.
+    pub(crate) tls: Option<Arc<Tls>>,
 }
 
 /// Listens on `addr` until `stop` turns true; then closes the listener and every connection,
@@ -98,9 +103,11 @@ pub(crate) async fn serve(
     Ok((local, task))
 }
 
-/// One connection, from its first byte to its close.
+/// One connection, from its first byte to its close. A secure node serves only TLS clients
+/// with a certificate of its cluster, and answers a plaintext handshake with a refusal that says
+/// so; a plaintext node closes a TLS connection at once. Neither waits for a timeout.
 async fn connection(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     dispatcher: Arc<Dispatcher>,
     config: ServeConfig,
@@ -110,6 +117,88 @@ async fn connection(
     // Replies are small frames written one by one: without this, Nagle's algorithm holds each
     // behind the client's delayed ACK.
     let _ = stream.set_nodelay(true);
+    let mut first = [0u8; 1];
+    let tls_client = match tokio::time::timeout(OPENING_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => first[0] == TLS_HANDSHAKE_RECORD,
+        _ => return,
+    };
+    match (&config.tls, tls_client) {
+        (Some(tls), true) => {
+            let accepted = tokio::time::timeout(
+                OPENING_TIMEOUT,
+                TlsAcceptor::from(tls.server.clone()).accept(stream),
+            )
+            .await;
+            let stream = match accepted {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    return tracing::debug!("a TLS handshake from {peer} failed: {e}");
+                }
+                Err(_) => return tracing::debug!("a TLS handshake from {peer} timed out"),
+            };
+            match tls.peer_of(stream.get_ref().1.peer_certificates()) {
+                Ok(caller) => {
+                    opened(
+                        stream,
+                        peer,
+                        Some(caller),
+                        dispatcher,
+                        config,
+                        serving,
+                        opening,
+                    )
+                    .await
+                }
+                Err(why) => tracing::debug!("refused a connection from {peer}: {why}"),
+            }
+        }
+        (Some(_), false) => refuse_plaintext(stream, peer, &config, opening).await,
+        (None, true) => tracing::debug!(
+            "closed a TLS connection from {peer}: this node was started insecure() and speaks plaintext"
+        ),
+        (None, false) => opened(stream, peer, None, dispatcher, config, serving, opening).await,
+    }
+}
+
+/// A plaintext caller of a secure node: a handshake is answered with a refusal that says why
+/// (the caller fails at once, not at its timeout); a first-release frame is closed.
+async fn refuse_plaintext(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    config: &ServeConfig,
+    opening: OpeningSlot,
+) {
+    let opened = tokio::time::timeout(OPENING_TIMEOUT, handshake::open(&mut stream)).await;
+    drop(opening);
+    if let Ok(Ok(Opening::Hello(hello))) = opened {
+        let why = format!(
+            "node {} accepts only mutual TLS with a certificate of its cluster; {} connected in plaintext (started insecure()?)",
+            config.node, hello.node
+        );
+        tracing::debug!("refused a plaintext connection from {peer}: {why}");
+        let refusal = handshake::Welcome {
+            needs_tls: true,
+            ..handshake::refusal(&config.node, config.max_frame as u64, why)
+        };
+        let _ =
+            tokio::time::timeout(OPENING_TIMEOUT, handshake::answer(&mut stream, &refusal)).await;
+    }
+}
+
+/// A connection past TLS (or plaintext, on an insecure node): the handshake (or a
+/// first-release peer), then tarpc in the agreed version. `verified` is the caller's name as
+/// its certificate says it.
+async fn opened<S>(
+    mut stream: S,
+    peer: SocketAddr,
+    verified: Option<String>,
+    dispatcher: Arc<Dispatcher>,
+    config: ServeConfig,
+    serving: Arc<OnceLock<AbortHandle>>,
+    opening: OpeningSlot,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let codec = LengthDelimitedCodec::builder()
         .max_frame_length(config.max_frame)
         .new_codec();
@@ -118,12 +207,24 @@ async fn connection(
     drop(opening);
     match opened {
         Ok(Ok(Opening::Hello(hello))) => {
-            let welcome = handshake::welcome(
+            let mut welcome = handshake::welcome(
                 &hello,
                 &config.versions,
                 &config.node,
                 config.max_frame as u64,
             );
+            if let Some(verified) = &verified
+                && *verified != hello.node
+            {
+                welcome = handshake::refusal(
+                    &config.node,
+                    config.max_frame as u64,
+                    format!(
+                        "the caller's handshake says node `{}`, its certificate `{verified}`",
+                        hello.node
+                    ),
+                );
+            }
             let answered =
                 tokio::time::timeout(OPENING_TIMEOUT, handshake::answer(&mut stream, &welcome))
                     .await;
@@ -137,7 +238,7 @@ async fn connection(
                 tarpc::serde_transport::new(Framed::new(stream, codec), Clamping::default());
             let server = V2 {
                 dispatcher,
-                peer: Arc::from(hello.node.as_str()),
+                peer: Arc::from(verified.unwrap_or(hello.node).as_str()),
             };
             BaseChannel::with_defaults(channel::guard(transport, serving))
                 .execute(server.serve())
@@ -145,6 +246,12 @@ async fn connection(
                     tokio::spawn(call);
                 })
                 .await;
+        }
+        // The first release had no TLS: a secure node has no first-release callers.
+        Ok(Ok(Opening::Legacy(_))) if verified.is_some() => {
+            tracing::debug!(
+                "closed a wire 1 connection from {peer}: wire 1 has no handshake to verify"
+            );
         }
         Ok(Ok(Opening::Legacy(first))) => {
             // The four bytes read to tell the two apart begin the peer's first frame.

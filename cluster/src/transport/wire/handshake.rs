@@ -56,6 +56,8 @@ pub(crate) struct Welcome {
     pub(crate) max_frame: u64,
     /// Why it refused, if it did.
     pub(crate) refusal: Option<String>,
+    /// Refused because the provider takes only mutual TLS and the caller spoke plaintext.
+    pub(crate) needs_tls: bool,
 }
 
 /// How a connection opened, on the provider's side.
@@ -89,19 +91,29 @@ pub(crate) fn welcome(
             node: node.to_owned(),
             max_frame,
             refusal: None,
+            needs_tls: false,
         },
-        None => Welcome {
-            node: node.to_owned(),
+        None => refusal(
+            node,
             max_frame,
-            refusal: Some(format!(
+            format!(
                 "node {node} speaks wire versions {}..={}, the caller {}..={}",
                 versions.start(),
                 versions.end(),
                 hello.versions.0,
                 hello.versions.1
-            )),
-            ..Welcome::default()
-        },
+            ),
+        ),
+    }
+}
+
+/// A refusal that says `why`.
+pub(crate) fn refusal(node: &str, max_frame: u64, why: String) -> Welcome {
+    Welcome {
+        node: node.to_owned(),
+        max_frame,
+        refusal: Some(why),
+        ..Welcome::default()
     }
 }
 

@@ -1,0 +1,240 @@
+//! chitchat's datagrams, sealed ([`crate::security::seal`]) or, on a registry configured
+//! `insecure()`, in plaintext: a chitchat `Transport` of our own around one UDP socket.
+//!
+//! A sealed datagram is at most [`seal::OVERHEAD`] bytes larger than chitchat's, which fills
+//! datagrams up to UDP's limit: one that no longer fits goes as two parts, joined again before
+//! it is opened. What cannot be opened is dropped and counted, with one WARN per
+//! [`LOG_EVERY`] at most, whatever a stranger sends.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chitchat::ChitchatEnvelope;
+use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport};
+
+use crate::security::seal::{self, Sealer};
+
+/// UDP's largest payload over IPv4.
+const MAX_DATAGRAM: usize = 65_507;
+/// The first bytes of one half of a sealed datagram too large for one.
+const PART: [u8; 4] = *b"cg\x01p";
+/// Part header: magic, message id (8), index (1).
+const PART_HEADER: usize = 4 + 8 + 1;
+/// First halves waiting for their second; past it the oldest is dropped.
+const MAX_PENDING: usize = 64;
+/// How long a first half waits.
+const PART_TIMEOUT: Duration = Duration::from_secs(2);
+/// At most one WARN about dropped datagrams this often.
+pub(super) const LOG_EVERY: Duration = Duration::from_secs(10);
+
+pub(super) struct GossipTransport {
+    pub(super) sealer: Option<Arc<Sealer>>,
+    pub(super) dropped: Arc<Dropped>,
+}
+
+#[async_trait]
+impl Transport for GossipTransport {
+    async fn open(&self, listen: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
+        let socket = tokio::net::UdpSocket::bind(listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot bind {listen}/UDP for gossip: {e}"))?;
+        Ok(Box::new(GossipSocket {
+            socket,
+            sealer: self.sealer.clone(),
+            dropped: self.dropped.clone(),
+            buf: vec![0; MAX_DATAGRAM + 1].into_boxed_slice(),
+            pending: VecDeque::new(),
+            next_id: rand_u64(),
+        }))
+    }
+}
+
+struct GossipSocket {
+    socket: tokio::net::UdpSocket,
+    sealer: Option<Arc<Sealer>>,
+    dropped: Arc<Dropped>,
+    buf: Box<[u8]>,
+    /// First halves: (from, message id, received, bytes).
+    pending: VecDeque<(SocketAddr, u64, Instant, Vec<u8>)>,
+    next_id: u64,
+}
+
+#[async_trait]
+impl Socket for GossipSocket {
+    fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        Ok(self.socket.local_addr()?)
+    }
+
+    async fn send(
+        &mut self,
+        to: SocketAddr,
+        envelope: ChitchatEnvelope,
+    ) -> anyhow::Result<SendOutcome> {
+        let plain = envelope.serialize_to_vec();
+        let bytes = match &self.sealer {
+            Some(sealer) => sealer.seal(&plain),
+            None => plain,
+        };
+        // A failed send costs that datagram (gossip sends again next round), never the
+        // transport: chitchat would stop on an error.
+        if bytes.len() <= MAX_DATAGRAM {
+            if let Err(e) = self.socket.send_to(&bytes, to).await {
+                tracing::debug!("a gossip datagram to {to} was not sent: {e}");
+            }
+        } else {
+            self.next_id = self.next_id.wrapping_add(1);
+            let half = bytes.len().div_ceil(2);
+            for (index, chunk) in bytes.chunks(half).enumerate() {
+                let mut part = Vec::with_capacity(PART_HEADER + chunk.len());
+                part.extend_from_slice(&PART);
+                part.extend_from_slice(&self.next_id.to_be_bytes());
+                part.push(index as u8);
+                part.extend_from_slice(chunk);
+                if let Err(e) = self.socket.send_to(&part, to).await {
+                    tracing::debug!("a gossip datagram to {to} was not sent: {e}");
+                }
+            }
+        }
+        Ok(SendOutcome {
+            num_bytes_sent: bytes.len(),
+        })
+    }
+
+    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
+        loop {
+            let (len, from) = match self.socket.recv_from(&mut self.buf).await {
+                Ok(received) => received,
+                // An ICMP error from an earlier send, surfacing here: not this socket's end.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::ConnectionRefused
+                            | std::io::ErrorKind::OutOfMemory
+                    ) =>
+                {
+                    tracing::debug!("gossip receive: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let datagram = self.buf[..len].to_vec();
+            let whole = if datagram.starts_with(&PART) {
+                match self.join(from, datagram) {
+                    Some(whole) => whole,
+                    None => continue,
+                }
+            } else {
+                datagram
+            };
+            let plain = match (&self.sealer, whole.starts_with(&seal::MAGIC)) {
+                (Some(sealer), _) => match sealer.open(&whole) {
+                    Ok(plain) => plain,
+                    Err(why) => {
+                        self.dropped.note(from, &why.to_string());
+                        continue;
+                    }
+                },
+                (None, true) => {
+                    self.dropped.note(
+                        from,
+                        "sealed: that node gossips with the cluster's key, this registry was configured insecure()",
+                    );
+                    continue;
+                }
+                (None, false) => whole,
+            };
+            match ChitchatEnvelope::deserialize(&mut &plain[..]) {
+                Ok(envelope) => {
+                    return Ok(RecvOutcome {
+                        from_addr: from,
+                        envelope,
+                        num_bytes_received: len,
+                    });
+                }
+                Err(e) => self
+                    .dropped
+                    .note(from, &format!("not a gossip message: {e}")),
+            }
+        }
+    }
+}
+
+impl GossipSocket {
+    /// The whole datagram once both halves of it have arrived.
+    fn join(&mut self, from: SocketAddr, part: Vec<u8>) -> Option<Vec<u8>> {
+        if part.len() <= PART_HEADER || part[12] > 1 {
+            self.dropped.note(from, "a damaged part of a datagram");
+            return None;
+        }
+        let id = u64::from_be_bytes(part[4..12].try_into().expect("8 bytes"));
+        let now = Instant::now();
+        self.pending
+            .retain(|(_, _, at, _)| now.duration_since(*at) < PART_TIMEOUT);
+        let found = self
+            .pending
+            .iter()
+            .position(|(addr, pid, _, _)| *addr == from && *pid == id);
+        match (found, part[12]) {
+            (Some(at), 1) => {
+                let (_, _, _, mut first) = self.pending.remove(at)?;
+                first.extend_from_slice(&part[PART_HEADER..]);
+                Some(first)
+            }
+            (None, 0) => {
+                if self.pending.len() >= MAX_PENDING {
+                    self.pending.pop_front();
+                }
+                self.pending
+                    .push_back((from, id, now, part[PART_HEADER..].to_vec()));
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Datagrams dropped, and when they were last logged.
+#[derive(Debug, Default)]
+pub(super) struct Dropped {
+    state: Mutex<DropState>,
+}
+
+#[derive(Debug, Default)]
+struct DropState {
+    total: u64,
+    unlogged: u64,
+    logged: Option<Instant>,
+}
+
+impl Dropped {
+    fn note(&self, from: SocketAddr, why: &str) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.total += 1;
+        state.unlogged += 1;
+        let due = state.logged.is_none_or(|at| at.elapsed() >= LOG_EVERY);
+        if due {
+            tracing::warn!(
+                "dropped a gossip datagram from {from}: {why} ({} dropped since the last such line, {} in all; at most one line per {LOG_EVERY:?})",
+                state.unlogged,
+                state.total
+            );
+            state.unlogged = 0;
+            state.logged = Some(Instant::now());
+        }
+    }
+
+    /// Datagrams dropped since the registry started.
+    pub(super) fn total(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).total
+    }
+}
+
+fn rand_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+    u64::from_be_bytes(bytes)
+}

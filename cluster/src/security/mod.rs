@@ -1,0 +1,20 @@
+//! Who a node is and whom it trusts: certificates that name a node of a cluster
+//! ([`Identity`], issued by an [`Authority`]), mutual TLS on every RPC connection
+//! ([`tls`]), the key that seals gossip ([`Keyring`]), and the callers a service admits
+//! ([`Callers`]). `docs/security.md` walks through it, attack by attack.
+//!
+//! Secure is the default: a node over TCP starts only with an identity, or with
+//! [`NodeBuilder::insecure`](crate::NodeBuilder::insecure) said by name.
+
+mod authority;
+mod callers;
+mod identity;
+mod keyring;
+mod names;
+pub(crate) mod seal;
+pub(crate) mod tls;
+
+pub use authority::Authority;
+pub use callers::{Callers, Guarded};
+pub use identity::{Identity, IdentityError};
+pub use keyring::{GossipKey, KeyId, Keyring};
