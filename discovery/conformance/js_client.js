@@ -1,6 +1,9 @@
 // Conformance: eureka-js-client (npm) against a running cluster-discovery server.
 //
-// Usage: node js_client.js http://127.0.0.1:PORT/eureka/
+// Usage: node js_client.js http://USER:PASSWORD@127.0.0.1:PORT/eureka/
+//
+// The client is given the URL with its `user:password@` (eureka.serviceUrls), from which its
+// HTTP library sends Basic auth, as with Spring's secured Eureka servers.
 //
 // Asserts on what the client itself sees (its registry cache, its events), not on the server's
 // logs. Exits non-zero on the first failed check.
@@ -18,19 +21,22 @@ function check(condition, what) {
   console.log(`ok - ${what}`);
 }
 
-// A request the client library does not make for us (to force a 404, or to look at the server).
-function raw(method, path, body) {
+// A request the client library does not make for us (to force a 404, or to look at the server),
+// with the credentials of SERVER's URL unless `anonymous`.
+function raw(method, path, body, anonymous = false) {
   return new Promise((resolve, reject) => {
     const data = body ? JSON.stringify(body) : undefined;
+    const auth = SERVER.username && !anonymous
+      ? `${decodeURIComponent(SERVER.username)}:${decodeURIComponent(SERVER.password)}` : undefined;
     const req = http.request({
-      host: SERVER.hostname, port: SERVER.port, method,
+      host: SERVER.hostname, port: SERVER.port, method, auth,
       path: SERVER.pathname + path,
       headers: Object.assign({ Accept: 'application/json' },
         data ? { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) } : {}),
     }, (res) => {
       let text = '';
       res.on('data', (c) => { text += c; });
-      res.on('end', () => resolve({ status: res.statusCode, body: text }));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: text }));
     });
     req.on('error', reject);
     if (data) req.write(data);
@@ -65,7 +71,7 @@ function client(extra) {
     logger: quiet,
     instance: instance('js-demo-1', 3000),
     eureka: {
-      host: SERVER.hostname, port: Number(SERVER.port), servicePath: `${SERVER.pathname}apps/`,
+      serviceUrls: { default: [`${SERVER.href}apps/`] },
       heartbeatInterval: 500, registryFetchInterval: 500, maxRetries: 0, filterUpInstances: false,
     },
     shouldUseDelta: true,
@@ -104,6 +110,14 @@ async function main() {
   const back = await raw('GET', 'apps/JS-DEMO/js-demo-1');
   check(back.status === 200 && JSON.parse(back.body).instance.instanceId === 'js-demo-1',
     'the client re-registered after a 404 heartbeat');
+
+  // Without credentials a write is 401 with Basic's challenge and changes nothing.
+  const intruder = await raw('POST', 'apps/JS-DEMO', { instance: Object.assign(instance('js-intruder', 3002), { status: 'UP' }) }, true);
+  check(intruder.status === 401 && intruder.headers['www-authenticate'] === 'Basic realm="eureka"',
+    `an anonymous registration is 401 with Basic's challenge (got ${intruder.status})`);
+  check((await raw('DELETE', 'apps/JS-DEMO/js-demo-1', undefined, true)).status === 401, 'an anonymous cancel is 401');
+  check((await raw('GET', 'apps/JS-DEMO/js-intruder')).status === 404 && (await raw('GET', 'apps/JS-DEMO/js-demo-1')).status === 200,
+    'and neither changed anything');
 
   // Status override: the client's own cache shows it.
   const mine = () => js.getInstancesByAppId('JS-DEMO').find((i) => i.instanceId === 'js-demo-1');

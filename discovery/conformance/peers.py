@@ -1,15 +1,20 @@
 """Conformance: two peered servers, seen through py-eureka-client.
 
-Usage: python peers.py URL_A URL_B
+Usage: python peers.py http://USER:PASSWORD@HOST:PORT_A/eureka/ http://USER:PASSWORD@HOST:PORT_B/eureka/
 
-An instance registered on A (by the real client) is visible on B; the replicated write is not
-echoed back (A forwarded one write per client write, B forwarded none).
+The servers run with client and peer credentials: the client writes with the client's (from its
+URL), the servers replicate with the peers'. An instance registered on A (by the real client) is
+visible on B; the replicated write is not echoed back (A forwarded one write per client write, B
+forwarded none); the client credentials cannot post a replication batch to B.
 """
 
 import asyncio
+import base64
 import json
 import sys
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 
 import py_eureka_client.eureka_basic as eb
@@ -26,9 +31,29 @@ def check(condition, what):
     print(f"ok - {what}", flush=True)
 
 
+def request(server, path, data=None, anonymous=False):
+    """urllib does not take credentials from a URL: they go in the header, unless `anonymous`."""
+    url = urllib.parse.urlsplit(server)
+    plain = urllib.parse.urlunsplit(url._replace(netloc=f"{url.hostname}:{url.port}"))
+    req = urllib.request.Request(plain + path, data=data, method="POST" if data else "GET",
+                                 headers={"Content-Type": "application/json", "Accept": "application/json"})
+    if not anonymous:
+        pair = f"{urllib.parse.unquote(url.username)}:{urllib.parse.unquote(url.password)}"
+        req.add_header("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
+    return req
+
+
 def status(server):
-    with urllib.request.urlopen(server + "status", timeout=5) as r:
+    with urllib.request.urlopen(request(server, "status"), timeout=5) as r:
         return json.load(r)
+
+
+def refused(req):
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        return 200
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 async def until(what, condition, seconds=20):
@@ -68,6 +93,13 @@ async def main():
         return not await on_b("peered-1")
     await until("B drops what was cancelled on A", gone_on_b)
     check(True, "a cancel on A reaches B")
+
+    batch = json.dumps({"replicationList": [{"appName": "PEERED", "id": "forged-1", "action": "Register",
+                                              "instanceInfo": {"instanceId": "forged-1", "app": "PEERED",
+                                                               "hostName": "h", "ipAddr": "1.2.3.4"}}]}).encode()
+    check(refused(request(B, "peerreplication/batch/", batch, anonymous=True)) == 401, "an anonymous batch is 401")
+    check(refused(request(B, "peerreplication/batch/", batch)) == 403, "a batch with the client credentials is 403")
+    check(not await on_b("forged-1"), "and neither registered anything on B")
 
     a, b = status(A), status(B)
     check(a["forwarded"] == 3, f"A forwarded its 3 client writes once each (got {a['forwarded']})")

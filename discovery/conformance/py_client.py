@@ -1,16 +1,19 @@
 """Conformance: py-eureka-client (PyPI) against a running cluster-discovery server.
 
-Usage: python py_client.py http://127.0.0.1:PORT/eureka/
+Usage: python py_client.py http://USER:PASSWORD@127.0.0.1:PORT/eureka/
 
-Asserts on what the client itself reads (it parses XML: it sends no Accept header), not on the
+The client sends HTTP Basic from the `user:password@` in its server URL, as with Spring's
+secured Eureka servers. Asserts on what the client itself reads (it parses XML: it sends no Accept header), not on the
 server's logs. Exits non-zero on the first failed check.
 """
 
 import asyncio
+import base64
 import logging
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import py_eureka_client.eureka_basic as eb
@@ -32,9 +35,16 @@ def check(condition, what):
     print(f"ok - {what}", flush=True)
 
 
-def raw(method, path):
-    """A request the client library does not make for us (to force a 404, say)."""
-    req = urllib.request.Request(SERVER + path, method=method)
+def raw(method, path, anonymous=False, headers=None):
+    """A request the client library does not make for us (to force a 404, say), with the
+    credentials of SERVER's URL unless `anonymous`; its status and headers."""
+    url = urllib.parse.urlsplit(SERVER)
+    plain = url._replace(netloc=url.hostname + (f":{url.port}" if url.port else ""))
+    req = urllib.request.Request(urllib.parse.urlunsplit(plain) + path, method=method,
+                                 headers=dict(headers or {}))
+    if url.username and not anonymous:
+        pair = f"{urllib.parse.unquote(url.username)}:{urllib.parse.unquote(url.password)}"
+        req.add_header("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
             return r.status
@@ -59,6 +69,25 @@ async def status_code_of(coro):
         return 200
     except http_client.HTTPError as e:
         return e.code
+
+
+async def anonymous_writes_are_refused():
+    """Without credentials, every write is 401 (with Basic's challenge) and changes nothing."""
+    body = b'{"instance": {"app": "INTRUDER", "instanceId": "x-1", "hostName": "h", "ipAddr": "1.2.3.4", "port": {"$": 1, "@enabled": "true"}, "status": "UP"}}'
+    url = urllib.parse.urlsplit(SERVER)
+    plain = url._replace(netloc=url.hostname + f":{url.port}")
+    req = urllib.request.Request(urllib.parse.urlunsplit(plain) + "apps/INTRUDER", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        code, challenge = 200, None
+    except urllib.error.HTTPError as e:
+        code, challenge = e.code, e.headers.get("WWW-Authenticate")
+    check(code == 401 and challenge == 'Basic realm="eureka"',
+          f"an anonymous registration is 401 with Basic's challenge (got {code}, {challenge!r})")
+    check(await status_code_of(eb.get_application(SERVER, "INTRUDER")) == 404, "and registered nothing")
+    check(raw("POST", "apps/INTRUDER?isReplication=true", headers={"Content-Type": "application/json"}) == 403,
+          "isReplication=true with the client credentials is 403 (only peers replicate)")
 
 
 async def low_level():
@@ -108,6 +137,12 @@ async def low_level():
           "heartbeat after the override is removed without a status is 404 (re-register)")
     await eb.register(SERVER, inst)
     check((await eb.get_application(SERVER, "PY-APP")).instances[0].status == "UP", "re-registration brings it back UP")
+
+    for method, path in [("DELETE", "apps/PY-APP/py-1"), ("PUT", "apps/PY-APP/py-1/status?value=OUT_OF_SERVICE"),
+                         ("PUT", "apps/PY-APP/py-1")]:
+        check(raw(method, path, anonymous=True) == 401, f"anonymous {method} {path} is 401")
+    one = await eb.get_application(SERVER, "PY-APP")
+    check(len(one.instances) == 1 and one.instances[0].status == "UP", "and changed nothing")
 
     await eb.cancel(SERVER, "PY-APP", "py-1")
     check(await status_code_of(eb.send_heartbeat(SERVER, "PY-APP", "py-1", now)) == 404, "heartbeat after cancel is 404")
@@ -180,7 +215,8 @@ async def lifecycle():
 
 
 async def main():
-    await low_level()
+    await low_level()  # first: its registration ends the server's warm-up (reads 503 until then)
+    await anonymous_writes_are_refused()
     await lifecycle()
     print(f"{CHECKS} passed, 0 failed")
 
