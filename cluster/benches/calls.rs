@@ -212,8 +212,10 @@ async fn profile(side: &str, calls: usize, payload: usize, in_flight: usize) {
 async fn start() -> (Side, Side) {
     let raw = Side::Raw(raw::start().await);
     let registry = MemoryRegistry::new();
+    // Plaintext, as the baseline is: the mutual-TLS side is measured on its own.
     let provider = Node::builder()
         .name("provider")
+        .insecure()
         .registry(registry.clone())
         .start()
         .await
@@ -226,6 +228,7 @@ async fn start() -> (Side, Side) {
     std::mem::forget((provider, registration));
     let node = Node::builder()
         .name("client")
+        .insecure()
         .registry(registry)
         .start()
         .await

@@ -51,10 +51,27 @@ struct Member {
     registry: GossipRegistry,
 }
 
+/// The benchmark's cluster: a CA and a gossip key, made once and thrown away.
+fn secrets() -> &'static (cluster::Authority, cluster::GossipKey) {
+    static SECRETS: std::sync::OnceLock<(cluster::Authority, cluster::GossipKey)> =
+        std::sync::OnceLock::new();
+    SECRETS.get_or_init(|| {
+        (
+            cluster::Authority::new("bench").unwrap(),
+            cluster::GossipKey::generate(),
+        )
+    })
+}
+
 async fn member(name: String, seeds: Vec<String>) -> Member {
-    let registry = GossipRegistry::new(GossipConfig::new().seeds(seeds));
+    let (ca, key) = secrets();
+    let registry = GossipRegistry::new(
+        GossipConfig::new()
+            .keyring(cluster::Keyring::new(key.clone()))
+            .seeds(seeds),
+    );
     let node = Node::builder()
-        .name(name)
+        .identity(ca.issue(&name).unwrap())
         .registry(registry.clone())
         .start()
         .await

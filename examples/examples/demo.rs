@@ -1,13 +1,16 @@
 //! A small cluster doing real calls over TCP on loopback: two providers of `search`, a client,
 //! a `frontend` whose handler calls `search` (a call inside a call, with its context), and a
-//! rolling replacement of a provider in the middle of a call.
+//! rolling replacement of a provider in the middle of a call. Every connection is mutual TLS,
+//! with certificates from a CA made at start and thrown away at the end (a real cluster's come
+//! from `cluster-node init` and `issue`); `search` admits only the client and `web-*` nodes.
 //!
 //! Run with `cargo run -p examples --example demo` (`RUST_LOG=info` shows the registry events).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cluster::{CallError, MemoryRegistry, Node};
+use cluster::{CallError, Callers, MemoryRegistry, Node};
+use examples::secrets::Secrets;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,9 +100,14 @@ impl Search for Engine {
     }
 }
 
-async fn provider(registry: &MemoryRegistry, name: &str, delay: Duration) -> Node {
+async fn provider(
+    secrets: &Secrets,
+    registry: &MemoryRegistry,
+    name: &str,
+    delay: Duration,
+) -> Node {
     let node = Node::builder()
-        .name(name)
+        .identity(secrets.identity(name))
         .registry(registry.clone())
         .start()
         .await
@@ -110,7 +118,7 @@ async fn provider(registry: &MemoryRegistry, name: &str, delay: Duration) -> Nod
         delay,
     };
     let _registration = node
-        .serve(SearchServer::new(engine))
+        .serve(Callers::only(["client", "web-*"]).may_call(SearchServer::new(engine)))
         .await
         .expect("service registers");
     node
@@ -121,11 +129,12 @@ async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(examples::log_filter())
         .init();
+    let secrets = Secrets::throwaway("demo");
     let registry = MemoryRegistry::new();
-    let one = provider(&registry, "search-1", Duration::from_millis(100)).await;
-    let two = provider(&registry, "search-2", Duration::from_millis(100)).await;
+    let one = provider(&secrets, &registry, "search-1", Duration::from_millis(100)).await;
+    let two = provider(&secrets, &registry, "search-2", Duration::from_millis(100)).await;
     let client_node = Node::builder()
-        .name("client")
+        .identity(secrets.identity("client"))
         .registry(registry.clone())
         .start()
         .await
@@ -155,7 +164,7 @@ async fn main() {
 
     // A call inside a call: the frontend's handler calls search with what its caller left it.
     let web = Node::builder()
-        .name("web-1")
+        .identity(secrets.identity("web-1"))
         .registry(registry.clone())
         .start()
         .await
@@ -180,6 +189,22 @@ async fn main() {
         other => panic!("expected the provider's error, got {other:?}"),
     }
 
+    // A member of the cluster that search does not admit: refused before the handler runs.
+    let batch = Node::builder()
+        .identity(secrets.identity("batch-1"))
+        .registry(registry.clone())
+        .start()
+        .await
+        .unwrap();
+    match SearchClient::new(&batch).search("rust".into()).await {
+        Err(e) => println!(
+            "search(\"rust\") from batch-1 -> {}",
+            e.to_string().lines().next().unwrap_or("")
+        ),
+        Ok(_) => panic!("batch-1 is not among search's callers"),
+    }
+    batch.shutdown().await;
+
     // A per-call override: one attempt, 1 s.
     let n = search
         .reindex(true)
@@ -198,7 +223,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_millis(20)).await; // the call is in flight on search-1 or -2
     one.shutdown().await;
     two.shutdown().await;
-    let three = provider(&registry, "search-3", Duration::from_millis(20)).await;
+    let three = provider(&secrets, &registry, "search-3", Duration::from_millis(20)).await;
     let hits = call.await.unwrap().expect("the call survives the deploy");
     println!(
         "search(\"deploy\") during the deploy -> served by {}",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use cluster::Node;
 use cluster::registry::{GossipConfig, GossipRegistry};
 
+use crate::secrets::Secrets;
 use crate::{Book, Executions, LedgerClient, LedgerServer};
 
 /// How replacements are named.
@@ -54,10 +55,19 @@ struct Replica {
     node: Node,
 }
 
-async fn replica(name: &str, seeds: &[String], executions: &Executions) -> Replica {
-    let registry = GossipRegistry::new(GossipConfig::new().seeds(seeds.iter().cloned()));
+async fn replica(
+    secrets: &Secrets,
+    name: &str,
+    seeds: &[String],
+    executions: &Executions,
+) -> Replica {
+    let registry = GossipRegistry::new(
+        GossipConfig::new()
+            .keyring(secrets.keyring())
+            .seeds(seeds.iter().cloned()),
+    );
     let node = Node::builder()
-        .name(name)
+        .identity(secrets.identity(name))
         .registry(registry)
         .start()
         .await
@@ -95,9 +105,10 @@ fn percentiles(mut samples: Vec<Duration>) -> Latency {
 /// Runs the scenario: `quiet` of steady load, then the deploy under the same load.
 pub async fn run(naming: Naming, quiet: Duration) -> Report {
     let executions = Executions::default();
-    let client_registry = GossipRegistry::new(GossipConfig::new());
+    let secrets = Secrets::throwaway("deploy");
+    let client_registry = GossipRegistry::new(GossipConfig::new().keyring(secrets.keyring()));
     let client_node = Node::builder()
-        .name("client")
+        .identity(secrets.identity("client"))
         .registry(client_registry.clone())
         .start()
         .await
@@ -107,6 +118,7 @@ pub async fn run(naming: Naming, quiet: Duration) -> Report {
     for i in 0..3 {
         replicas.push(
             replica(
+                &secrets,
                 &format!("ledger-{i}"),
                 std::slice::from_ref(&seed),
                 &executions,
@@ -170,10 +182,11 @@ pub async fn run(naming: Naming, quiet: Duration) -> Report {
         match naming {
             Naming::SameNames => {
                 old.node.shutdown().await;
-                replicas.push(replica(&format!("ledger-{i}"), &seeds, &executions).await);
+                replicas.push(replica(&secrets, &format!("ledger-{i}"), &seeds, &executions).await);
             }
             Naming::NewNames => {
-                replicas.push(replica(&format!("ledger-{i}-v2"), &seeds, &executions).await);
+                replicas
+                    .push(replica(&secrets, &format!("ledger-{i}-v2"), &seeds, &executions).await);
                 until_providers(&client_node, 4).await;
                 old.node.shutdown().await;
             }

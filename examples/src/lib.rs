@@ -3,6 +3,7 @@
 
 pub mod deploy;
 mod logs;
+pub mod secrets;
 
 pub use logs::log_filter;
 

@@ -16,11 +16,53 @@ struct Process {
     gossip: SocketAddr,
 }
 
+/// A cluster's secrets in a directory of their own, written by `cluster-node init` and
+/// `issue` as an operator would; removed when dropped.
+struct Certs(std::path::PathBuf);
+
+impl Certs {
+    fn new(nodes: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "cluster-processes-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let dir_arg = dir.to_str().unwrap();
+        node_command(&["init", "--cluster", "processes", "--dir", dir_arg]);
+        for node in nodes {
+            node_command(&["issue", "--dir", dir_arg, "--node", node]);
+        }
+        Self(dir)
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn node_command(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster-node"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cluster-node {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 impl Process {
-    fn start(name: &str, seeds: &[SocketAddr]) -> Self {
+    fn start(name: &str, certs: &Certs, seeds: &[SocketAddr]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cluster-node"));
         command
-            .args(["--name", name])
+            .args(["--name", name, "--certs", certs.0.to_str().unwrap()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         for seed in seeds {
@@ -75,16 +117,18 @@ async fn until(
 
 #[tokio::test]
 async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
-    let registry = GossipRegistry::new(GossipConfig::new());
+    let certs = Certs::new(&["client", "greeter-a", "greeter-b"]);
+    let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
+    let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring));
     let client_node = Node::builder()
-        .name("client")
+        .identity(cluster::Identity::from_dir(&certs.0, "client").unwrap())
         .registry(registry.clone())
         .start()
         .await
         .unwrap();
     let seed = registry.gossip_addr().unwrap();
-    let a = Process::start("greeter-a", &[seed]);
-    let b = Process::start("greeter-b", &[seed, a.gossip]);
+    let a = Process::start("greeter-a", &certs, &[seed]);
+    let b = Process::start("greeter-b", &certs, &[seed, a.gossip]);
     until(&client_node, "both seen", Duration::from_secs(10), |n| {
         n == 2
     })

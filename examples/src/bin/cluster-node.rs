@@ -1,38 +1,162 @@
-//! `cluster-node`: one node of a gossip cluster in its own process, serving `greeter`.
+//! `cluster-node`: one node of a gossip cluster in its own process, serving `greeter`; and the
+//! commands that make a cluster's secrets.
 //!
-//! `cluster-node --name a [--seed 127.0.0.1:7280]...` prints `gossip=<addr> rpc=<addr>` on its
-//! first line, then serves until SIGTERM or ctrl-c (a clean leave) or SIGKILL (a crash).
+//! ```text
+//! cluster-node init --cluster NAME --dir DIR            a new cluster: DIR/ca.pem, ca.key, gossip.key
+//! cluster-node issue --dir DIR --node NAME [--days N]   a node's DIR/NAME.pem and NAME.key (365 days)
+//! cluster-node [run] --name NAME --certs DIR [--seed HOST:PORT]...
+//! cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...
+//! ```
+//!
+//! `run` prints `gossip=<addr> rpc=<addr>` on its first line, then serves until SIGTERM or
+//! ctrl-c (a clean leave) or SIGKILL (a crash).
 
-use cluster::Node;
+use std::path::PathBuf;
+
 use cluster::registry::{GossipConfig, GossipRegistry};
+use cluster::{Identity, Keyring, Node};
 use examples::{GreeterServer, Host};
+
+const USAGE: &str = "usage:
+  cluster-node init --cluster NAME --dir DIR
+  cluster-node issue --dir DIR --node NAME [--days N]
+  cluster-node [run] --name NAME --certs DIR [--seed HOST:PORT]...
+  cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...";
+
+#[derive(Default)]
+struct Args {
+    name: Option<String>,
+    seeds: Vec<String>,
+    certs: Option<PathBuf>,
+    dir: Option<PathBuf>,
+    cluster: Option<String>,
+    node: Option<String>,
+    days: Option<u32>,
+    insecure: bool,
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("cluster-node: {message}\n\n{USAGE}");
+    std::process::exit(2);
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Args {
+    let mut parsed = Args::default();
+    while let Some(arg) = args.next() {
+        if arg == "--insecure" {
+            parsed.insecure = true;
+            continue;
+        }
+        let Some(value) = args.next() else {
+            fail(&format!("{arg} needs a value"));
+        };
+        match arg.as_str() {
+            "--name" => parsed.name = Some(value),
+            "--seed" => parsed.seeds.push(value),
+            "--certs" => parsed.certs = Some(value.into()),
+            "--dir" => parsed.dir = Some(value.into()),
+            "--cluster" | "--cluster-id" => parsed.cluster = Some(value),
+            "--node" => parsed.node = Some(value),
+            "--days" => {
+                parsed.days = Some(
+                    value
+                        .parse()
+                        .unwrap_or_else(|_| fail("--days takes a number")),
+                )
+            }
+            _ => fail(&format!("unknown argument {arg}")),
+        }
+    }
+    parsed
+}
 
 #[tokio::main]
 async fn main() {
+    let mut args = std::env::args().skip(1).peekable();
+    let command = match args.peek().map(String::as_str) {
+        Some("init" | "issue" | "run") => args.next().unwrap_or_default(),
+        _ => "run".to_owned(),
+    };
+    let parsed = parse(args);
+    let done = match command.as_str() {
+        "init" => {
+            let (Some(dir), Some(cluster)) = (&parsed.dir, &parsed.cluster) else {
+                fail("init needs --cluster and --dir");
+            };
+            examples::secrets::init(dir, cluster).map(|()| {
+                println!(
+                    "cluster `{cluster}`: wrote {0}/ca.pem, {0}/ca.key (keep it off the nodes) and {0}/gossip.key; next: cluster-node issue --dir {0} --node NAME",
+                    dir.display()
+                )
+            })
+        }
+        "issue" => {
+            let (Some(dir), Some(node)) = (&parsed.dir, &parsed.node) else {
+                fail("issue needs --dir and --node");
+            };
+            examples::secrets::issue(dir, node, parsed.days.unwrap_or(365)).map(|()| {
+                println!(
+                    "node `{node}`: wrote {0}/{node}.pem and {0}/{node}.key",
+                    dir.display()
+                )
+            })
+        }
+        _ => {
+            run(parsed).await;
+            Ok(())
+        }
+    };
+    if let Err(e) = done {
+        eprintln!("cluster-node: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) {
     tracing_subscriber::fmt()
         .with_env_filter(examples::log_filter())
         .init();
-    let mut name = None;
-    let mut seeds = Vec::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match (arg.as_str(), args.next()) {
-            ("--name", Some(v)) => name = Some(v),
-            ("--seed", Some(v)) => seeds.push(v),
-            _ => {
-                eprintln!("usage: cluster-node --name NAME [--seed HOST:PORT]...");
-                std::process::exit(2);
-            }
+    let name = args
+        .name
+        .unwrap_or_else(|| format!("node-{}", std::process::id()));
+    let gossip = GossipConfig::new().seeds(args.seeds);
+    let (builder, gossip) = match (&args.certs, args.insecure) {
+        (Some(dir), false) => {
+            let identity = Identity::from_dir(dir, &name).unwrap_or_else(|e| {
+                fail(&format!(
+                    "the identity of `{name}` in {}: {e}",
+                    dir.display()
+                ))
+            });
+            let keyring = Keyring::from_file(dir.join("gossip.key"))
+                .unwrap_or_else(|e| fail(&format!("the gossip key: {e}")));
+            (Node::builder().identity(identity), gossip.keyring(keyring))
         }
-    }
-    let name = name.unwrap_or_else(|| format!("node-{}", std::process::id()));
-    let registry = GossipRegistry::new(GossipConfig::new().seeds(seeds));
-    let node = Node::builder()
-        .name(&name)
-        .registry(registry.clone())
-        .start()
-        .await
-        .expect("node starts");
+        (None, true) => {
+            let Some(cluster) = args.cluster else {
+                fail(
+                    "--insecure needs --cluster-id: a plaintext cluster still has a name of its own",
+                );
+            };
+            (
+                Node::builder().name(&name).insecure(),
+                gossip.insecure().cluster_id(cluster),
+            )
+        }
+        (Some(_), true) => fail("--certs and --insecure: choose one"),
+        (None, false) => fail(
+            "no identity: give --certs DIR (make one with `cluster-node init --cluster NAME --dir DIR` \
+             and `cluster-node issue --dir DIR --node NAME`), or --insecure to run in plaintext",
+        ),
+    };
+    let registry = GossipRegistry::new(gossip);
+    let node = match builder.registry(registry.clone()).start().await {
+        Ok(node) => node,
+        Err(e) => {
+            eprintln!("cluster-node: {name} cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
     let _registration = node
         .serve(GreeterServer::new(Host { node: name }))
         .await
