@@ -1,5 +1,6 @@
 //! The registry server: Eureka's REST API, leases decided at read time, self-preservation,
-//! peer forwarding, and the dashboard.
+//! peer forwarding, the dashboard, and HTTP Basic credentials and TLS ([`Access`],
+//! [`ServerTls`]).
 
 mod access;
 mod clock;

@@ -509,7 +509,8 @@ async fn a_peer_without_the_right_peer_credentials_has_its_replication_refused()
     .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(a.replication().forwarded, 1, "a tried to forward it");
-    // a's batches are refused (401, not retried as a 503 would be): give them time to arrive.
+    // a's batches are refused with 401 (a retries them with growing pauses): give the first
+    // ones time to arrive.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(ids(&b).await.is_empty(), "b refused a's replication");
     assert_eq!(b.replication().applied, 0);

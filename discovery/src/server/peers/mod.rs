@@ -3,8 +3,10 @@
 //! A write a client made is applied, then forwarded once to every peer, in batches on Eureka's
 //! endpoint (`POST peerreplication/batch/`). A write that arrives as a replication (on the batch
 //! endpoint, or with Eureka's `x-netflix-discovery-replication: true` header) is applied and
-//! never forwarded on: one hop, never two. Expiries are not replicated: each server decides
-//! them from its own heartbeats, which every peer receives.
+//! never forwarded on: one hop, never two. On a server with credentials, a replication is only
+//! taken from a caller with the peer credentials (`access::guard`), and this server sends its
+//! own peer credentials with every batch and start-up pull. Expiries are not replicated: each
+//! server decides them from its own heartbeats, which every peer receives.
 
 mod pending;
 mod queue;
