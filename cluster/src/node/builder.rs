@@ -89,7 +89,7 @@ pub enum StartError {
         source: std::io::Error,
     },
     /// The registry refused the node.
-    #[error("the registry refused the node")]
+    #[error("the registry refused the node: {0}")]
     Registry(#[from] RegistryError),
     /// A setting is out of its range.
     #[error("invalid setting: {0}")]

@@ -152,4 +152,13 @@ pub enum RegistryError {
     /// The replication engine could not start.
     #[error("gossip could not start: {0}")]
     Gossip(String),
+    /// Another live process holds the node's name: the node does not start, and calls keep
+    /// going to the holder.
+    #[error("node `{name}` is already up at {holder}: a name belongs to one live process")]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// Where its holder serves calls.
+        holder: std::net::SocketAddr,
+    },
 }

@@ -145,6 +145,12 @@ impl GossipRegistry {
             watcher,
         });
         *self.inner.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.clone());
+        if let Err(e) = self.claim(&running).await {
+            if let Some(running) = self.stop().await {
+                running.handle.abort();
+            }
+            return Err(e);
+        }
         self.rebuild(&running).await;
         tracing::info!(
             "gossip for node {} on {}, seeds {:?}",
@@ -153,6 +159,53 @@ impl GossipRegistry {
             self.inner.config.seeds
         );
         Ok(())
+    }
+
+    /// Claims the node's name: once it has heard from a seed, a node whose name another
+    /// generation holds waits a few rounds for that holder's heartbeats. A holder that beats is
+    /// alive: the name is taken, and this node never says it is up, so no peer routes to it.
+    /// One that stays silent crashed: this node takes over at once, as a restart should.
+    async fn claim(&self, running: &Running) -> Result<(), RegistryError> {
+        let config = &self.inner.config;
+        let round = config.gossip_interval;
+        let poll = (round / 4).max(std::time::Duration::from_millis(1));
+        let own = running.handle.chitchat_id().clone();
+        if !config.seeds.is_empty() {
+            // A first exchange with a seed is one round trip; a cluster whose seeds are all
+            // down is not waited for long.
+            let give_up = tokio::time::Instant::now() + 5 * round;
+            while running.chitchat.lock().await.node_states().len() < 2
+                && tokio::time::Instant::now() < give_up
+            {
+                tokio::time::sleep(poll).await;
+            }
+        }
+        let holder = state::holder(&*running.chitchat.lock().await, &own);
+        if let Some((id, addr)) = holder {
+            // chitchat counts a node live after two heartbeats: an alive holder is live here
+            // within a round or two.
+            let give_up = tokio::time::Instant::now() + 5 * round;
+            while tokio::time::Instant::now() < give_up {
+                if running.chitchat.lock().await.live_nodes().any(|n| *n == id) {
+                    tracing::error!(
+                        "node `{}` is already up at {addr} (generation {}): not starting a second one",
+                        own.node_id,
+                        id.generation_id
+                    );
+                    return Err(RegistryError::NameTaken {
+                        name: own.node_id.to_string(),
+                        holder: addr,
+                    });
+                }
+                tokio::time::sleep(poll).await;
+            }
+            tracing::info!(
+                "node `{}` of generation {} (at {addr}) is silent: taking its name over",
+                own.node_id,
+                id.generation_id
+            );
+        }
+        self.change(state::mark_up).await
     }
 
     /// Starts chitchat. With port 0 the port is picked before chitchat binds it (chitchat must

@@ -15,8 +15,12 @@ const RPC: &str = "rpc";
 const MAX_FRAME: &str = "frame";
 /// The wire versions it speaks, `low-high`.
 const WIRE: &str = "wire";
-/// `up` or `leaving`: a leaving node is out of every lookup as soon as peers hear it.
+/// `claiming`, `up` or `leaving`. A node claims its name first, and is up only once no live
+/// process holds it; only an `up` node is in lookups, so a second process under a live node's
+/// name never hides the holder. A leaving node is out of every lookup as soon as peers hear it.
 const STATUS: &str = "status";
+const CLAIMING: &str = "claiming";
+const UP: &str = "up";
 const LEAVING: &str = "leaving";
 /// Bumped on every change, so that peers get a key-change event even for a deletion (chitchat
 /// notifies sets, not deletes) and rebuild at once instead of at the end of their next round.
@@ -27,7 +31,7 @@ const SERVICE: &str = "svc:";
 pub(super) fn initial_keys(own: &NodeInfo) -> Vec<(String, String)> {
     let mut keys = vec![
         (RPC.to_owned(), own.addr.to_string()),
-        (STATUS.to_owned(), "up".to_owned()),
+        (STATUS.to_owned(), CLAIMING.to_owned()),
         (REVISION.to_owned(), "0".to_owned()),
     ];
     if let Some(max) = own.max_frame {
@@ -69,6 +73,24 @@ pub(super) fn bump_revision(me: &mut NodeState) {
     me.set(REVISION, next);
 }
 
+pub(super) fn mark_up(me: &mut NodeState) {
+    me.set(STATUS, UP);
+}
+
+/// Another generation of `own`'s name that is up (by its own word), and where it serves.
+pub(super) fn holder(
+    cc: &Chitchat,
+    own: &ChitchatId,
+) -> Option<(ChitchatId, std::net::SocketAddr)> {
+    cc.node_states().iter().find_map(|(id, state)| {
+        (id.node_id == own.node_id && id.generation_id != own.generation_id)
+            .then_some(())
+            .filter(|()| state.get(STATUS) == Some(UP))
+            .and_then(|()| state.get(RPC)?.parse().ok())
+            .map(|addr| (id.clone(), addr))
+    })
+}
+
 pub(super) fn mark_leaving(me: &mut NodeState) {
     me.set(STATUS, LEAVING);
     let services: Vec<String> = me.iter_prefix(SERVICE).map(|(k, _)| k.to_owned()).collect();
@@ -77,12 +99,15 @@ pub(super) fn mark_leaving(me: &mut NodeState) {
     }
 }
 
-/// The index of every live, non-leaving node's services. Of two generations of one node name
-/// (a restart before the old one was declared dead), only the newer counts, so a restart never
-/// resurrects the old entries. An entry that cannot be read is skipped and logged, never fatal.
+/// The index of every live node that is up: its services. Of two generations of one node name
+/// that are up (a restart after a crash, before the old one was declared dead), only the newer
+/// counts, so a restart never resurrects the old entries; one still claiming the name counts for
+/// nothing. An entry that cannot be read is skipped and logged, never fatal.
 pub(super) fn build_index(cc: &Chitchat) -> Index {
     let mut newest: HashMap<&str, &ChitchatId> = HashMap::new();
-    for id in cc.live_nodes() {
+    // A node of an earlier build says `up` from the start and never `claiming`.
+    let up = |id: &ChitchatId| cc.node_state(id).and_then(|s| s.get(STATUS)) == Some(UP);
+    for id in cc.live_nodes().filter(|id| up(id)) {
         let slot = newest.entry(&*id.node_id).or_insert(id);
         if id.generation_id > slot.generation_id {
             *slot = id;
@@ -93,9 +118,6 @@ pub(super) fn build_index(cc: &Chitchat) -> Index {
         let Some(state) = cc.node_state(id) else {
             continue;
         };
-        if state.get(STATUS) == Some(LEAVING) {
-            continue;
-        }
         let Some(addr) = state.get(RPC).and_then(|a| a.parse().ok()) else {
             continue;
         };
