@@ -1,14 +1,16 @@
-//! What a call costs: raw tarpc against the full `#[cluster::service]` call path, measured in the
-//! same run, plus the registry lookup and the allocations per call. Method and figures:
-//! `docs/benchmarks.md`.
+//! What a call costs: raw tarpc against the full `#[cluster::service]` call path in plaintext and
+//! over mutual TLS, measured in the same run, plus what a new connection costs (plaintext, a full
+//! TLS handshake, a resumed one), the registry lookup and the allocations per call. Method and
+//! figures: `docs/benchmarks.md`.
 //!
 //! ```sh
-//! cargo bench -p cluster --bench calls                 # full run, about a minute
+//! cargo bench -p cluster --bench calls                 # full run, about two minutes
 //! cargo bench -p cluster --bench calls -- --smoke      # a few seconds, as CI runs it
 //! cargo bench -p cluster --bench calls -- --profile ours --calls 2000 --payload 32 --in-flight 1
 //! ```
 //!
-//! `--profile raw|ours` runs only calls of one side, nothing else (for `valgrind --tool=callgrind`).
+//! `--profile raw|ours|tls` runs only calls of one side, nothing else (for
+//! `valgrind --tool=callgrind`): `ours` is the call path in plaintext, `tls` over mutual TLS.
 
 use std::alloc::System;
 use std::sync::Arc;
@@ -18,7 +20,8 @@ use std::time::{Duration, Instant};
 use cluster::registry::{NodeInfo, ServiceEntry};
 use cluster::service::version;
 use cluster::{
-    CallOptions, FunctionDescription, MemoryRegistry, Node, Registry, ServiceDescription,
+    Authority, CallOptions, FunctionDescription, Identity, MemoryRegistry, Node, Registry,
+    ServiceDescription,
 };
 use serde_bytes::ByteBuf;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -126,6 +129,8 @@ struct Plan {
     throughput_for: Duration,
     alloc_calls: usize,
     lookups: usize,
+    /// New connections measured per kind.
+    connections: usize,
 }
 
 const FULL: Plan = Plan {
@@ -135,21 +140,26 @@ const FULL: Plan = Plan {
     throughput_for: Duration::from_millis(2000),
     alloc_calls: 2000,
     lookups: 2_000_000,
+    connections: 200,
 };
 
 const SMOKE: Plan = Plan {
     rounds: 1,
     warmup_calls: 100,
     latency_calls: 400,
-    throughput_for: Duration::from_millis(400),
+    throughput_for: Duration::from_millis(300),
     alloc_calls: 100,
     lookups: 20_000,
+    connections: 10,
 };
 
 const PAYLOADS: [usize; 2] = [32, 4096];
 const IN_FLIGHT: usize = 64;
-/// The turns each side takes per round and payload, for each of latency and throughput.
-const SLICES: usize = 8;
+/// The sides compared: raw tarpc, the call path in plaintext, the call path over mutual TLS.
+const SIDES: usize = 3;
+/// The turns each side takes per round and payload, for each of latency and throughput: a
+/// multiple of `SIDES`, so that each side goes first equally often.
+const SLICES: usize = 9;
 const SERVICES: usize = 1000;
 
 fn main() {
@@ -182,16 +192,27 @@ fn main() {
     } else {
         FULL
     };
-    let rows = runtime.block_on(compare(&plan));
+    let (rows, connections) = runtime.block_on(async {
+        let bench = start().await;
+        let rows = compare(&plan, &bench.sides).await;
+        let connections = connection_costs(&plan, &bench).await;
+        (rows, connections)
+    });
     let lookup = lookup(plan.lookups);
     print_report(&plan, &rows, &lookup);
+    print_connections(&plan, &connections);
 }
 
 /// `calls` calls of one side only, by `in_flight` callers, after a warm-up: run it twice under
 /// callgrind with two call counts, and the difference is the cost of that many calls.
 async fn profile(side: &str, calls: usize, payload: usize, in_flight: usize) {
-    let (raw, ours) = start().await;
-    let side = if side == "raw" { raw } else { ours };
+    let [raw, ours, tls] = start().await.sides;
+    let side = match side {
+        "raw" => raw,
+        "ours" => ours,
+        "tls" => tls,
+        other => panic!("--profile raw|ours|tls, not {other}"),
+    };
     let payload = ByteBuf::from(vec![7u8; payload]);
     let callers: Vec<_> = (0..in_flight)
         .map(|_| {
@@ -208,14 +229,25 @@ async fn profile(side: &str, calls: usize, payload: usize, in_flight: usize) {
     }
 }
 
-/// Both sides, connected and ready.
-async fn start() -> (Side, Side) {
-    let raw = Side::Raw(raw::start().await);
+/// Everything the run needs, started.
+struct Started {
+    /// Raw tarpc, the call path in plaintext, the call path over mutual TLS: connected, ready.
+    sides: [Side; SIDES],
+    /// The registry entry of the plaintext provider, and of the TLS one.
+    plain: ServiceEntry,
+    tls: ServiceEntry,
+    /// The throwaway CA of the TLS nodes, for the fresh clients of the connection costs.
+    ca: Authority,
+}
+
+/// A provider of `Bench` and a client node calling it, each with a registry of its own that
+/// holds the provider's entry (so that a client finds only the provider meant for it).
+async fn pair(
+    provider: cluster::NodeBuilder,
+    client: cluster::NodeBuilder,
+) -> (Side, ServiceEntry) {
     let registry = MemoryRegistry::new();
-    // Plaintext, as the baseline is: the mutual-TLS side is measured on its own.
-    let provider = Node::builder()
-        .name("provider")
-        .insecure()
+    let provider = provider
         .registry(registry.clone())
         .start()
         .await
@@ -224,16 +256,44 @@ async fn start() -> (Side, Side) {
         .serve(BenchServer::new(Echo))
         .await
         .expect("serves");
+    let entry = ServiceEntry::clone(&provider.registry().lookup("bench")[0]);
     // The provider runs until the process ends.
     std::mem::forget((provider, registration));
-    let node = Node::builder()
-        .name("client")
-        .insecure()
+    let node = client
         .registry(registry)
         .start()
         .await
         .expect("client starts");
-    (raw, Side::Ours(BenchClient::new(&node)))
+    let side = Side::Ours(BenchClient::new(&node));
+    std::mem::forget(node);
+    (side, entry)
+}
+
+/// The three sides, connected and ready.
+async fn start() -> Started {
+    let raw = Side::Raw(raw::start().await);
+    let (ours, plain) = pair(
+        Node::builder().name("provider").insecure(),
+        Node::builder().name("client").insecure(),
+    )
+    .await;
+    let ca = Authority::new("bench").expect("a CA");
+    let (tls_side, tls) = pair(
+        Node::builder().identity(ca.issue("provider").expect("issues")),
+        Node::builder().identity(ca.issue("client").expect("issues")),
+    )
+    .await;
+    // Each side connects before anything is measured.
+    let payload = ByteBuf::from(vec![7u8; 32]);
+    for side in [&raw, &ours, &tls_side] {
+        side.echo(&payload).await;
+    }
+    Started {
+        sides: [raw, ours, tls_side],
+        plain,
+        tls,
+        ca,
+    }
 }
 
 /// Runs `f` on a runtime worker, as a service's own code would run, rather than on the thread
@@ -255,63 +315,62 @@ struct Series {
 
 struct Row {
     payload: usize,
-    raw: Series,
-    ours: Series,
+    /// Raw tarpc, cluster in plaintext, cluster over mutual TLS.
+    sides: [Series; SIDES],
 }
 
-async fn compare(plan: &Plan) -> Vec<Row> {
-    let (raw, ours) = start().await;
+/// The order of the sides in turn `slice`: each side first, second and third equally often.
+fn order(slice: usize) -> [usize; SIDES] {
+    std::array::from_fn(|k| (slice + k) % SIDES)
+}
+
+async fn compare(plan: &Plan, sides: &[Side; SIDES]) -> Vec<Row> {
     let mut rows: Vec<Row> = PAYLOADS
         .iter()
         .map(|&payload| Row {
             payload,
-            raw: Series::default(),
-            ours: Series::default(),
+            sides: Default::default(),
         })
         .collect();
     for row in &mut rows {
         let payload = ByteBuf::from(vec![7u8; row.payload]);
-        for side in [&raw, &ours] {
+        for side in sides {
             latency(side, &payload, plan.warmup_calls).await;
             throughput(side, &payload, plan.throughput_for / 4).await;
         }
-        (row.raw.allocs, row.raw.bytes) = allocations(&raw, &payload, plan.alloc_calls).await;
-        (row.ours.allocs, row.ours.bytes) = allocations(&ours, &payload, plan.alloc_calls).await;
+        for (series, side) in row.sides.iter_mut().zip(sides) {
+            (series.allocs, series.bytes) = allocations(side, &payload, plan.alloc_calls).await;
+        }
     }
     for round in 0..plan.rounds {
         for row in &mut rows {
             let payload = ByteBuf::from(vec![7u8; row.payload]);
-            // Both sides take turns in short slices, the first one alternating, so that a change
-            // in the machine's load (other processes on the shared cores) hits both alike.
-            let mut samples = [Vec::new(), Vec::new()];
+            // The sides take turns in short slices, the first one rotating, so that a change in
+            // the machine's load (other processes on the shared cores) hits all alike.
+            let mut samples: [Vec<Duration>; SIDES] = Default::default();
             for slice in 0..SLICES {
-                for i in [slice % 2, 1 - slice % 2] {
-                    let side = [&raw, &ours][i];
+                for i in order(slice) {
                     let calls = plan.latency_calls / SLICES;
-                    samples[i].extend(latency(side, &payload, calls).await);
+                    samples[i].extend(latency(&sides[i], &payload, calls).await);
                 }
             }
-            let [raw_samples, ours_samples] = samples;
-            for (series, mut samples) in
-                [(&mut row.raw, raw_samples), (&mut row.ours, ours_samples)]
-            {
+            for (series, mut samples) in row.sides.iter_mut().zip(samples) {
                 samples.sort_unstable();
                 let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
                 series.p50.push(micros(at(0.50)));
                 series.p99.push(micros(at(0.99)));
             }
-            let mut done = [Done::default(); 2];
+            let mut done = [Done::default(); SIDES];
             for slice in 0..SLICES {
-                for i in [slice % 2, 1 - slice % 2] {
-                    let side = [&raw, &ours][i];
+                for i in order(slice) {
                     let slice =
-                        throughput(side, &payload, plan.throughput_for / SLICES as u32).await;
+                        throughput(&sides[i], &payload, plan.throughput_for / SLICES as u32).await;
                     done[i].calls += slice.calls;
                     done[i].took += slice.took;
                     done[i].cpu += slice.cpu;
                 }
             }
-            for (series, done) in [(&mut row.raw, done[0]), (&mut row.ours, done[1])] {
+            for (series, done) in row.sides.iter_mut().zip(done) {
                 series
                     .calls_per_s
                     .push(done.calls as f64 / done.took.as_secs_f64());
@@ -567,98 +626,125 @@ fn median(values: &[f64]) -> (f64, f64) {
     (m, (v[v.len() - 1] - v[0]) / m)
 }
 
-/// The median over rounds of the per-round ratio ours / raw (each round measures both sides
+/// The median over rounds of the per-round ratio ours / raw (each round measures the sides
 /// back to back, so the ratio of a round is less noisy than the ratio of two medians).
 fn ratio(ours: &[f64], raw: &[f64]) -> (f64, f64) {
     let per_round: Vec<f64> = ours.iter().zip(raw).map(|(o, r)| o / r).collect();
     median(&per_round)
 }
 
-/// One line of the table: a figure of both sides, and what their ratio should be.
+/// One line of the table: a figure of the three sides, and what their ratios should be.
 struct Figure<'a> {
     name: &'static str,
-    raw: &'a [f64],
-    ours: &'a [f64],
+    /// Raw tarpc, cluster in plaintext, cluster over mutual TLS.
+    values: [&'a [f64]; SIDES],
+    /// For cluster / raw tarpc.
     target: Target,
+    /// For TLS / plaintext cluster.
+    tls_target: Target,
 }
 
+#[derive(Clone, Copy)]
 enum Target {
     None,
     AtMost(f64),
     AtLeast(f64),
 }
 
+impl Target {
+    fn judge(self, q: f64) -> (String, &'static str) {
+        match self {
+            Target::AtMost(limit) => (format!("≤ {limit:.2}"), yes(q <= limit)),
+            Target::AtLeast(limit) => (format!("≥ {limit:.2}"), yes(q >= limit)),
+            Target::None => (String::new(), ""),
+        }
+    }
+}
+
 fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "\n{} round(s), {cpus} CPUs; medians over rounds, ± half their range in % of the median; \
-         ratio = cluster / raw, the median of the per-round ratios\n",
+         each ratio is the median of the per-round ratios: cluster / raw tarpc (both plaintext), \
+         and TLS / cluster (the call path over mutual TLS against the same in plaintext)\n",
         plan.rounds
     );
-    println!("| figure | payload | raw tarpc | cluster | ratio | target | met |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| figure | payload | raw tarpc | cluster | cluster TLS | cluster / raw | target | met | TLS / cluster | target | met |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for row in rows {
         let size = if row.payload >= 1024 {
             format!("{} KB", row.payload / 1024)
         } else {
             format!("{} B", row.payload)
         };
+        let [raw, ours, tls] = &row.sides;
         let figures = [
             Figure {
                 name: "p50 latency, 1 in flight (µs)",
-                raw: &row.raw.p50,
-                ours: &row.ours.p50,
+                values: [&raw.p50, &ours.p50, &tls.p50],
                 target: Target::AtMost(1.15),
+                tls_target: Target::AtMost(1.10),
             },
             Figure {
                 name: "p99 latency, 1 in flight (µs)",
-                raw: &row.raw.p99,
-                ours: &row.ours.p99,
+                values: [&raw.p99, &ours.p99, &tls.p99],
                 target: Target::None,
+                tls_target: Target::None,
             },
             Figure {
                 name: "calls/s, 64 in flight",
-                raw: &row.raw.calls_per_s,
-                ours: &row.ours.calls_per_s,
+                values: [&raw.calls_per_s, &ours.calls_per_s, &tls.calls_per_s],
                 target: Target::AtLeast(0.90),
+                tls_target: Target::AtLeast(0.85),
             },
             Figure {
                 name: "CPU time per call, 64 in flight (µs)",
-                raw: &row.raw.cpu_per_call,
-                ours: &row.ours.cpu_per_call,
+                values: [&raw.cpu_per_call, &ours.cpu_per_call, &tls.cpu_per_call],
                 target: Target::None,
+                tls_target: Target::None,
             },
         ];
         for figure in figures {
-            let (r, r_spread) = median(figure.raw);
-            let (o, o_spread) = median(figure.ours);
-            let (q, q_spread) = ratio(figure.ours, figure.raw);
-            let (target, met) = match figure.target {
-                Target::AtMost(limit) => (format!("≤ {limit:.2}"), yes(q <= limit)),
-                Target::AtLeast(limit) => (format!("≥ {limit:.2}"), yes(q >= limit)),
-                Target::None => (String::new(), ""),
-            };
+            let [r, o, t] = figure.values;
+            let cells: Vec<String> = figure
+                .values
+                .iter()
+                .map(|v| {
+                    let (m, spread) = median(v);
+                    format!("{} (±{:.0}%)", figure_value(m), spread * 50.0)
+                })
+                .collect();
+            let (q, q_spread) = ratio(o, r);
+            let (target, met) = figure.target.judge(q);
+            let (qt, qt_spread) = ratio(t, o);
+            let (tls_target, tls_met) = figure.tls_target.judge(qt);
             println!(
-                "| {} | {size} | {} (±{:.0}%) | {} (±{:.0}%) | {q:.3} (±{:.0}%) | {target} | {met} |",
+                "| {} | {size} | {} | {} | {} | {q:.3} (±{:.0}%) | {target} | {met} | {qt:.3} (±{:.0}%) | {tls_target} | {tls_met} |",
                 figure.name,
-                figure_value(r),
-                r_spread * 50.0,
-                figure_value(o),
-                o_spread * 50.0,
+                cells[0],
+                cells[1],
+                cells[2],
                 q_spread * 50.0,
+                qt_spread * 50.0,
             );
         }
         println!(
-            "| allocations per call (reallocations included) | {size} | {:.1} | {:.1} | {:.2} | | |",
-            row.raw.allocs,
-            row.ours.allocs,
-            row.ours.allocs / row.raw.allocs
+            "| allocations per call (reallocations included) | {size} | {:.1} | {:.1} | {:.1} | {:.2} | | | {:.2} | | |",
+            raw.allocs,
+            ours.allocs,
+            tls.allocs,
+            ours.allocs / raw.allocs,
+            tls.allocs / ours.allocs
         );
         println!(
-            "| bytes allocated per call | {size} | {:.0} | {:.0} | {:.2} | | |",
-            row.raw.bytes,
-            row.ours.bytes,
-            row.ours.bytes / row.raw.bytes
+            "| bytes allocated per call | {size} | {:.0} | {:.0} | {:.0} | {:.2} | | | {:.2} | | |",
+            raw.bytes,
+            ours.bytes,
+            tls.bytes,
+            ours.bytes / raw.bytes,
+            tls.bytes / ours.bytes
         );
     }
     let (only, only_spread) = median(&lookup.lookup_only);
@@ -679,6 +765,310 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
         "\nallocations: whole process (client, provider and tarpc tasks), one call in flight, \
          {} calls after a warm-up",
         plan.alloc_calls
+    );
+}
+
+/// A TCP forwarder on loopback between a client node and a provider: the bench's way to close
+/// a client's pooled connection (the public API has none short of stopping a node, which also
+/// drops its TLS session cache), so that the same client node reconnects on its next call.
+mod proxy {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::task::AbortHandle;
+
+    pub(crate) struct Proxy {
+        pub(crate) addr: SocketAddr,
+        pumps: Mutex<Vec<AbortHandle>>,
+        accepted: AtomicU64,
+        /// Bytes forwarded client → provider.
+        up: AtomicU64,
+        /// Bytes forwarded provider → client.
+        down: AtomicU64,
+    }
+
+    /// What the proxy has done so far: connections accepted, bytes up, bytes down.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Counts {
+        pub(crate) accepted: u64,
+        pub(crate) up: u64,
+        pub(crate) down: u64,
+    }
+
+    impl Proxy {
+        /// Listens on a port from the OS and forwards every connection to `to`.
+        pub(crate) async fn start(to: SocketAddr) -> Arc<Proxy> {
+            let listener = TcpListener::bind(("127.0.0.1", 0))
+                .await
+                .expect("the proxy listens");
+            let proxy = Arc::new(Proxy {
+                addr: listener.local_addr().expect("an address"),
+                pumps: Mutex::default(),
+                accepted: AtomicU64::new(0),
+                up: AtomicU64::new(0),
+                down: AtomicU64::new(0),
+            });
+            let this = proxy.clone();
+            tokio::spawn(async move {
+                loop {
+                    let Ok((client, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let Ok(provider) = TcpStream::connect(to).await else {
+                        continue;
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = provider.set_nodelay(true);
+                    this.accepted.fetch_add(1, Ordering::SeqCst);
+                    let (client_read, client_write) = client.into_split();
+                    let (provider_read, provider_write) = provider.into_split();
+                    let up = tokio::spawn(pump(client_read, provider_write, this.clone(), true));
+                    let down = tokio::spawn(pump(provider_read, client_write, this.clone(), false));
+                    let mut pumps = this.pumps.lock().expect("pumps");
+                    pumps.retain(|p| !p.is_finished());
+                    pumps.extend([up.abort_handle(), down.abort_handle()]);
+                }
+            });
+            proxy
+        }
+
+        /// Closes every connection forwarded now, both ends.
+        pub(crate) fn cut(&self) {
+            for pump in self.pumps.lock().expect("pumps").drain(..) {
+                pump.abort();
+            }
+        }
+
+        pub(crate) fn counts(&self) -> Counts {
+            Counts {
+                accepted: self.accepted.load(Ordering::SeqCst),
+                up: self.up.load(Ordering::SeqCst),
+                down: self.down.load(Ordering::SeqCst),
+            }
+        }
+    }
+
+    async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, proxy: Arc<Proxy>, up: bool) {
+        let counter = if up { &proxy.up } else { &proxy.down };
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    // Counted before it is passed on: once the client has a reply, its bytes
+                    // are in the count.
+                    counter.fetch_add(n as u64, Ordering::SeqCst);
+                    if to.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown().await;
+    }
+}
+
+/// The ways a call can find no connection to its provider, measured from there to its first
+/// reply.
+#[derive(Clone, Copy)]
+enum Fresh {
+    /// A new plaintext client node: TCP, the handshake, the call.
+    Plain,
+    /// A new TLS client node (an empty session cache): a full TLS 1.3 handshake.
+    TlsFull,
+    /// The same, through the proxy: what the proxy adds.
+    TlsFullProxied,
+    /// The same plaintext client node, its connection cut by the proxy.
+    PlainReconnect,
+    /// The same TLS client node, its connection cut by the proxy: it resumes the session.
+    TlsResumed,
+}
+
+const FRESH: [Fresh; 5] = [
+    Fresh::Plain,
+    Fresh::TlsFull,
+    Fresh::TlsFullProxied,
+    Fresh::PlainReconnect,
+    Fresh::TlsResumed,
+];
+
+impl Fresh {
+    fn describe(self) -> &'static str {
+        match self {
+            Fresh::Plain => "plaintext, new client node, direct",
+            Fresh::TlsFull => "TLS full handshake, new client node, direct",
+            Fresh::TlsFullProxied => "TLS full handshake, new client node, through the proxy",
+            Fresh::PlainReconnect => "plaintext, same client node reconnecting, through the proxy",
+            Fresh::TlsResumed => "TLS resumed, same client node reconnecting, through the proxy",
+        }
+    }
+}
+
+/// What the connection costs need: the providers' entries (direct and through a proxy each),
+/// the long-lived client nodes that reconnect, an identity for new TLS client nodes.
+struct Reconnects {
+    plain: ServiceEntry,
+    tls: ServiceEntry,
+    tls_proxied: ServiceEntry,
+    plain_proxy: Arc<proxy::Proxy>,
+    tls_proxy: Arc<proxy::Proxy>,
+    plain_client: BenchClient,
+    tls_client: BenchClient,
+    identity: Identity,
+}
+
+/// One new connection: the time to the first reply, and for a connection through a proxy the
+/// bytes it carried each way.
+struct Sample {
+    took: Duration,
+    bytes: Option<(u64, u64)>,
+}
+
+/// `entry` as if the provider were at `addr` (the proxy).
+fn moved(entry: &ServiceEntry, addr: std::net::SocketAddr) -> ServiceEntry {
+    let mut entry = entry.clone();
+    entry.node.addr = addr;
+    entry
+}
+
+/// A client node whose registry holds `entry` alone: TLS with `identity`, else plaintext.
+async fn client_node(entry: &ServiceEntry, identity: Option<&Identity>) -> Node {
+    let registry = MemoryRegistry::new();
+    registry
+        .register(entry.clone())
+        .await
+        .expect("registers the entry");
+    let builder = match identity {
+        Some(identity) => Node::builder().identity(identity.clone()),
+        None => Node::builder().name("fresh").insecure(),
+    };
+    builder
+        .registry(registry)
+        .start()
+        .await
+        .expect("a client node starts")
+}
+
+/// Times `client`'s call, which has no connection to use, to its first reply.
+async fn first_reply(client: &BenchClient, through: Option<&proxy::Proxy>) -> Sample {
+    let payload = ByteBuf::from(vec![7u8; 32]);
+    let before = through.map(|p| p.counts());
+    let start = Instant::now();
+    let back = client.echo(payload).await.expect("the first call");
+    let took = start.elapsed();
+    assert_eq!(back.len(), 32);
+    let bytes = through.zip(before).map(|(p, before)| {
+        let after = p.counts();
+        assert_eq!(
+            after.accepted - before.accepted,
+            1,
+            "the call opened exactly one connection"
+        );
+        (after.up - before.up, after.down - before.down)
+    });
+    Sample { took, bytes }
+}
+
+async fn sample(r: Arc<Reconnects>, kind: Fresh) -> Sample {
+    let new_node = |entry: &ServiceEntry, tls: bool| {
+        let (entry, identity) = (entry.clone(), r.identity.clone());
+        async move { client_node(&entry, tls.then_some(&identity)).await }
+    };
+    let (node, through) = match kind {
+        Fresh::Plain => (new_node(&r.plain, false).await, None),
+        Fresh::TlsFull => (new_node(&r.tls, true).await, None),
+        Fresh::TlsFullProxied => (new_node(&r.tls_proxied, true).await, Some(&r.tls_proxy)),
+        Fresh::PlainReconnect | Fresh::TlsResumed => {
+            let (proxy, client) = match kind {
+                Fresh::PlainReconnect => (&r.plain_proxy, &r.plain_client),
+                _ => (&r.tls_proxy, &r.tls_client),
+            };
+            proxy.cut();
+            // Long enough for the client to see its connection close, so that the call opens
+            // a new one instead of failing on the old one.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            return first_reply(client, Some(proxy)).await;
+        }
+    };
+    let client = BenchClient::new(&node);
+    let sample = first_reply(&client, through.map(|p| &**p)).await;
+    node.kill().await;
+    sample
+}
+
+/// `plan.connections` new connections of each kind, the kinds in turn (the first rotating).
+async fn connection_costs(plan: &Plan, bench: &Started) -> Vec<(Fresh, Vec<Sample>)> {
+    let plain_proxy = proxy::Proxy::start(bench.plain.node.addr).await;
+    let tls_proxy = proxy::Proxy::start(bench.tls.node.addr).await;
+    let plain_client = client_node(&moved(&bench.plain, plain_proxy.addr), None).await;
+    let tls_client = client_node(
+        &moved(&bench.tls, tls_proxy.addr),
+        Some(&bench.ca.issue("resuming").expect("issues")),
+    )
+    .await;
+    let reconnects = Arc::new(Reconnects {
+        plain: bench.plain.clone(),
+        tls: bench.tls.clone(),
+        tls_proxied: moved(&bench.tls, tls_proxy.addr),
+        plain_proxy,
+        tls_proxy,
+        plain_client: BenchClient::new(&plain_client),
+        tls_client: BenchClient::new(&tls_client),
+        identity: bench.ca.issue("fresh").expect("issues"),
+    });
+    // The first connections of the long-lived clients (the TLS one's a full handshake, which
+    // fills its session cache), and a few of each kind as a warm-up.
+    let mut samples: Vec<Vec<Sample>> = FRESH.iter().map(|_| Vec::new()).collect();
+    for rep in 0..plan.connections + 5 {
+        for k in 0..FRESH.len() {
+            let i = (rep + k) % FRESH.len();
+            let sample = on_worker(sample(reconnects.clone(), FRESH[i])).await;
+            if rep >= 5 {
+                samples[i].push(sample);
+            }
+        }
+    }
+    std::mem::forget((plain_client, tls_client));
+    FRESH.into_iter().zip(samples).collect()
+}
+
+fn print_connections(plan: &Plan, costs: &[(Fresh, Vec<Sample>)]) {
+    println!(
+        "\n| new connection: from no connection to the first reply of a 32 B echo | n | median (µs) | p10 | p90 | min | max | bytes up / down (median) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (kind, samples) in costs {
+        let mut took: Vec<f64> = samples.iter().map(|s| micros(s.took)).collect();
+        took.sort_by(f64::total_cmp);
+        let at = |v: &[f64], q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        let bytes = if samples.iter().all(|s| s.bytes.is_some()) {
+            let mut up: Vec<f64> = samples.iter().map(|s| s.bytes.unwrap().0 as f64).collect();
+            let mut down: Vec<f64> = samples.iter().map(|s| s.bytes.unwrap().1 as f64).collect();
+            up.sort_by(f64::total_cmp);
+            down.sort_by(f64::total_cmp);
+            format!("{:.0} / {:.0}", at(&up, 0.5), at(&down, 0.5))
+        } else {
+            String::new()
+        };
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {bytes} |",
+            kind.describe(),
+            took.len(),
+            at(&took, 0.5),
+            at(&took, 0.1),
+            at(&took, 0.9),
+            took[0],
+            took[took.len() - 1],
+        );
+    }
+    println!(
+        "\n{} connections of each kind after 5 of warm-up, the kinds in turn (the first \
+         rotating); bytes: both directions, TLS records included, as the proxy forwarded them",
+        plan.connections
     );
 }
 

@@ -149,6 +149,8 @@ struct Attempts<'a> {
     failed: Vec<Arc<ServiceEntry>>,
     // Nodes that refused for a wire reason: not tried again in this call.
     excluded: Vec<String>,
+    /// The last provider passed over as untrusted, and why: the call's error if no other is left.
+    untrusted: Option<(Failure, Arc<ServiceEntry>)>,
     attempts: Vec<AttemptRecord>,
     changes: tokio::sync::watch::Receiver<u64>,
     first: Option<Result<Chosen, Miss>>,
@@ -215,6 +217,7 @@ impl<'a> Attempts<'a> {
             pauses: pauses.build(),
             failed: Vec::new(),
             excluded: Vec::new(),
+            untrusted: None,
             attempts: Vec::new(),
             changes,
             first_options: first.is_ok().then_some(options),
@@ -241,6 +244,13 @@ impl<'a> Attempts<'a> {
             }) {
                 Ok(chosen) => chosen,
                 Err(miss) => {
+                    // Every provider left was passed over as untrusted: that is the error,
+                    // at once (they will not change their certificates within the call).
+                    if miss.reason == Reason::WireVersion
+                        && let Some((failure, entry)) = self.untrusted.take()
+                    {
+                        return Err(self.fail(failure, &entry));
+                    }
                     self.wait_for_provider(miss).await?;
                     continue;
                 }
@@ -310,6 +320,14 @@ impl<'a> Attempts<'a> {
             let idempotent = chosen.entry.description.functions[chosen.function].idempotent;
             if !self.retry.enabled || !failure.retryable(idempotent) {
                 return Err(self.fail(failure, &chosen.entry));
+            }
+            // A node passed over for the rest of the call is not a reason to wait: the next
+            // attempt goes to another node at once.
+            if failure.excludes_node() {
+                if matches!(failure, Failure::Untrusted(..)) {
+                    self.untrusted = Some((failure, chosen.entry));
+                }
+                continue;
             }
             // Step 3: a pause that would reach the deadline ends the call; no "one last try".
             let pause = self.pauses.next().unwrap_or(self.retry.max_after);
