@@ -134,6 +134,25 @@ async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
     })
     .await;
 
+    // A second process under a live name (the same certificate copied): it refuses to start,
+    // says who holds the name, and takes no call.
+    // Under `timeout`, so that a second process that did start ends the test instead of hanging
+    // it; waited for off the runtime's thread, which must go on gossiping meanwhile.
+    let certs_dir = certs.0.to_str().unwrap().to_owned();
+    let second = tokio::task::spawn_blocking(move || {
+        Command::new("timeout")
+            .args(["20", env!("CARGO_BIN_EXE_cluster-node")])
+            .args(["--name", "greeter-a", "--certs", &certs_dir])
+            .args(["--seed", &seed.to_string()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{said}");
+    assert!(said.contains("already up at 127.0.0.1:"), "{said}");
+
     let greeter = GreeterClient::new(&client_node);
     let mut served_by = std::collections::BTreeSet::new();
     for _ in 0..10 {
