@@ -113,3 +113,7 @@ struct DeploysDoc;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/wire.md")]
 struct WireDoc;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/security.md")]
+struct SecurityDoc;
