@@ -11,8 +11,12 @@ const TARPC_DEADLINES: [&str; 2] = [
     "tarpc::server::in_flight_requests",
 ];
 
-/// `RUST_LOG`'s directives (ERROR when it is unset), with tarpc's deadline lines off unless
-/// `RUST_LOG` names tarpc itself.
+/// tarpc's server logs a WARN for every connection a peer closes without a TLS close_notify,
+/// which is every connection of a peer that shuts down: ordinary, and said at DEBUG by us.
+const TARPC_SERVER: &str = "tarpc::server=error";
+
+/// `RUST_LOG`'s directives (ERROR when it is unset), with tarpc's deadline lines off and its
+/// server's connection-closed WARNs down to errors, unless `RUST_LOG` names tarpc itself.
 pub fn log_filter() -> EnvFilter {
     filter_for(&std::env::var("RUST_LOG").unwrap_or_default())
 }
@@ -26,6 +30,9 @@ fn filter_for(rust_log: &str) -> EnvFilter {
             if let Ok(off) = format!("{module}=off").parse() {
                 filter = filter.add_directive(off);
             }
+        }
+        if let Ok(quiet) = TARPC_SERVER.parse() {
+            filter = filter.add_directive(quiet);
         }
     }
     filter

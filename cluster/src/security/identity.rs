@@ -107,11 +107,15 @@ impl Identity {
     /// `<node>.pem` and `<node>.key` (`cluster-node issue` makes the last two).
     pub fn from_dir(dir: impl AsRef<Path>, node: &str) -> Result<Self, IdentityError> {
         let dir = dir.as_ref();
-        Self::from_pem_files(
-            dir.join("ca.pem"),
-            dir.join(format!("{node}.pem")),
-            dir.join(format!("{node}.key")),
-        )
+        let cert = dir.join(format!("{node}.pem"));
+        if dir.join("ca.pem").exists() && !cert.exists() {
+            return Err(IdentityError::Invalid(format!(
+                "{} holds no certificate for node `{node}`: run `cluster-node issue --dir {} --node {node}`",
+                dir.display(),
+                dir.display()
+            )));
+        }
+        Self::from_pem_files(dir.join("ca.pem"), cert, dir.join(format!("{node}.key")))
     }
 
     /// The cluster the certificate is for.

@@ -23,8 +23,14 @@ impl std::fmt::Debug for GossipKey {
 
 /// A key's short name, the first 4 bytes of its SHA-256, in hex: what a sealed datagram says
 /// it was sealed with, and what logs and the keyring's methods name. It says nothing of the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KeyId(pub(crate) [u8; 4]);
+
+impl std::fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyId({self})")
+    }
+}
 
 impl std::fmt::Display for KeyId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

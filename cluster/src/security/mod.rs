@@ -1,6 +1,6 @@
 //! Who a node is and whom it trusts: certificates that name a node of a cluster
 //! ([`Identity`], issued by an [`Authority`]), mutual TLS on every RPC connection
-//! ([`tls`]), the key that seals gossip ([`Keyring`]), and the callers a service admits
+//! (`tls.rs`), the key that seals gossip ([`Keyring`]), and the callers a service admits
 //! ([`Callers`]). `docs/security.md` walks through it, attack by attack.
 //!
 //! Secure is the default: a node over TCP starts only with an identity, or with

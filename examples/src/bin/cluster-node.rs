@@ -4,6 +4,7 @@
 //! ```text
 //! cluster-node init --cluster NAME --dir DIR            a new cluster: DIR/ca.pem, ca.key, gossip.key
 //! cluster-node issue --dir DIR --node NAME [--days N]   a node's DIR/NAME.pem and NAME.key (365 days)
+//! cluster-node key                                      a new gossip key, in hex, for rotation
 //! cluster-node [run] --name NAME --certs DIR [--seed HOST:PORT]...
 //! cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...
 //! ```
@@ -20,6 +21,7 @@ use examples::{GreeterServer, Host};
 const USAGE: &str = "usage:
   cluster-node init --cluster NAME --dir DIR
   cluster-node issue --dir DIR --node NAME [--days N]
+  cluster-node key                 (prints a new gossip key: a line for gossip.key)
   cluster-node [run] --name NAME --certs DIR [--seed HOST:PORT]...
   cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...";
 
@@ -43,6 +45,10 @@ fn fail(message: &str) -> ! {
 fn parse(mut args: impl Iterator<Item = String>) -> Args {
     let mut parsed = Args::default();
     while let Some(arg) = args.next() {
+        if matches!(arg.as_str(), "--help" | "-h") {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
         if arg == "--insecure" {
             parsed.insecure = true;
             continue;
@@ -74,7 +80,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Args {
 async fn main() {
     let mut args = std::env::args().skip(1).peekable();
     let command = match args.peek().map(String::as_str) {
-        Some("init" | "issue" | "run") => args.next().unwrap_or_default(),
+        Some("init" | "issue" | "run" | "key") => args.next().unwrap_or_default(),
         _ => "run".to_owned(),
     };
     let parsed = parse(args);
@@ -89,6 +95,10 @@ async fn main() {
                     dir.display()
                 )
             })
+        }
+        "key" => {
+            println!("{}", cluster::GossipKey::generate().to_hex());
+            Ok(())
         }
         "issue" => {
             let (Some(dir), Some(node)) = (&parsed.dir, &parsed.node) else {

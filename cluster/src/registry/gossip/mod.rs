@@ -174,9 +174,27 @@ impl GossipRegistry {
             // A first exchange with a seed is one round trip; a cluster whose seeds are all
             // down is not waited for long.
             let give_up = tokio::time::Instant::now() + 5 * round;
-            while running.chitchat.lock().await.node_states().len() < 2
-                && tokio::time::Instant::now() < give_up
-            {
+            while running.chitchat.lock().await.node_states().len() < 2 {
+                if tokio::time::Instant::now() >= give_up {
+                    // Alone: the first node of a cluster, or seeds that are down, or seeds that
+                    // seal with a key this node does not hold (a stale gossip.key).
+                    tracing::warn!(
+                        "node `{}` heard from none of its seeds {:?} within {:?}: are they up, and do they hold one of this node's gossip keys ({})?",
+                        own.node_id,
+                        config.seeds,
+                        5 * round,
+                        config.keyring.as_ref().map_or_else(
+                            || "plaintext".to_owned(),
+                            |k| k
+                                .keys()
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    );
+                    break;
+                }
                 tokio::time::sleep(poll).await;
             }
         }
@@ -208,9 +226,6 @@ impl GossipRegistry {
         self.change(state::mark_up).await
     }
 
-    /// Starts chitchat. With port 0 the port is picked before chitchat binds it (chitchat must
-    /// advertise it first), so another socket may take it in between: then a new port is
-    /// picked, a few times.
     /// Gossip datagrams dropped since the registry was made: not sealed, not opened with any
     /// key held, replayed, or not gossip at all.
     pub fn dropped_datagrams(&self) -> u64 {
@@ -261,6 +276,9 @@ impl GossipRegistry {
         Ok((cluster, carriage))
     }
 
+    /// Starts chitchat. With port 0 the port is picked before chitchat binds it (chitchat must
+    /// advertise it first), so another socket may take it in between: then a new port is
+    /// picked, a few times.
     async fn spawn(&self, own: &NodeInfo) -> Result<ChitchatHandle, RegistryError> {
         let config = &self.inner.config;
         let (cluster_id, carriage) = self.carriage()?;
