@@ -10,3 +10,19 @@ mod leases;
 mod peers;
 mod routes;
 mod security;
+
+/// Waits (on real time, for real sockets) until `f` holds; 10 s is only reached when broken.
+pub async fn until<F, Fut>(what: &str, f: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !f().await {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "gave up waiting until {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

@@ -1,6 +1,7 @@
 //! Two servers on loopback: writes are forwarded once, marked, applied and never forwarded
 //! on; a starting server pulls the registry from a peer.
 
+use crate::until;
 use std::time::Duration;
 
 use cluster_discovery::server::{RegistryServer, RunningServer, ServerConfig};
@@ -25,22 +26,6 @@ async fn ids_on(server: &RunningServer) -> Vec<String> {
         return Vec::new(); // warming up: nothing to read yet
     }
     crate::support::ids(&doc)
-}
-
-/// Waits (on real time, for real sockets) until `f` holds; 10 s is only reached when broken.
-async fn until<F, Fut>(what: &str, f: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    while !f().await {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "gave up waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// A listener on a port the OS chose, held until a server takes it: a port number found free

@@ -1,6 +1,7 @@
 //! The server's security, on real sockets: HTTP Basic for writes (and reads, by option), the
 //! peer credentials for replication, `isReplication` only from a peer, and TLS.
 
+use crate::until;
 use std::time::Duration;
 
 use cluster_discovery::server::{
@@ -454,21 +455,6 @@ async fn pair(a_access: Access, b_access: Access) -> (RunningServer, RunningServ
         .await
         .unwrap();
     (a, b)
-}
-
-async fn until<F, Fut>(what: &str, f: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    while !f().await {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "gave up waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]
