@@ -213,7 +213,7 @@ async fn a_second_process_under_a_live_name_does_not_start_and_takes_no_call() {
     holder.kill().await;
     let (again, _) = member(
         "search-1",
-        Keyring::new(key),
+        Keyring::new(key.clone()),
         &[seed(&client_registry)],
         true,
     )
@@ -226,6 +226,19 @@ async fn a_second_process_under_a_live_name_does_not_start_and_takes_no_call() {
             .any(|e| e.node.addr == again.addr())
     })
     .await;
+    // The crashed generation still says `up` in gossip until it is purged: a third process
+    // must not take it for the only holder, and is refused because of the live one.
+    let third = member(
+        "search-1",
+        Keyring::new(key),
+        &[seed(&client_registry)],
+        true,
+    )
+    .await;
+    let Err(StartError::Registry(RegistryError::NameTaken { holder: at, .. })) = third else {
+        panic!("a third search-1 started beside a live one: {third:?}");
+    };
+    assert_eq!(at, again.addr());
     again.shutdown().await;
     client.shutdown().await;
 }

@@ -198,30 +198,46 @@ impl GossipRegistry {
                 tokio::time::sleep(poll).await;
             }
         }
-        let holder = state::holder(&*running.chitchat.lock().await, &own);
-        if let Some((id, addr)) = holder {
+        let holders = state::holders(&*running.chitchat.lock().await, &own);
+        if !holders.is_empty() {
             // chitchat counts a node live after two heartbeats: an alive holder is live here
-            // within a round or two.
+            // within a round or two. Heartbeats can be replayed (a captured datagram opens once
+            // at a new process), so a holder that looks live must also answer on its RPC
+            // port; one at this node's own address is this node's port, not a live holder's.
             let give_up = tokio::time::Instant::now() + 5 * round;
+            let mut checked = Vec::new();
             while tokio::time::Instant::now() < give_up {
-                if running.chitchat.lock().await.live_nodes().any(|n| *n == id) {
-                    tracing::error!(
-                        "node `{}` is already up at {addr} (generation {}): not starting a second one",
-                        own.node_id,
-                        id.generation_id
-                    );
-                    return Err(RegistryError::NameTaken {
-                        name: own.node_id.to_string(),
-                        holder: addr,
-                    });
+                let live: Vec<_> = {
+                    let cc = running.chitchat.lock().await;
+                    holders
+                        .iter()
+                        .filter(|(id, _)| !checked.contains(id) && cc.live_nodes().any(|n| n == id))
+                        .cloned()
+                        .collect()
+                };
+                for (id, addr) in live {
+                    if addr != running.own.addr && answers(addr).await {
+                        tracing::error!(
+                            "node `{}` is already up at {addr} (generation {}): not starting a second one",
+                            own.node_id,
+                            id.generation_id
+                        );
+                        return Err(RegistryError::NameTaken {
+                            name: own.node_id.to_string(),
+                            holder: addr,
+                        });
+                    }
+                    checked.push(id);
                 }
                 tokio::time::sleep(poll).await;
             }
-            tracing::info!(
-                "node `{}` of generation {} (at {addr}) is silent: taking its name over",
-                own.node_id,
-                id.generation_id
-            );
+            for (id, addr) in &holders {
+                tracing::info!(
+                    "node `{}` of generation {} (at {addr}) is gone: taking its name over",
+                    own.node_id,
+                    id.generation_id
+                );
+            }
         }
         self.change(state::mark_up).await
     }
@@ -360,6 +376,18 @@ impl GossipRegistry {
         running.watcher.abort();
         Some(running)
     }
+}
+
+/// Whether something accepts TCP connections at `addr` within a second.
+async fn answers(addr: SocketAddr) -> bool {
+    matches!(
+        tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            tokio::net::TcpStream::connect(addr)
+        )
+        .await,
+        Ok(Ok(_))
+    )
 }
 
 async fn watch_gossip(

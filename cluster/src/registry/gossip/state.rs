@@ -77,18 +77,18 @@ pub(super) fn mark_up(me: &mut NodeState) {
     me.set(STATUS, UP);
 }
 
-/// Another generation of `own`'s name that is up (by its own word), and where it serves.
-pub(super) fn holder(
-    cc: &Chitchat,
-    own: &ChitchatId,
-) -> Option<(ChitchatId, std::net::SocketAddr)> {
-    cc.node_states().iter().find_map(|(id, state)| {
-        (id.node_id == own.node_id && id.generation_id != own.generation_id)
-            .then_some(())
-            .filter(|()| state.get(STATUS) == Some(UP))
-            .and_then(|()| state.get(RPC)?.parse().ok())
-            .map(|addr| (id.clone(), addr))
-    })
+/// Every other generation of `own`'s name that is up (by its own word), and where it serves.
+/// A crashed generation stays `up` in gossip until it is purged, so there may be several.
+pub(super) fn holders(cc: &Chitchat, own: &ChitchatId) -> Vec<(ChitchatId, std::net::SocketAddr)> {
+    cc.node_states()
+        .iter()
+        .filter(|(id, state)| {
+            id.node_id == own.node_id
+                && id.generation_id != own.generation_id
+                && state.get(STATUS) == Some(UP)
+        })
+        .filter_map(|(id, state)| Some((id.clone(), state.get(RPC)?.parse().ok()?)))
+        .collect()
 }
 
 pub(super) fn mark_leaving(me: &mut NodeState) {

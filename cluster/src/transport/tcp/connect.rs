@@ -279,11 +279,13 @@ async fn connect(
     let stream = TlsConnector::from(tls.client.clone())
         .connect(tls::server_name(&to.name, to.addr), stream)
         .await
-        .map_err(|e| {
-            TransportError::Untrusted(format!(
-                "the TLS handshake with {to} failed: {e} (a node started insecure() speaks no TLS; \
+        .map_err(|e| match tls_refusal(&e) {
+            Some(why) => TransportError::Untrusted(format!(
+                "the TLS handshake with {to} failed: {why} (a node started insecure() speaks no TLS; \
                  one of another cluster's CA is refused)"
-            ))
+            )),
+            // A reset or a close is not a verdict on trust: the provider may be busy.
+            None => TransportError::NotSent(format!("the TLS handshake with {to} broke off: {e}")),
         })?;
     // The chain was checked in the handshake; who it names is checked here, against the
     // registry entry this call chose.
@@ -328,13 +330,12 @@ where
         let welcome = handshake::offer(&mut stream, &hello).await.map_err(|e| {
             let detail = format!("the handshake with {to} failed: {e}");
             // A secure provider checks the caller's certificate after the client's side of
-            // the TLS handshake is done: its refusal arrives here.
-            if config.tls.is_some() {
-                TransportError::Untrusted(format!(
-                    "{detail} (did it refuse this node's certificate?)"
-                ))
-            } else {
-                TransportError::NotSent(detail)
+            // the TLS handshake is done: its refusal (a TLS alert) arrives here.
+            match tls_refusal(&e) {
+                Some(_) => TransportError::Untrusted(format!(
+                    "{detail} (it refused this node's certificate)"
+                )),
+                None => TransportError::NotSent(detail),
             }
         })?;
         if let Some(why) = welcome.refusal {
@@ -381,6 +382,12 @@ where
         dispatch,
         in_flight: Arc::new(InFlightLimit::new(config.max_in_flight)),
     })
+}
+
+/// The TLS verdict inside an I/O error (a certificate refused, an alert received), if that is
+/// what it is; `None` for a reset or a close, which says nothing about trust.
+fn tls_refusal(e: &std::io::Error) -> Option<&rustls::Error> {
+    e.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
 fn spawn_dispatch<F, E>(to: &NodeInfo, dispatch: F) -> tokio::task::AbortHandle

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tarpc::server::{BaseChannel, Channel};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
@@ -153,9 +153,16 @@ async fn connection(
             }
         }
         (Some(_), false) => refuse_plaintext(stream, peer, &config, opening).await,
-        (None, true) => tracing::debug!(
-            "closed a TLS connection from {peer}: this node was started insecure() and speaks plaintext"
-        ),
+        (None, true) => {
+            // A fatal `handshake_failure` alert: the caller's TLS stack reports a refusal, not a
+            // reset it might retry.
+            let mut stream = stream;
+            let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 40];
+            let _ = tokio::time::timeout(OPENING_TIMEOUT, stream.write_all(&alert)).await;
+            tracing::debug!(
+                "refused a TLS connection from {peer}: this node was started insecure() and speaks plaintext"
+            );
+        }
         (None, false) => opened(stream, peer, None, dispatcher, config, serving, opening).await,
     }
 }
