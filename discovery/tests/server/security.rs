@@ -656,3 +656,20 @@ fn a_bad_certificate_or_key_is_an_error_at_configuration_not_a_panic() {
         "a key that is not the certificate's"
     );
 }
+
+#[tokio::test]
+async fn our_own_eureka_client_writes_with_the_credentials_in_its_url() {
+    use cluster_discovery::client::EurekaClient;
+    use cluster_discovery::model::Instance;
+    let server = secured(access()).await;
+    let url = server.url();
+    let with = url.replacen("http://", &format!("http://{}:{}@", CLIENT.0, CLIENT.1), 1);
+    let instance = Instance::new("orders", "127.0.0.1", 8080).with_id("o-1");
+    EurekaClient::new([with.as_str()])
+        .register(&instance)
+        .await
+        .expect("registered with the URL's credentials");
+    assert_eq!(ids(&server).await, ["o-1"]);
+    let without = EurekaClient::new([url.as_str()]).register(&instance).await;
+    assert!(without.is_err(), "registered without credentials");
+}
