@@ -70,24 +70,7 @@ impl Authority {
         let der = rustls::pki_types::pem::PemObject::from_pem_slice(cert.as_bytes())
             .map_err(|e| IdentityError::Invalid(format!("the CA certificate is not PEM: {e}")))?;
         let der: rustls::pki_types::CertificateDer<'_> = der;
-        let (_, parsed) = x509_parser::parse_x509_certificate(&der)
-            .map_err(|e| IdentityError::Invalid(format!("the CA certificate: {e}")))?;
-        let cluster = parsed
-            .subject_alternative_name()
-            .ok()
-            .flatten()
-            .and_then(|san| {
-                san.value.general_names.iter().find_map(|n| match n {
-                    x509_parser::extensions::GeneralName::URI(u) => u
-                        .strip_prefix("spiffe://")
-                        .filter(|c| names::check("", c).is_ok()),
-                    _ => None,
-                })
-            })
-            .ok_or_else(|| {
-                IdentityError::Invalid("the CA certificate names no cluster".to_owned())
-            })?
-            .to_owned();
+        let cluster = names::of_ca(&der).map_err(IdentityError::Invalid)?;
         Ok(Self {
             cluster,
             cert_pem: cert.to_owned(),

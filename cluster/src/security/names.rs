@@ -52,6 +52,23 @@ pub(crate) fn of_certificate(cert: &CertificateDer<'_>) -> Result<(String, Strin
     }
 }
 
+/// The cluster a CA's certificate names (`spiffe://<cluster>`).
+pub(crate) fn of_ca(cert: &CertificateDer<'_>) -> Result<String, String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert)
+        .map_err(|e| format!("the CA certificate cannot be read: {e}"))?;
+    let san = parsed.subject_alternative_name().ok().flatten();
+    san.into_iter()
+        .flat_map(|san| san.value.general_names.iter())
+        .find_map(|name| match name {
+            x509_parser::extensions::GeneralName::URI(uri) => uri
+                .strip_prefix(SCHEME)
+                .filter(|cluster| check("", cluster).is_ok())
+                .map(str::to_owned),
+            _ => None,
+        })
+        .ok_or_else(|| format!("the CA certificate names no cluster (no `{SCHEME}<cluster>`)"))
+}
+
 fn parse_node_uri(uri: &str) -> Option<(String, String)> {
     let (cluster, node) = uri.strip_prefix(SCHEME)?.split_once("/node/")?;
     (check("", cluster).is_ok() && check("", node).is_ok())
