@@ -205,13 +205,19 @@ impl GossipRegistry {
             // at a new process), so a holder that looks live must also answer on its RPC
             // port; one at this node's own address is this node's port, not a live holder's.
             let give_up = tokio::time::Instant::now() + 5 * round;
-            let mut checked = Vec::new();
+            // A holder that looks live but did not answer is probed again (a slow accept is
+            // not a crash), up to three times.
+            const PROBES: usize = 3;
+            let mut probed: Vec<ChitchatId> = Vec::new();
             while tokio::time::Instant::now() < give_up {
                 let live: Vec<_> = {
                     let cc = running.chitchat.lock().await;
                     holders
                         .iter()
-                        .filter(|(id, _)| !checked.contains(id) && cc.live_nodes().any(|n| n == id))
+                        .filter(|(id, _)| {
+                            probed.iter().filter(|p| *p == id).count() < PROBES
+                                && cc.live_nodes().any(|n| n == id)
+                        })
                         .cloned()
                         .collect()
                 };
@@ -227,7 +233,7 @@ impl GossipRegistry {
                             holder: addr,
                         });
                     }
-                    checked.push(id);
+                    probed.push(id);
                 }
                 tokio::time::sleep(poll).await;
             }
