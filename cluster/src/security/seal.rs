@@ -96,6 +96,11 @@ impl Sealer {
 
     /// `plain`, sealed with the primary key.
     pub(crate) fn seal(&self, plain: &[u8]) -> Vec<u8> {
+        self.seal_at(plain, now_micros())
+    }
+
+    /// `plain`, sealed as sent at `sent` (µs since 1970).
+    fn seal_at(&self, plain: &[u8], sent: u64) -> Vec<u8> {
         let (id, key) = self.keyring.sealing();
         let mut nonce = [0u8; 12];
         self.random
@@ -104,7 +109,7 @@ impl Sealer {
         let mut out = Vec::with_capacity(OVERHEAD + plain.len());
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&id.0);
-        out.extend_from_slice(&now_micros().to_be_bytes());
+        out.extend_from_slice(&sent.to_be_bytes());
         out.extend_from_slice(&nonce);
         let mut aad = out.clone();
         aad.extend_from_slice(&self.cluster);
@@ -227,11 +232,11 @@ mod tests {
     #[test]
     fn an_old_datagram_is_refused() {
         let key = GossipKey::generate();
-        let a = sealer(&key, "prod");
-        let mut b = sealer(&key, "prod");
-        b.window = Duration::ZERO;
-        let sealed = a.seal(b"x");
-        std::thread::sleep(Duration::from_millis(2));
-        assert!(matches!(b.open(&sealed), Err(Refused::Stale(ms)) if ms < 0));
+        let (a, b) = (sealer(&key, "prod"), sealer(&key, "prod"));
+        let minute = 60_000_000;
+        let old = a.seal_at(b"x", now_micros() - minute);
+        assert!(matches!(b.open(&old), Err(Refused::Stale(ms)) if ms < -59_000));
+        let future = a.seal_at(b"x", now_micros() + minute);
+        assert!(matches!(b.open(&future), Err(Refused::Stale(ms)) if ms > 59_000));
     }
 }
