@@ -64,6 +64,14 @@ async fn send(
     (status, headers, r.text().await.unwrap())
 }
 
+/// Registers instance `o-1` of `ORDERS` on `server` with the client credentials; it must succeed.
+async fn register_o1(http: &reqwest::Client, server: &RunningServer) {
+    let url = format!("{}apps/ORDERS", server.url());
+    let (status, _, body) =
+        send(http, Method::POST, &url, Some(CLIENT), register_body("o-1")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+}
+
 fn register_body(id: &str) -> Option<String> {
     Some(crate::support::js_body("orders", id, 8080))
 }
@@ -282,15 +290,7 @@ async fn reads_are_open_by_default_and_401_when_protected() {
         "status",
     ];
     for server in [&open, &protected] {
-        let (status, _, _) = send(
-            &http,
-            Method::POST,
-            &format!("{}apps/ORDERS", server.url()),
-            Some(CLIENT),
-            register_body("o-1"),
-        )
-        .await;
-        assert_eq!(status, StatusCode::NO_CONTENT);
+        register_o1(&http, server).await;
     }
     for path in reads {
         let (status, _, body) = send(
@@ -461,15 +461,7 @@ async fn pair(a_access: Access, b_access: Access) -> (RunningServer, RunningServ
 async fn two_servers_replicate_with_the_peer_credentials() {
     let (a, b) = pair(access(), access()).await;
     let http = reqwest::Client::new();
-    let (status, _, _) = send(
-        &http,
-        Method::POST,
-        &format!("{}apps/ORDERS", a.url()),
-        Some(CLIENT),
-        register_body("o-1"),
-    )
-    .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
+    register_o1(&http, &a).await;
     until("b has what was registered on a", || async {
         ids(&b).await == ["o-1"]
     })
@@ -485,15 +477,7 @@ async fn a_peer_without_the_right_peer_credentials_has_its_replication_refused()
     wrong.peers = Some(Credentials::new(PEER.0, "not-the-peer-secret"));
     let (a, b) = pair(wrong, access()).await;
     let http = reqwest::Client::new();
-    let (status, _, _) = send(
-        &http,
-        Method::POST,
-        &format!("{}apps/ORDERS", a.url()),
-        Some(CLIENT),
-        register_body("o-1"),
-    )
-    .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
+    register_o1(&http, &a).await;
     assert_eq!(a.replication().forwarded, 1, "a tried to forward it");
     // a's batches are refused with 401 (a retries them with growing pauses): give the first
     // ones time to arrive.
@@ -547,15 +531,7 @@ async fn a_tls_server_answers_https_to_a_client_trusting_its_ca_and_not_plaintex
         .unwrap();
     assert_eq!(server.url(), format!("https://127.0.0.1:{port}/eureka/"));
     let https = trusting(&ca);
-    let (status, _, _) = send(
-        &https,
-        Method::POST,
-        &format!("{}apps/ORDERS", server.url()),
-        Some(CLIENT),
-        register_body("o-1"),
-    )
-    .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
+    register_o1(&https, &server).await;
     let (status, _, body) = send(
         &https,
         Method::GET,
@@ -621,15 +597,7 @@ async fn two_tls_servers_replicate_over_https_trusting_the_given_ca() {
         .await
         .unwrap();
     let https = trusting(&ca);
-    let (status, _, _) = send(
-        &https,
-        Method::POST,
-        &format!("{}apps/ORDERS", a.url()),
-        Some(CLIENT),
-        register_body("o-1"),
-    )
-    .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
+    register_o1(&https, &a).await;
     let read = |server: &RunningServer| {
         let (https, url) = (https.clone(), format!("{}apps/", server.url()));
         async move {
