@@ -15,13 +15,12 @@ pub(crate) fn unrepresentable(s: &str) -> Option<char> {
     s.chars().find(|c| !xml_char(*c))
 }
 
-/// The first field of `i` holding a character XML cannot carry, by its JSON name
-/// (`metadata.key` for a metadata value), and the character.
-pub(crate) fn instance_unrepresentable(i: &Instance) -> Option<(String, char)> {
+/// The text fields of `i` by their JSON names, metadata apart.
+fn fields(i: &Instance) -> [(&'static str, &str); 14] {
     fn opt(s: &Option<String>) -> &str {
         s.as_deref().unwrap_or("")
     }
-    let fields = [
+    [
         ("instanceId", opt(&i.instance_id)),
         ("hostName", i.host_name.as_str()),
         ("app", i.app.as_str()),
@@ -36,8 +35,27 @@ pub(crate) fn instance_unrepresentable(i: &Instance) -> Option<(String, char)> {
         ("vipAddress", opt(&i.vip_address)),
         ("secureVipAddress", opt(&i.secure_vip_address)),
         ("asgName", opt(&i.asg_name)),
-    ];
-    let named = fields
+    ]
+}
+
+/// How much text `i` holds, in bytes: every field, and its metadata's keys and values (the
+/// data centre's included).
+pub(crate) fn instance_text_len(i: &Instance) -> usize {
+    let map = |m: &std::collections::BTreeMap<String, String>| -> usize {
+        m.iter().map(|(k, v)| k.len().saturating_add(v.len())).sum()
+    };
+    fields(i)
+        .iter()
+        .map(|(_, v)| v.len())
+        .sum::<usize>()
+        .saturating_add(map(&i.metadata))
+        .saturating_add(map(&i.data_center.metadata))
+}
+
+/// The first field of `i` holding a character XML cannot carry, by its JSON name
+/// (`metadata.key` for a metadata value), and the character.
+pub(crate) fn instance_unrepresentable(i: &Instance) -> Option<(String, char)> {
+    let named = fields(i)
         .into_iter()
         .map(|(f, v)| (f.to_owned(), v))
         .chain(pairs("metadata", &i.metadata))
@@ -79,5 +97,14 @@ mod tests {
         );
         let i = Instance::new("a", "h", 1).meta("k\u{8}", "v");
         assert_eq!(instance_unrepresentable(&i).unwrap().1, '\u{8}');
+    }
+
+    #[test]
+    fn the_text_of_an_instance_counts_every_field_and_metadata() {
+        let i = Instance::new("ab", "host", 1);
+        // app "AB", hostName and ipAddr "host", the data centre's class and "MyOwn", vip "ab".
+        let base = 2 + 4 + 4 + crate::model::DEFAULT_DATA_CENTER_CLASS.len() + 5 + 2;
+        assert_eq!(instance_text_len(&i), base);
+        assert_eq!(instance_text_len(&i.meta("key", "value")), base + 8);
     }
 }

@@ -23,6 +23,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::Shared;
+use super::limits::warn::{Source, throttled_warn};
 use super::routes::REPLICATION_HEADER;
 
 /// A user name and password, as HTTP Basic carries them. `Debug` does not show the password.
@@ -295,16 +296,37 @@ pub(crate) async fn guard(
     } else {
         access.caller(req.headers())
     };
+    let source = req
+        .extensions()
+        .get::<Source>()
+        .copied()
+        .unwrap_or_default();
     match (need, caller) {
         (Need::Nothing, _)
         | (Need::Client, Caller::Client | Caller::Peer)
         | (Need::Peer, Caller::Peer) => {}
-        (_, Caller::Anonymous | Caller::Invalid) => {
+        (_, Caller::Anonymous) => {
             tracing::debug!("401 for {} {}", req.method(), req.uri().path());
             return unauthorized();
         }
+        (_, Caller::Invalid) => {
+            // A wrong or malformed credential: worth a warning, but a guesser in a loop must
+            // not become a loop of log lines.
+            throttled_warn!(
+                shared.throttle,
+                "credentials",
+                source,
+                "401 for {} {}: a wrong or malformed Authorization header",
+                req.method(),
+                req.uri().path()
+            );
+            return unauthorized();
+        }
         (Need::Peer, Caller::Client) => {
-            tracing::warn!(
+            throttled_warn!(
+                shared.throttle,
+                "replication-as-client",
+                source,
                 "403 for {} {}: a replication with the client credentials",
                 req.method(),
                 req.uri().path()

@@ -23,7 +23,7 @@ enum Kind {
 fn system_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, super::limits::numbers::millis)
 }
 
 impl Default for Clock {
@@ -56,7 +56,9 @@ impl Clock {
     pub fn now_ms(&self) -> u64 {
         match &self.0 {
             Kind::System => system_ms(),
-            Kind::Tokio { epoch_ms, start } => epoch_ms + start.elapsed().as_millis() as u64,
+            Kind::Tokio { epoch_ms, start } => {
+                epoch_ms.saturating_add(super::limits::numbers::millis(start.elapsed()))
+            }
             Kind::Manual(t) => t.load(Ordering::SeqCst),
         }
     }
@@ -64,7 +66,10 @@ impl Clock {
     /// Moves a manual clock forward (no effect on the others).
     pub fn advance(&self, by: std::time::Duration) {
         if let Kind::Manual(t) = &self.0 {
-            t.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+            let by = super::limits::numbers::millis(by);
+            let _ = t.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |ms| {
+                Some(ms.saturating_add(by))
+            });
         }
     }
 

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::Limits;
+
 /// Leases, the delta window, self-preservation and limits. Every default is Eureka's unless it
 /// says otherwise.
 #[derive(Debug, Clone)]
@@ -24,9 +26,6 @@ pub struct ServerConfig {
     /// The smallest registry self-preservation applies to: 8 (not Eureka's; the seed's). With
     /// fewer, a proportion fires on the first ordinary failure.
     pub self_preservation_min_instances: usize,
-    /// The largest request body accepted, in bytes: 1 MiB (a registration is about 2 KiB).
-    /// Peer batches may be 8 times larger.
-    pub max_body_bytes: usize,
     /// How long a peer has to answer a forwarded batch or a start-up fetch: 2 s.
     pub peer_timeout: Duration,
     /// Whether a server that starts on a port with an empty registry (no peer gave it one)
@@ -37,6 +36,9 @@ pub struct ServerConfig {
     /// where a 503 makes them keep their copy or ask another server. Writes are accepted
     /// throughout. An in-process [`Service`](super::Service) never warms up.
     pub warm_up: bool,
+    /// What a client or a peer can make the server hold, and the ranges of numbers from the
+    /// wire: see [`Limits`].
+    pub limits: Limits,
 }
 
 impl Default for ServerConfig {
@@ -48,9 +50,9 @@ impl Default for ServerConfig {
             self_preservation: true,
             renewal_percent_threshold: 0.85,
             self_preservation_min_instances: 8,
-            max_body_bytes: 1024 * 1024,
             peer_timeout: Duration::from_secs(2),
             warm_up: true,
+            limits: Limits::default(),
         }
     }
 }

@@ -6,27 +6,30 @@ mod access;
 mod clock;
 mod config;
 mod dashboard;
+mod limits;
 mod peers;
 mod routes;
+mod serve;
 mod store;
 mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::ServiceExt as _;
 use axum::extract::Request;
 use tokio::sync::oneshot;
-use tower::Layer as _;
 
 pub use access::{Access, Credentials};
 pub use clock::Clock;
 pub use config::{Dashboard, ServerConfig};
+pub use limits::Limits;
 pub use peers::{Action, Item, MARKER, ReplicationStats};
 pub use routes::REPLICATION_HEADER;
 pub use store::{Health, RegisterError, Renewed};
 pub use tls::ServerTls;
 
+use limits::connections::Places;
+use limits::warn::{Source, Throttle};
 use peers::Peers;
 use store::Store;
 
@@ -38,6 +41,8 @@ pub(crate) struct Shared {
     dashboard: Dashboard,
     config: ServerConfig,
     access: Access,
+    /// The warnings a client can provoke, at most one per source and interval.
+    throttle: Arc<Throttle>,
 }
 
 /// A Eureka-compatible registry server, to configure and then [`start`](Self::start) on a port
@@ -130,16 +135,29 @@ impl RegistryServer {
     fn shared(self, http: &reqwest::Client) -> Arc<Shared> {
         let timeout = self.config.peer_timeout;
         let as_peer = self.access.peers.clone();
+        let throttle = Arc::new(Throttle::new(self.config.limits.warning_interval));
         Arc::new_cyclic(|weak| Shared {
             store: Store::new(self.config.clone(), self.clock),
             peers: if self.peers.is_empty() {
                 Peers::none()
             } else {
-                Peers::start(self.peers, http.clone(), weak.clone(), timeout, as_peer)
+                Peers::start(
+                    self.peers,
+                    http.clone(),
+                    weak.clone(),
+                    peers::Settings {
+                        timeout,
+                        credentials: as_peer,
+                        max_queue: self.config.limits.max_peer_queue,
+                        max_answer_bytes: self.config.limits.max_body_bytes.saturating_mul(8),
+                        throttle: throttle.clone(),
+                    },
+                )
             },
             dashboard: self.dashboard,
             config: self.config,
             access: self.access,
+            throttle,
         })
     }
 
@@ -214,39 +232,27 @@ impl RegistryServer {
             let now = shared.store.clock().now_ms();
             shared
                 .store
-                .begin_warm_up(now.saturating_add(window.as_millis() as u64));
+                .begin_warm_up(now.saturating_add(limits::numbers::millis(window)));
             tracing::info!(
                 "the registry is empty: reads answer 503 for {window:?}, or until an instance \
                  registers (warm-up)"
             );
         }
         let router = routes::router(shared.clone());
-        let app = axum::middleware::map_request(|r: Request| async move { routes::normalize(r) })
-            .layer(router);
         let (stop, stopped) = oneshot::channel::<()>();
         let stopped = async move {
             let _ = stopped.await;
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let task = match tls {
-            None => tokio::spawn(async move {
-                let serve =
-                    axum::serve(listener, app.into_make_service()).with_graceful_shutdown(stopped);
-                if let Err(e) = serve.await {
-                    tracing::error!("the registry server stopped: {e}");
-                }
-            }),
-            Some(tls) => {
-                let listener = tls::TlsListener::new(listener, &tls)?;
-                tokio::spawn(async move {
-                    let serve = axum::serve(listener, app.into_make_service())
-                        .with_graceful_shutdown(stopped);
-                    if let Err(e) = serve.await {
-                        tracing::error!("the registry server stopped: {e}");
-                    }
-                })
-            }
-        };
+        let places = Places::new(shared.config.limits.max_connections);
+        let task = tokio::spawn(serve::serve(
+            listener,
+            tls.as_ref().map(ServerTls::acceptor),
+            router,
+            places.clone(),
+            (shared.config.limits.clone(), shared.throttle.clone()),
+            stopped,
+        ));
         tracing::info!(
             "registry server on {scheme}://{addr}/eureka/ ({synced} instances from peers)"
         );
@@ -254,6 +260,7 @@ impl RegistryServer {
             addr,
             scheme,
             shared,
+            places,
             stop: Some(stop),
             task: Some(task),
         })
@@ -271,7 +278,8 @@ impl Service {
     /// Answers one request.
     pub async fn call(&self, req: Request) -> axum::response::Response {
         use tower::ServiceExt as _;
-        let req = routes::normalize(req);
+        let mut req = routes::normalize(req);
+        req.extensions_mut().insert(Source(None));
         match self.router.clone().oneshot(req).await {
             Ok(r) => r,
             Err(never) => match never {},
@@ -290,6 +298,7 @@ pub struct RunningServer {
     addr: SocketAddr,
     scheme: &'static str,
     shared: Arc<Shared>,
+    places: Places,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -314,6 +323,11 @@ impl RunningServer {
     /// Replication traffic so far.
     pub fn replication(&self) -> ReplicationStats {
         self.shared.peers.stats()
+    }
+
+    /// The connections open now (at most [`Limits::max_connections`]).
+    pub fn connections(&self) -> usize {
+        self.places.open()
     }
 
     /// Stops accepting, finishes the requests in flight, and returns.

@@ -1,22 +1,14 @@
-//! TLS for the server (rustls on ring): the certificate and key it presents, a listener that
-//! hands axum connections already through the handshake, and the CA its replication client
-//! trusts for `https://` peers.
+//! TLS for the server (rustls on ring): the certificate and key it presents, and the CA its
+//! replication client trusts for `https://` peers. The handshakes run in the accept loop
+//! (`serve.rs`), each in its connection's task, within the header timeout.
 
 use std::io;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
-
-/// How long a connection has to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the server presents: a certificate chain and its key, from PEM.
 #[derive(Clone)]
@@ -61,6 +53,10 @@ impl ServerTls {
         })
     }
 
+    pub(crate) fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.config.clone())
+    }
+
     /// From PEM files (`--tls-cert`, `--tls-key`).
     pub fn from_pem_files(cert: impl AsRef<Path>, key: impl AsRef<Path>) -> io::Result<Self> {
         let read = |p: &Path, what: &str| {
@@ -85,65 +81,4 @@ pub(crate) fn ca_certificates(pem: &[u8]) -> io::Result<Vec<reqwest::Certificate
         .iter()
         .map(|c| reqwest::Certificate::from_der(c).map_err(|e| invalid("the CA certificate", e)))
         .collect()
-}
-
-/// Accepts TCP connections and hands on those whose TLS handshake succeeded. Handshakes run
-/// in their own tasks, so that a slow or silent client does not hold up the others; a
-/// plaintext request fails its handshake and is closed.
-pub(crate) struct TlsListener {
-    addr: SocketAddr,
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-}
-
-impl TlsListener {
-    pub(crate) fn new(listener: TcpListener, tls: &ServerTls) -> io::Result<Self> {
-        let addr = listener.local_addr()?;
-        let acceptor = TlsAcceptor::from(tls.config.clone());
-        let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    () = tx.closed() => return,
-                    a = listener.accept() => a,
-                };
-                let (tcp, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of file descriptors, say: wait rather than spin.
-                        tracing::warn!("accepting a connection: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => {
-                            let _ = tx.send((stream, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
-                        Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self { addr, ready })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            // The accepting task ended (it only does when this listener is dropped).
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.addr)
-    }
 }

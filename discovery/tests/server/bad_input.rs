@@ -9,7 +9,7 @@ use crate::support::{call, get_json, register};
 
 fn server() -> Service {
     let mut config = ServerConfig::default();
-    config.max_body_bytes = 64 * 1024;
+    config.limits.max_body_bytes = 64 * 1024;
     RegistryServer::new().config(config).service()
 }
 

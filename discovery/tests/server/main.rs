@@ -5,8 +5,10 @@
 mod support;
 
 mod bad_input;
+mod connections;
 mod dashboard;
 mod leases;
+mod limits;
 mod peers;
 mod routes;
 mod security;

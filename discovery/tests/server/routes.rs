@@ -60,11 +60,12 @@ async fn heartbeat_is_200_empty_and_404_empty_when_unknown() {
         unknown.body.is_empty(),
         "a 404 body breaks the Java clients"
     );
-    // The client holds newer information than the server: it must re-register.
+    // The client holds newer information than the server (1 ms newer than the registration,
+    // on this clock): it must re-register.
     let newer = call(
         &svc,
         Method::PUT,
-        "/eureka/apps/orders/o-1?lastDirtyTimestamp=99999999999",
+        "/eureka/apps/orders/o-1?lastDirtyTimestamp=1000001",
         &[],
         Body::empty(),
     )

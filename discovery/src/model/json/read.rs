@@ -75,6 +75,10 @@ fn port_field(o: &Map<String, Value>, key: &str, default: Port) -> Result<Port, 
         ),
         other => (other, default.enabled),
     };
+    // The lenient reader takes a negative number for 0: not for a port.
+    if matches!(number, Value::Number(n) if n.as_f64().is_some_and(|f| f < 0.0)) {
+        return Err(bad());
+    }
     let n = u64_of(number).ok_or_else(bad)?;
     Ok(Port {
         port: u16::try_from(n).map_err(|_| bad())?,
@@ -138,7 +142,8 @@ pub fn instance_from_value(v: &Value, now: u64) -> Result<Instance, ModelError> 
             enabled: false,
         },
     )?;
-    i.country_id = u64_field(o, "countryId").map_or(1, |c| c as i64);
+    // Java's clients read an int: a larger one would break their every read of the registry.
+    i.country_id = u64_field(o, "countryId").map_or(1, |c| c.min(i32::MAX as u64) as i64);
     if let Some(Value::Object(dc)) = get(o, "dataCenterInfo") {
         i.data_center = DataCenterInfo {
             class: str_field(dc, "@class")

@@ -17,7 +17,7 @@ mod wire;
 
 use super::routes::REPLICATION_HEADER;
 
-pub(crate) use queue::Peers;
+pub(crate) use queue::{Peers, Settings};
 pub(in crate::server) use receive::batch;
 pub(crate) use sync::sync_from_peers;
 pub use wire::{Action, Item};
@@ -30,7 +30,9 @@ pub struct ReplicationStats {
     pub forwarded: u64,
     /// Replicated writes this server applied (batch items and marked single requests).
     pub applied: u64,
-    /// Writes given up on: a peer did not take them for `GIVE_UP_AFTER` (10 min).
+    /// Writes given up on: a peer did not take them for `GIVE_UP_AFTER` (10 min), or its queue
+    /// was full ([`Limits::max_peer_queue`](crate::server::Limits::max_peer_queue)) and they
+    /// were the oldest.
     pub failed: u64,
 }
 

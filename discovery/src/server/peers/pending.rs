@@ -1,6 +1,8 @@
 //! What waits to go to one peer. At most one item per instance and kind of write, so the queue
-//! is bounded by the registry's size, not by how long a peer stays away; a batch the peer did
+//! grows with the registry's size, not with how long a peer stays away; a batch the peer did
 //! not take goes back in (unless something newer replaced it) until it is too old to matter.
+//! Cancellations of instances that are gone stay until sent, so a client registering and
+//! cancelling new ids could still grow it: past `max` items the oldest is given up.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -45,11 +47,19 @@ pub(super) struct Queued {
 }
 
 /// One peer's pending writes and the signal that there are some.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Outbox {
     pending: Mutex<Pending>,
     pub(super) wake: Notify,
     closed: std::sync::atomic::AtomicBool,
+    /// The most items held.
+    max: usize,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Self::bounded(usize::MAX)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -59,9 +69,20 @@ struct Pending {
 }
 
 impl Outbox {
+    /// An outbox of at most `max` items (at least 1).
+    pub(super) fn bounded(max: usize) -> Self {
+        Self {
+            pending: Mutex::default(),
+            wake: Notify::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            max: max.max(1),
+        }
+    }
+
     /// Queues a write, replacing what it supersedes: a cancellation everything queued for the
-    /// instance, a registration its queued renewal, any write the older one of its kind.
-    pub(super) fn push(&self, item: Item) {
+    /// instance, a registration its queued renewal, any write the older one of its kind. When
+    /// the outbox is full the oldest item is given up for it: how many were (0 or 1).
+    pub(super) fn push(&self, item: Item) -> usize {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let (app, id, k) = (item.app_name.clone(), item.id.clone(), kind(item.action));
         match item.action {
@@ -75,10 +96,23 @@ impl Outbox {
             }
             _ => {}
         }
+        let key = (app, id, k);
+        let mut given_up = 0;
+        if pending.items.len() >= self.max && !pending.items.contains_key(&key) {
+            let oldest = pending
+                .items
+                .iter()
+                .min_by_key(|(_, q)| q.seq)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                pending.items.remove(&oldest);
+                given_up = 1;
+            }
+        }
         let seq = pending.next;
-        pending.next += 1;
+        pending.next = pending.next.wrapping_add(1);
         pending.items.insert(
-            (app, id, k),
+            key,
             Queued {
                 seq,
                 since: Instant::now(),
@@ -87,6 +121,7 @@ impl Outbox {
         );
         drop(pending);
         self.wake.notify_one();
+        given_up
     }
 
     /// Takes up to `max` writes, oldest first.
@@ -127,9 +162,14 @@ impl Outbox {
                     && *i == key.1
                     && q.seq > queued.seq
             });
-            if !cancelled && !pending.items.contains_key(&key) {
-                pending.items.insert(key, queued);
+            if cancelled || pending.items.contains_key(&key) {
+                continue;
             }
+            if pending.items.len() >= self.max {
+                given_up += 1; // newer writes took its place meanwhile
+                continue;
+            }
+            pending.items.insert(key, queued);
         }
         given_up
     }
@@ -203,6 +243,23 @@ mod tests {
         outbox.push(Item::new(Action::StatusUpdate, "orders", "o-1"));
         outbox.push(Item::new(Action::Cancel, "orders", "o-1"));
         assert_eq!(actions(&outbox), [("o-1".into(), Action::Cancel)]);
+    }
+
+    #[test]
+    fn past_its_bound_the_oldest_write_is_given_up() {
+        let outbox = Outbox::bounded(3);
+        let mut given_up = 0;
+        for k in 0..1_000 {
+            given_up += outbox.push(Item::new(Action::Cancel, "orders", &format!("gone-{k}")));
+        }
+        assert_eq!(given_up, 997);
+        let ids: Vec<_> = actions(&outbox).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["gone-997", "gone-998", "gone-999"]);
+        assert_eq!(
+            outbox.push(Item::new(Action::Cancel, "orders", "gone-1")),
+            0,
+            "room again once taken"
+        );
     }
 
     #[test]

@@ -10,7 +10,23 @@ use super::send::post_batch;
 use super::wire::{Action, Item};
 use super::{ReplicationStats, base_url};
 use crate::model::json;
+use crate::server::limits::warn::{Throttle, throttled_warn};
 use crate::server::{Credentials, Shared};
+
+/// How this server replicates to its peers.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// How long a peer has to answer a batch (and the start-up pull).
+    pub(crate) timeout: Duration,
+    /// What this server sends as a peer.
+    pub(crate) credentials: Option<Credentials>,
+    /// The most writes waiting for one peer.
+    pub(crate) max_queue: usize,
+    /// The most bytes of a peer's answer read.
+    pub(crate) max_answer_bytes: usize,
+    /// For the warnings a peer's failures repeat.
+    pub(crate) throttle: Arc<Throttle>,
+}
 
 /// The other registry servers and the forwarding queues to them.
 #[derive(Debug)]
@@ -28,23 +44,21 @@ impl Peers {
         urls: Vec<String>,
         http: reqwest::Client,
         store: std::sync::Weak<Shared>,
-        timeout: Duration,
-        credentials: Option<Credentials>,
+        settings: Settings,
     ) -> Self {
         let urls: Vec<String> = urls.iter().map(|u| base_url(u)).collect();
         let failed = Arc::new(AtomicU64::new(0));
         let queues = urls
             .iter()
             .map(|url| {
-                let outbox = Arc::new(Outbox::default());
+                let outbox = Arc::new(Outbox::bounded(settings.max_queue));
                 tokio::spawn(forward_loop(
                     url.clone(),
                     outbox.clone(),
                     http.clone(),
                     store.clone(),
-                    timeout,
                     failed.clone(),
-                    credentials.clone(),
+                    settings.clone(),
                 ));
                 outbox
             })
@@ -73,10 +87,11 @@ impl Peers {
         &self.urls
     }
 
-    /// Queues a client's write for every peer.
+    /// Queues a client's write for every peer (giving up the oldest of a full queue).
     pub(crate) fn forward(&self, item: Item) {
         for outbox in &self.queues {
-            outbox.push(item.clone());
+            let given_up = outbox.push(item.clone());
+            self.failed.fetch_add(given_up as u64, Ordering::SeqCst);
             self.forwarded.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -106,9 +121,8 @@ async fn forward_loop(
     out: Arc<Outbox>,
     http: reqwest::Client,
     shared: std::sync::Weak<Shared>,
-    timeout: Duration,
     failed: Arc<AtomicU64>,
-    credentials: Option<Credentials>,
+    settings: Settings,
 ) {
     let endpoint = format!("{url}peerreplication/batch/");
     let mut pause = Duration::ZERO;
@@ -124,22 +138,18 @@ async fn forward_loop(
         tokio::time::sleep(pause).await;
         let queued = out.take(BATCH_SIZE);
         let batch: Vec<Item> = queued.iter().map(|q| q.item.clone()).collect();
-        let Some(answer) = post_batch(
-            &http,
-            &url,
-            &endpoint,
-            &batch,
-            timeout,
-            credentials.as_ref(),
-        )
-        .await
-        else {
+        let Some(answer) = post_batch(&http, &url, &endpoint, &batch, &settings).await else {
             // Back in the outbox, behind nothing newer: the peer gets the latest state of each
             // instance when it answers again, however long it was away (up to GIVE_UP_AFTER).
             let given_up = out.put_back(queued);
             failed.fetch_add(given_up as u64, Ordering::SeqCst);
-            pause = (pause * 2).clamp(Duration::from_millis(200), Duration::from_secs(5));
-            tracing::warn!(
+            pause = pause
+                .saturating_mul(2)
+                .clamp(Duration::from_millis(200), Duration::from_secs(5));
+            throttled_warn!(
+                settings.throttle,
+                "peer-batch",
+                url,
                 "peer {url} did not take a batch of {} writes; retrying in {pause:?}",
                 batch.len()
             );

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -11,21 +12,47 @@ use axum::response::{IntoResponse, Response};
 use super::wire::{Action, Batch, BatchResponse, Item, ItemResponse};
 use crate::model::{Status, json};
 use crate::server::Shared;
+use crate::server::limits::numbers::check_dirty;
+use crate::server::limits::warn::{Source, throttled_warn};
+use crate::server::routes::refusal_status;
 use crate::server::store::Renewed;
 
+fn refused(shared: &Shared, source: Source, status: StatusCode, why: String) -> Response {
+    throttled_warn!(
+        shared.throttle,
+        "batch",
+        source,
+        "replication batch refused ({status}): {why}"
+    );
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        why,
+    )
+        .into_response()
+}
+
 /// `POST peerreplication/batch/`: applies each item as a replication, never forwarding it.
-pub(in crate::server) async fn batch(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+pub(in crate::server) async fn batch(
+    State(shared): State<Arc<Shared>>,
+    source: Option<Extension<Source>>,
+    body: Bytes,
+) -> Response {
+    let source = source.map(|s| s.0).unwrap_or_default();
     let batch: Batch = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                format!("malformed replication batch: {e}"),
-            )
-                .into_response();
+            let why = format!("malformed replication batch: {e}");
+            return refused(&shared, source, StatusCode::BAD_REQUEST, why);
         }
     };
+    // Each answer may carry a whole instance (a 409): the count bounds the answer's size.
+    let max = shared.config.limits.max_batch_items;
+    let n = batch.replication_list.len();
+    if n > max {
+        let why = format!("a replication batch of {n} items, at most {max} (--max-batch-items)");
+        return refused(&shared, source, StatusCode::PAYLOAD_TOO_LARGE, why);
+    }
     let responses: Vec<ItemResponse> = batch
         .replication_list
         .into_iter()
@@ -34,6 +61,18 @@ pub(in crate::server) async fn batch(State(shared): State<Arc<Shared>>, body: By
             apply(&shared, item)
         })
         .collect();
+    let bad = responses
+        .iter()
+        .filter(|r| matches!(r.status_code, 400 | 413 | 429))
+        .count();
+    if bad > 0 {
+        throttled_warn!(
+            shared.throttle,
+            "batch-items",
+            source,
+            "replication batch: {bad} of {n} items refused (malformed, over a limit, or dated ahead)"
+        );
+    }
     axum::Json(BatchResponse {
         response_list: responses,
     })
@@ -50,6 +89,12 @@ fn code(status_code: u16) -> ItemResponse {
 fn apply(shared: &Shared, item: Item) -> ItemResponse {
     let store = &shared.store;
     let parse_status = |s: &Option<String>| s.as_deref().map(Status::lenient);
+    if let Some(d) = item.last_dirty_timestamp {
+        let now = store.clock().now_ms();
+        if check_dirty(d, now, shared.config.limits.max_clock_skew).is_err() {
+            return code(400);
+        }
+    }
     match item.action {
         Action::Register => {
             let Some(info) = item.instance_info else {
@@ -59,7 +104,7 @@ fn apply(shared: &Shared, item: Item) -> ItemResponse {
                 // The batch reports 200 for a registration (the route answers 204).
                 Ok(i) => match store.register(&item.app_name, i) {
                     Ok(_) => code(200),
-                    Err(_) => code(400),
+                    Err(e) => code(refusal_status(&e).as_u16()),
                 },
                 Err(_) => code(400),
             }

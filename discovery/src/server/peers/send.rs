@@ -5,8 +5,26 @@ use std::time::Duration;
 
 use axum::http::{StatusCode, header};
 
+use super::Settings;
 use super::wire::{BatchResponse, Item};
 use crate::server::Credentials;
+use crate::server::limits::warn::throttled_warn;
+
+/// A peer's answer, read up to `max` bytes: `None` past that (or if it breaks off), so that a
+/// peer, or whoever answers in its name on plaintext, cannot make this server hold more.
+pub(super) async fn read_capped(mut answer: reqwest::Response, max: usize) -> Option<Vec<u8>> {
+    if answer.content_length().is_some_and(|n| n > max as u64) {
+        return None;
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = answer.chunk().await.ok()? {
+        if body.len().saturating_add(chunk.len()) > max {
+            return None;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Some(body)
+}
 
 /// A request with this server's peer credentials, if it has any.
 pub(super) fn as_peer(
@@ -26,34 +44,50 @@ pub(super) async fn post_batch(
     url: &str,
     endpoint: &str,
     batch: &[Item],
-    timeout: Duration,
-    credentials: Option<&Credentials>,
+    settings: &Settings,
 ) -> Option<BatchResponse> {
     let body = serde_json::json!({ "replicationList": batch });
     let mut answer = None;
     for attempt in 0..3u32 {
-        let sent = as_peer(http.post(endpoint), credentials)
-            .timeout(timeout)
+        let sent = as_peer(http.post(endpoint), settings.credentials.as_ref())
+            .timeout(settings.timeout)
             .header(header::ACCEPT.as_str(), "application/json")
             .json(&body)
             .send()
             .await;
         match sent {
             Ok(r) if r.status().is_success() => {
-                answer = r.json::<BatchResponse>().await.ok();
+                let body = read_capped(r, settings.max_answer_bytes).await;
+                answer = body.and_then(|b| serde_json::from_slice::<BatchResponse>(&b).ok());
+                if answer.is_none() {
+                    throttled_warn!(
+                        settings.throttle,
+                        "peer-answer",
+                        url,
+                        "peer {url} answered a batch with something else than a batch answer \
+                         (or more than {} bytes)",
+                        settings.max_answer_bytes
+                    );
+                }
                 break;
             }
             Ok(r) if r.status() != StatusCode::SERVICE_UNAVAILABLE => {
-                if matches!(r.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
-                    tracing::warn!(
-                        "peer {url} refused this server's peer credentials ({}): check --peer-user",
-                        r.status()
+                let status = r.status();
+                if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+                    throttled_warn!(
+                        settings.throttle,
+                        "peer-credentials",
+                        url,
+                        "peer {url} refused this server's peer credentials ({status}): check \
+                         --peer-user"
                     );
                 }
-                tracing::warn!(
-                    "peer {url} refused a batch of {}: {}",
-                    batch.len(),
-                    r.status()
+                throttled_warn!(
+                    settings.throttle,
+                    "peer-refused",
+                    url,
+                    "peer {url} refused a batch of {}: {status}",
+                    batch.len()
                 );
                 break;
             }

@@ -14,6 +14,14 @@ pub(crate) async fn sync_from_peers(
     http: &reqwest::Client,
     timeout: Duration,
 ) -> usize {
+    // The largest registry this server could hold, written out: its instances at their
+    // largest, twice over for the JSON around them (and at least 64 MiB).
+    let limits = &shared.config.limits;
+    let max = limits
+        .max_instances
+        .saturating_mul(limits.max_instance_bytes)
+        .saturating_mul(2)
+        .max(64 << 20);
     for url in shared.peers.urls() {
         let got = super::send::as_peer(
             http.get(format!("{url}apps/")),
@@ -24,9 +32,14 @@ pub(crate) async fn sync_from_peers(
         .send()
         .await;
         let body = match got {
-            Ok(r) if r.status().is_success() => match r.bytes().await {
-                Ok(b) => b,
-                Err(_) => continue,
+            Ok(r) if r.status().is_success() => match super::send::read_capped(r, max).await {
+                Some(b) => b,
+                None => {
+                    tracing::warn!(
+                        "peer {url}'s registry broke off or is over {max} bytes: not taken"
+                    );
+                    continue;
+                }
             },
             Ok(r) => {
                 tracing::info!("peer {url} answered {} to the start-up fetch", r.status());

@@ -15,8 +15,10 @@ use axum::routing::{get, post, put};
 use serde::Deserialize;
 
 use super::access::{self, Replication};
+use super::limits::numbers::check_dirty;
+use super::limits::warn::{Source, throttled_warn};
 use super::peers::{Action, Item};
-use super::store::Renewed;
+use super::store::{RegisterError, Renewed};
 use super::{Shared, dashboard, peers};
 use crate::model::{self, Format, Status};
 use reads::{all_apps, delta, instance_by_id, one_app, one_instance, overrides, status, svip, vip};
@@ -26,7 +28,7 @@ pub const REPLICATION_HEADER: &str = "x-netflix-discovery-replication";
 
 /// Every route of a server, before path normalisation.
 pub(super) fn router(shared: Arc<Shared>) -> Router {
-    let max = shared.config.max_body_bytes;
+    let max = shared.config.limits.max_body_bytes;
     let api = Router::new()
         .route("/eureka/apps", get(all_apps))
         .route("/eureka/apps/delta", get(delta))
@@ -104,12 +106,44 @@ pub(super) fn empty(status: StatusCode) -> Response {
 }
 
 fn bad_request(message: impl Into<String>) -> Response {
+    text(StatusCode::BAD_REQUEST, message.into())
+}
+
+fn text(status: StatusCode, message: String) -> Response {
     (
-        StatusCode::BAD_REQUEST,
+        status,
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        message.into(),
+        message,
     )
         .into_response()
+}
+
+/// The status of a refused write: 429 when the registry is full, 413 for an instance over the
+/// size limits, 400 for the rest.
+pub(in crate::server) fn refusal_status(e: &RegisterError) -> StatusCode {
+    match e {
+        RegisterError::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
+        RegisterError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// A refused write: its status, the reason as the body, and a warning (at most one per source
+/// and interval: a client in a loop must not become a loop of log lines).
+fn refused(
+    shared: &Shared,
+    source: Source,
+    what: &str,
+    e: &dyn std::fmt::Display,
+    status: StatusCode,
+) -> Response {
+    throttled_warn!(
+        shared.throttle,
+        "refused",
+        source,
+        "{what} refused ({status}): {e}"
+    );
+    text(status, e.to_string())
 }
 
 /// Whether a write is a replication (and counts it): marked by Eureka's header or the query
@@ -134,10 +168,18 @@ pub(super) struct Marks {
 }
 
 impl Marks {
-    fn last_dirty(&self) -> Option<u64> {
-        self.last_dirty_timestamp
+    /// The `lastDirtyTimestamp`, if it is a number (ignored otherwise, as before); refused when
+    /// it is further ahead of this server's clock than the limit.
+    fn last_dirty(&self, shared: &Shared) -> Result<Option<u64>, RegisterError> {
+        let Some(t) = self
+            .last_dirty_timestamp
             .as_deref()
             .and_then(|t| t.trim().parse().ok())
+        else {
+            return Ok(None);
+        };
+        let now = shared.store.clock().now_ms();
+        check_dirty(t, now, shared.config.limits.max_clock_skew).map(Some)
     }
 }
 
@@ -145,11 +187,15 @@ async fn register(
     State(shared): State<Arc<Shared>>,
     Path(app): Path<String>,
     Extension(replication): Extension<Replication>,
+    source: Option<Extension<Source>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let source = source.map(|s| s.0).unwrap_or_default();
+    let what = format!("registration in {app}");
     if body.iter().all(u8::is_ascii_whitespace) {
-        return bad_request("Missing instance: the body is empty");
+        let e = "Missing instance: the body is empty";
+        return refused(&shared, source, &what, &e, StatusCode::BAD_REQUEST);
     }
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -157,7 +203,7 @@ async fn register(
     let now = shared.store.clock().now_ms();
     let instance = match model::read_instance(content_type, &body, now) {
         Ok(i) => i,
-        Err(e) => return bad_request(e.to_string()),
+        Err(e) => return refused(&shared, source, &what, &e, StatusCode::BAD_REQUEST),
     };
     match shared.store.register(&app, instance) {
         Ok(stored) => {
@@ -168,7 +214,7 @@ async fn register(
             // 204, "to be backwards compatible": the js and Java clients require exactly it.
             empty(StatusCode::NO_CONTENT)
         }
-        Err(e) => bad_request(e.to_string()),
+        Err(e) => refused(&shared, source, &what, &e, refusal_status(&e)),
     }
 }
 
@@ -177,15 +223,20 @@ async fn heartbeat(
     Path((app, id)): Path<(String, String)>,
     Query(marks): Query<Marks>,
     Extension(replication): Extension<Replication>,
+    source: Option<Extension<Source>>,
 ) -> Response {
+    let last_dirty = match marks.last_dirty(&shared) {
+        Ok(d) => d,
+        Err(e) => {
+            let source = source.map(|s| s.0).unwrap_or_default();
+            let what = format!("heartbeat of {id} of {app}");
+            return refused(&shared, source, &what, &e, StatusCode::BAD_REQUEST);
+        }
+    };
     let replication = replicated(&shared, replication);
-    let outcome = shared
-        .store
-        .renew(&app, &id, marks.last_dirty(), replication);
+    let outcome = shared.store.renew(&app, &id, last_dirty, replication);
     if !replication && outcome != Renewed::NotFound {
-        shared
-            .peers
-            .forward(Item::heartbeat(&app, &id, marks.last_dirty()));
+        shared.peers.forward(Item::heartbeat(&app, &id, last_dirty));
     }
     match outcome {
         Renewed::Ok => empty(StatusCode::OK),
@@ -227,16 +278,20 @@ async fn set_status(
         Ok(s) => s,
         Err(e) => return bad_request(format!("{e}")),
     };
+    let last_dirty = match marks.last_dirty(&shared) {
+        Ok(d) => d,
+        Err(e) => return bad_request(e.to_string()),
+    };
     if !shared
         .store
-        .override_status(&app, &id, Some(status), status, marks.last_dirty())
+        .override_status(&app, &id, Some(status), status, last_dirty)
     {
         return empty(StatusCode::NOT_FOUND);
     }
     if !replicated(&shared, replication) {
         let mut item = Item::new(Action::StatusUpdate, &app, &id);
         item.status = Some(status.as_str().to_owned());
-        item.last_dirty_timestamp = marks.last_dirty();
+        item.last_dirty_timestamp = last_dirty;
         shared.peers.forward(item);
     }
     empty(StatusCode::OK)
@@ -253,16 +308,20 @@ async fn remove_status(
         Some(Ok(s)) => s,
         Some(Err(e)) => return bad_request(format!("{e}")),
     };
+    let last_dirty = match marks.last_dirty(&shared) {
+        Ok(d) => d,
+        Err(e) => return bad_request(e.to_string()),
+    };
     if !shared
         .store
-        .override_status(&app, &id, None, fallback, marks.last_dirty())
+        .override_status(&app, &id, None, fallback, last_dirty)
     {
         return empty(StatusCode::NOT_FOUND);
     }
     if !replicated(&shared, replication) {
         let mut item = Item::new(Action::DeleteStatusOverride, &app, &id);
         item.status = Some(fallback.as_str().to_owned());
-        item.last_dirty_timestamp = marks.last_dirty();
+        item.last_dirty_timestamp = last_dirty;
         shared.peers.forward(item);
     }
     empty(StatusCode::OK)
@@ -273,6 +332,7 @@ async fn metadata(
     Path((app, id)): Path<(String, String)>,
     Query(pairs): Query<Vec<(String, String)>>,
     Extension(replication): Extension<Replication>,
+    source: Option<Extension<Source>>,
 ) -> Response {
     let mut seen = std::collections::HashSet::new();
     let mut first = Vec::new();
@@ -286,7 +346,11 @@ async fn metadata(
     let updated = match shared.store.update_metadata(&app, &id, first) {
         Ok(Some(updated)) => updated,
         Ok(None) => return empty(StatusCode::NOT_FOUND),
-        Err(e) => return bad_request(e.to_string()),
+        Err(e) => {
+            let source = source.map(|s| s.0).unwrap_or_default();
+            let what = format!("metadata update of {id} of {app}");
+            return refused(&shared, source, &what, &e, refusal_status(&e));
+        }
     };
     if !replicated(&shared, replication) {
         // Eureka replicates a metadata change as a registration.

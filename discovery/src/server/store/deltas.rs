@@ -4,41 +4,73 @@
 //! 180 full copies in the window and in every delta read. A client applies a delta's entries in
 //! order and keeps only the outcome, so the latest entry per instance carries everything it
 //! needs: older ones are dropped when a newer one arrives.
+//!
+//! The window is bounded: an instance registered and cancelled under a new id each time would
+//! otherwise add an entry per request for the whole retention time. Past the bound the oldest
+//! entries go early; a client that missed them sees its hashcode differ from the server's, and
+//! fetches the whole registry, as Eureka's clients do.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::model::Instance;
 
 /// Changes in the order they were made, at most one per (application, instance id).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Deltas {
     /// By sequence number: (when, the instance as it was after the change).
     entries: BTreeMap<u64, (u64, Instance)>,
     /// The sequence number of each instance's entry.
     latest: HashMap<(String, String), u64>,
     next: u64,
+    /// The most entries kept (`usize::MAX` by default).
+    max: usize,
+}
+
+impl Default for Deltas {
+    fn default() -> Self {
+        Self::bounded(usize::MAX)
+    }
 }
 
 impl Deltas {
+    /// A window of at most `max` entries (at least 1).
+    pub(super) fn bounded(max: usize) -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            latest: HashMap::new(),
+            next: 0,
+            max: max.max(1),
+        }
+    }
+
     /// Records a change, replacing the instance's earlier one.
     pub(super) fn push(&mut self, at: u64, instance: Instance) {
         let key = (instance.app.clone(), instance.id().to_owned());
         let seq = self.next;
-        self.next += 1;
+        self.next = self.next.wrapping_add(1);
         if let Some(old) = self.latest.insert(key, seq) {
             self.entries.remove(&old);
         }
         self.entries.insert(seq, (at, instance));
+        while self.entries.len() > self.max {
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((_, (_, i))) = self.entries.pop_first() {
+            self.latest.remove(&(i.app.clone(), i.id().to_owned()));
+        }
     }
 
     /// Forgets the changes older than `retention` ms.
     pub(super) fn trim(&mut self, now: u64, retention: u64) {
-        while let Some(entry) = self.entries.first_entry() {
-            if now.saturating_sub(entry.get().0) <= retention {
-                break;
-            }
-            let (_, (_, i)) = entry.remove_entry();
-            self.latest.remove(&(i.app.clone(), i.id().to_owned()));
+        while self
+            .entries
+            .first_key_value()
+            .is_some_and(|(_, (at, _))| now.saturating_sub(*at) > retention)
+        {
+            self.pop_oldest();
         }
     }
 
@@ -77,5 +109,16 @@ mod tests {
         );
         d.push(201, Instance::new("a", "h", 1).with_id("x"));
         assert_eq!(d.iter().count(), 3);
+    }
+
+    #[test]
+    fn past_its_bound_the_oldest_entries_go_early() {
+        let mut d = Deltas::bounded(3);
+        for k in 0..1_000 {
+            d.push(k, Instance::new("a", "h", 1).with_id(format!("gone-{k}")));
+        }
+        let kept: Vec<_> = d.iter().map(Instance::id).collect();
+        assert_eq!(kept, ["gone-997", "gone-998", "gone-999"]);
+        assert_eq!(d.latest.len(), 3, "the index is bounded too");
     }
 }

@@ -9,7 +9,7 @@ use crate::model::ActionType;
 
 impl Store {
     pub(super) fn settle(&self, state: &mut State, now: u64) {
-        let retention = self.config.delta_retention.as_millis() as u64;
+        let retention = crate::server::limits::numbers::millis(self.config.delta_retention);
         state.deltas.trim(now, retention);
         while state
             .expired_until
@@ -80,7 +80,7 @@ impl Store {
             );
             state.overrides.remove(i.id());
             state.deltas.push(now, i);
-            state.version += 1;
+            state.version = state.version.wrapping_add(1);
             state
                 .expired_until
                 .push_back(now.saturating_add(duration_ms));

@@ -67,6 +67,42 @@ pub enum RegisterError {
         /// The character.
         found: char,
     },
+    /// The client's `lastDirtyTimestamp` is further ahead of this server's clock than
+    /// [`Limits::max_clock_skew`](crate::server::Limits::max_clock_skew).
+    #[error(
+        "lastDirtyTimestamp {found} is more than {max_secs} s ahead of this server's clock ({now} ms since the epoch): check the client's clock"
+    )]
+    AheadOfClock {
+        /// The timestamp, epoch ms.
+        found: u64,
+        /// The server's clock, epoch ms.
+        now: u64,
+        /// How far ahead is allowed, in seconds.
+        max_secs: u64,
+    },
+    /// The registry holds as many as a limit allows; the instance is new (re-registering one
+    /// that is there always works).
+    #[error("registry full: {limit} {what} already ({flag}); cancel some or raise the limit")]
+    Full {
+        /// What is full.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+        /// The `cluster-discovery serve` flag that sets it.
+        flag: &'static str,
+    },
+    /// The instance holds more than a limit allows.
+    #[error("instance too large: {found} {what}, at most {limit} ({flag})")]
+    TooLarge {
+        /// What is counted.
+        what: &'static str,
+        /// How many the instance has.
+        found: usize,
+        /// The limit.
+        limit: usize,
+        /// The `cluster-discovery serve` flag that sets it.
+        flag: &'static str,
+    },
 }
 
 /// What a heartbeat gets.
@@ -107,8 +143,14 @@ pub(crate) struct Store {
 
 impl Store {
     pub(crate) fn new(config: ServerConfig, clock: Clock) -> Self {
+        // A rolling deploy of the whole registry is one entry per instance gone and one per
+        // instance back: twice the instances is room for it.
+        let deltas = Deltas::bounded(config.limits.max_instances.saturating_mul(2));
         Self {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                deltas,
+                ..State::default()
+            }),
             clock,
             config,
         }

@@ -1,14 +1,61 @@
 //! Writes to the instance table: registrations, heartbeats, cancellations, status overrides and
 //! metadata, each recorded in the delta window.
 
+use std::collections::BTreeMap;
+
 use super::lease::{Lease, delta_copy};
 use super::{RegisterError, Renewed, State, Store};
 use crate::model::{self, ActionType, Instance, Status};
+use crate::server::Limits;
+use crate::server::limits::numbers::{check_dirty, lease_secs};
+
+/// Refuses an instance with more metadata entries or text than the limits allow.
+fn check_size(i: &Instance, limits: &Limits) -> Result<(), RegisterError> {
+    let entries = i.metadata.len().max(i.data_center.metadata.len());
+    if entries > limits.max_metadata_entries {
+        return Err(RegisterError::TooLarge {
+            what: "metadata entries",
+            found: entries,
+            limit: limits.max_metadata_entries,
+            flag: "--max-metadata-entries",
+        });
+    }
+    let bytes = model::instance_text_len(i);
+    if bytes > limits.max_instance_bytes {
+        return Err(RegisterError::TooLarge {
+            what: "bytes of text (fields and metadata)",
+            found: bytes,
+            limit: limits.max_instance_bytes,
+            flag: "--max-instance-bytes",
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a new instance of `app` when the registry, or the application, is full.
+fn check_room(state: &State, app: &str, limits: &Limits) -> Result<(), RegisterError> {
+    let full = |what, limit, flag| Err(RegisterError::Full { what, limit, flag });
+    let total: usize = state.apps.values().map(BTreeMap::len).sum();
+    if total >= limits.max_instances {
+        return full("instances", limits.max_instances, "--max-instances");
+    }
+    match state.apps.get(app) {
+        Some(leases) if leases.len() >= limits.max_instances_per_app => full(
+            "instances of this application",
+            limits.max_instances_per_app,
+            "--max-instances-per-app",
+        ),
+        None if state.apps.len() >= limits.max_apps => {
+            full("applications", limits.max_apps, "--max-apps")
+        }
+        _ => Ok(()),
+    }
+}
 
 impl Store {
     fn changed(state: &mut State, now: u64, lease: &Lease, action: ActionType) {
         state.deltas.push(now, delta_copy(lease, action));
-        state.version += 1;
+        state.version = state.version.wrapping_add(1);
     }
 
     /// Registers (or re-registers) an instance; `path_app` is the application of the URL.
@@ -39,16 +86,31 @@ impl Store {
         if let Some((field, found)) = model::instance_unrepresentable(&instance) {
             return Err(RegisterError::Unrepresentable { field, found });
         }
-        if instance.lease.duration_secs == 0 {
-            instance.lease.duration_secs = self.config.lease_duration.as_secs();
-        }
-        if instance.lease.renewal_interval_secs == 0 {
-            instance.lease.renewal_interval_secs = self.config.renewal_interval.as_secs();
-        }
-        Ok(self.settled(|state, now| {
+        let limits = &self.config.limits;
+        check_size(&instance, limits)?;
+        // 0 is the server's default; u64::MAX seconds would make an immortal instance.
+        instance.lease.duration_secs = lease_secs(
+            instance.lease.duration_secs,
+            self.config.lease_duration,
+            limits.max_lease,
+        );
+        instance.lease.renewal_interval_secs = lease_secs(
+            instance.lease.renewal_interval_secs,
+            self.config.renewal_interval,
+            limits.max_lease,
+        );
+        self.settled(|state, now| {
+            check_dirty(instance.last_dirty_timestamp, now, limits.max_clock_skew)?;
+            let id = instance.id().to_owned();
+            let known = state
+                .apps
+                .get(&instance.app)
+                .is_some_and(|leases| leases.contains_key(&id));
+            if !known {
+                check_room(state, &instance.app, limits)?;
+            }
             // The registry is being rebuilt: it no longer needs to hide that it is empty.
             state.warm_until = 0;
-            let id = instance.id().to_owned();
             let leases = state.apps.entry(instance.app.clone()).or_default();
             let previous = leases.get(&id);
             let mut service_up_ms = 0;
@@ -86,8 +148,8 @@ impl Store {
             let leases = state.apps.entry(lease.instance.app.clone()).or_default();
             leases.insert(id, lease.clone());
             Self::changed(state, now, &lease, ActionType::Added);
-            view
-        }))
+            Ok(view)
+        })
     }
 
     fn lease_mut<'a>(state: &'a mut State, app: &str, id: &str) -> Option<&'a mut Lease> {
@@ -115,7 +177,7 @@ impl Store {
             lease.last_seen_ms = now;
             let stored = lease.instance.last_dirty_timestamp;
             let view = lease.view();
-            state.renewals += 1;
+            state.renewals = state.renewals.saturating_add(1);
             match last_dirty {
                 Some(theirs) if theirs > stored => Renewed::NotFound,
                 Some(theirs) if theirs < stored && replication => Renewed::Conflict(Box::new(view)),
@@ -141,7 +203,7 @@ impl Store {
             let mut gone = delta_copy(&lease, ActionType::Deleted);
             gone.lease.eviction_timestamp = now;
             state.deltas.push(now, gone);
-            state.version += 1;
+            state.version = state.version.wrapping_add(1);
             true
         })
     }
@@ -201,18 +263,23 @@ impl Store {
                 return Err(RegisterError::Unrepresentable { field, found });
             }
         }
-        Ok(self.settled(|state, now| {
-            let lease = Self::lease_mut(state, app, id)?;
-            for (k, v) in pairs {
-                lease.instance.metadata.insert(k, v);
-            }
+        let limits = &self.config.limits;
+        self.settled(|state, now| {
+            let Some(lease) = Self::lease_mut(state, app, id) else {
+                return Ok(None);
+            };
+            // Checked on a copy: a refused update changes nothing.
+            let mut updated = lease.instance.clone();
+            updated.metadata.extend(pairs);
+            check_size(&updated, limits)?;
+            lease.instance = updated;
             lease.registered_ms = now;
             lease.last_seen_ms = now;
             lease.instance.action_type = Some(ActionType::Added);
             lease.instance.last_updated_timestamp = now;
             let lease = lease.clone();
             Self::changed(state, now, &lease, ActionType::Added);
-            Some(lease.view())
-        }))
+            Ok(Some(lease.view()))
+        })
     }
 }
