@@ -60,9 +60,13 @@ mod client;
 pub mod context;
 mod deadline;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod layer;
 mod node;
 pub mod options;
+mod rate_limited;
 pub mod registry;
 pub mod security;
 mod server;
@@ -78,15 +82,18 @@ pub use cluster_macros::service;
 pub use context::{Context, context};
 pub use error::{CallError, Reason, RpcError, RpcErrorKind, ServiceError};
 pub use node::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, Health, Node, NodeBuilder,
-    Registration, ServiceStatus, StartError,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FRAME_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, Health, Node, NodeBuilder, Registration, ServiceStatus,
+    StartError,
 };
 pub use options::{CallOptions, Source};
 pub use registry::{MemoryRegistry, Registry};
 pub use security::{Authority, Callers, GossipKey, Identity, IdentityError, KeyId, Keyring};
 pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, Provide};
 pub use service::{FunctionDescription, ServiceDescription};
-pub use transport::tcp::DEFAULT_MAX_OPENING_CONNECTIONS;
+pub use transport::tcp::{
+    DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_OPENING_CONNECTIONS,
+};
 pub use transport::{DEFAULT_MAX_FRAME, MAX_FRAME_LIMIT, MemoryNetwork, WIRE_VERSIONS};
 
 // The long-form docs, compiled as doc tests so their examples keep working.

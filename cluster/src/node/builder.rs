@@ -12,7 +12,8 @@ use crate::security::Identity;
 use crate::security::tls::Tls;
 use crate::server::{DEFAULT_MAX_CONCURRENT_CALLS, Dispatcher};
 use crate::transport::tcp::{
-    self, ConnectConfig, DEFAULT_MAX_OPENING_CONNECTIONS, ServeConfig, TcpConnector,
+    self, ConnectConfig, ConnectionLimits, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_OPENING_CONNECTIONS, FrameLimits, ServeConfig, TcpConnector,
 };
 use crate::transport::{
     Connector, DEFAULT_MAX_FRAME, ENVELOPE_OVERHEAD, MAX_FRAME_LIMIT, MemoryNetwork, WIRE_VERSIONS,
@@ -26,6 +27,15 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The default bound on requests in flight on one connection, 1000 (tarpc's own default); more
 /// wait on this side, where a timeout means the request was never sent.
 pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1000;
+
+/// The default time a frame that has begun to arrive has to finish, 10 s: a frame limit's worth
+/// (8 MiB) takes under a second on a LAN; a peer that sends half a frame and stops is closed.
+pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default time a connection with nothing in flight stays open, 5 min. The caller closes
+/// it first (at three quarters of the provider's, which its handshake tells), so that a request
+/// never meets a close on its way.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The largest bound on requests in flight on one connection a node may set.
 const MAX_IN_FLIGHT_LIMIT: usize = 1 << 20;
@@ -50,7 +60,11 @@ const MIN_FRAME: usize = 4 << 10;
 /// | `drain_timeout` | 30 s: how long a shutdown waits for running calls |
 /// | `connect_timeout` | 1 s: opening a connection, TCP and handshake |
 /// | `max_in_flight_per_connection` | 1000 (1 to 2^20) |
-/// | `max_opening_connections` | 256: connected but silent; past it the oldest is closed |
+/// | `max_opening_connections` | 256: connected but silent; past it the oldest of the busiest address is closed |
+/// | `max_connections` | 1024, and at most half the file limit: past it, a peer holding more than its share loses one |
+/// | `max_buffered_bytes` | 32 MiB (at least `max_frame`): bytes held for peers, node-wide |
+/// | `frame_timeout` | 10 s: a frame begun and not finished closes its connection |
+/// | `idle_timeout` | 5 min: a connection with nothing in flight is closed |
 /// | `wire_versions` | every version this build speaks, [`WIRE_VERSIONS`] |
 /// | `client_layer`, `provider_layer` | none |
 /// | `identity` or `insecure` | neither: over TCP, one must be given ([`StartError::Setting`]) |
@@ -62,6 +76,10 @@ pub struct NodeBuilder {
     connect_timeout: Option<Duration>,
     max_in_flight: Option<usize>,
     max_opening: Option<usize>,
+    max_connections: Option<usize>,
+    max_buffered_bytes: Option<usize>,
+    frame_timeout: Option<Duration>,
+    idle_timeout: Option<Duration>,
     wire: Option<std::ops::RangeInclusive<u32>>,
     client_layers: Vec<Arc<dyn ClientLayer>>,
     provider_layers: Vec<Arc<dyn ProviderLayer>>,
@@ -168,6 +186,39 @@ impl NodeBuilder {
         self
     }
 
+    /// The most connections past their handshake that this node serves at once (lowered to
+    /// half the process's file limit). Past it, a new caller closes a connection of the peer
+    /// that holds the most, if that peer holds more than its share; so a peer flooding the node
+    /// cannot lock the others out. See `docs/reliability.md`.
+    pub fn max_connections(mut self, limit: usize) -> Self {
+        self.max_connections = Some(limit);
+        self
+    }
+
+    /// The bytes this node holds for its callers at once: frames being received, requests in
+    /// flight and replies not yet sent. A connection that would pass it is not read from until
+    /// bytes come back (each may still hold 64 KiB of small requests). Raised to `max_frame`
+    /// if lower, so that one frame of the limit can always arrive.
+    pub fn max_buffered_bytes(mut self, bytes: usize) -> Self {
+        self.max_buffered_bytes = Some(bytes);
+        self
+    }
+
+    /// How long a frame that has begun to arrive may take to finish; past it, its connection
+    /// is closed.
+    pub fn frame_timeout(mut self, timeout: Duration) -> Self {
+        self.frame_timeout = Some(timeout);
+        self
+    }
+
+    /// How long a connection with nothing in flight and nothing received stays open. The
+    /// caller's side closes its connections sooner (at three quarters of the provider's), and
+    /// opens a new one for the next call.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = Some(timeout);
+        self
+    }
+
     /// The wire versions this node speaks, a range within [`WIRE_VERSIONS`]. Pinning the
     /// older version (`1..=1`) lets a node of this build take part in a cluster of the first
     /// release: no handshake, and no context (caller, request id, deadline, metadata) crosses.
@@ -241,6 +292,20 @@ impl NodeBuilder {
                 .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
             1..=usize::MAX,
         )?;
+        let max_connections = within(
+            "max_connections",
+            self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            1..=usize::MAX,
+        )?;
+        let max_buffered_bytes = within(
+            "max_buffered_bytes",
+            self.max_buffered_bytes
+                .unwrap_or(DEFAULT_MAX_BUFFERED_BYTES),
+            1..=usize::MAX,
+        )?
+        .max(max_frame);
+        let frame_timeout = positive("frame_timeout", self.frame_timeout, DEFAULT_FRAME_TIMEOUT)?;
+        let idle_timeout = positive("idle_timeout", self.idle_timeout, DEFAULT_IDLE_TIMEOUT)?;
         let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         if connect_timeout.is_zero() {
             return Err(StartError::Setting(
@@ -320,8 +385,20 @@ impl NodeBuilder {
                 let serving = ServeConfig {
                     node: shared_name.clone(),
                     versions: wire.clone(),
-                    max_frame,
+                    limits: FrameLimits {
+                        max_frame,
+                        frame_timeout,
+                        idle_timeout,
+                    },
+                    connection: ConnectionLimits {
+                        max_in_flight,
+                        // One frame of the limit, beside a connection's small requests; and at
+                        // most a quarter of the node's bytes while others wait for theirs.
+                        per_connection: (max_frame + tcp::FLOOR).max(max_buffered_bytes / 4),
+                    },
+                    max_buffered_bytes,
                     max_opening,
+                    max_connections,
                     tls: tls.clone(),
                 };
                 let (local, task) = tcp::serve(addr, dispatcher.clone(), serving, stopped)
@@ -333,6 +410,7 @@ impl NodeBuilder {
                     max_frame,
                     connect_timeout,
                     max_in_flight,
+                    idle_timeout,
                     tls: tls.clone(),
                 };
                 (
@@ -375,6 +453,21 @@ impl NodeBuilder {
     }
 }
 
+/// A duration setting, or its default; zero is refused (nothing could ever finish).
+fn positive(
+    setting: &str,
+    value: Option<Duration>,
+    default: Duration,
+) -> Result<Duration, StartError> {
+    match value.unwrap_or(default) {
+        Duration::ZERO => Err(StartError::Setting(format!(
+            "{setting} is zero: nothing could ever finish within it"
+        ))),
+        // Timers further out than this are no limit at all; tokio's would overflow.
+        value => Ok(value.min(crate::transport::tcp::MAX_DEADLINE)),
+    }
+}
+
 /// `value` of `setting`, if it is in `range`; a [`StartError::Setting`] that says the range if
 /// not: a setting that could never work is refused at start, not found out in production.
 fn within(
@@ -412,6 +505,10 @@ mod tests {
             Node::builder().max_opening_connections(0),
             Node::builder().max_concurrent_calls(0),
             Node::builder().connect_timeout(Duration::ZERO),
+            Node::builder().frame_timeout(Duration::ZERO),
+            Node::builder().idle_timeout(Duration::ZERO),
+            Node::builder().max_connections(0),
+            Node::builder().max_buffered_bytes(0),
             Node::builder().name(""),
             Node::builder().name("n".repeat(MAX_NAME + 1)),
         ];

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, NodeBuilder, StartError,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FRAME_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, NodeBuilder, StartError,
 };
 pub use health::{Health, ServiceStatus};
 pub use serve::Registration;

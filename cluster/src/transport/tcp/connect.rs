@@ -2,6 +2,8 @@
 //! at a time (the calls that need it meanwhile wait for that one), under a connect timeout of
 //! its own, and a bound on requests in flight on each connection that this side enforces, so
 //! that a request never waits in tarpc's queue where a timeout could not tell whether it left.
+//! A connection idle for three quarters of the provider's idle timeout is closed here, before
+//! the provider would: only this side knows that no request is about to leave on it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,7 +22,7 @@ use tokio_rustls::TlsConnector;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::MAX_DEADLINE;
-use super::limit::InFlightLimit;
+use super::limit::{InFlightLimit, NoPlace};
 use crate::registry::NodeInfo;
 use crate::security::tls::{self, Tls};
 use crate::transport::TransportError;
@@ -38,6 +40,9 @@ pub(crate) struct ConnectConfig {
     pub(crate) connect_timeout: Duration,
     /// Requests in flight on one connection; more wait here, where waiting means "not sent".
     pub(crate) max_in_flight: usize,
+    /// This node's idle timeout: a connection is closed here at three quarters of the lower of
+    /// it and the provider's.
+    pub(crate) idle_timeout: Duration,
     /// Mutual TLS; `None` on a node started `insecure()`.
     pub(crate) tls: Option<Arc<Tls>>,
 }
@@ -168,13 +173,23 @@ impl TcpConnector {
                 self.config.versions
             )));
         };
-        let conn = self.connection(to, version, deadline).await?;
+        let mut conn = self.connection(to, version, deadline).await?;
         // Waiting here is waiting before the request is handed to tarpc: it has not left.
-        let Some(_place) = conn.in_flight.take(deadline).await else {
-            return Err(TransportError::NotSent(format!(
-                "{} requests were in flight to {to} and none ended in time",
-                self.config.max_in_flight
-            )));
+        let _place = loop {
+            match conn.in_flight.take(deadline).await {
+                Ok(place) => break place,
+                Err(NoPlace::Full) => {
+                    return Err(TransportError::NotSent(format!(
+                        "{} requests were in flight to {to} and none ended in time",
+                        self.config.max_in_flight
+                    )));
+                }
+                // Closed for idling just now: a new connection, as for the first call.
+                Err(NoPlace::Closed) => {
+                    self.evict(to.addr, &conn);
+                    conn = self.connection(to, version, deadline).await?;
+                }
+            }
         };
         let mut ctx = tarpc::context::current();
         // tarpc's timer panics on a deadline years away; "no limit" is a year here.
@@ -317,6 +332,7 @@ async fn opened<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let mut idle = config.idle_timeout;
     if version >= 2 {
         let hello = Hello {
             versions: (2.max(*config.versions.start()), *config.versions.end()),
@@ -341,6 +357,8 @@ where
         if let Some(why) = welcome.refusal {
             return Err(if welcome.needs_tls {
                 TransportError::Untrusted(why)
+            } else if welcome.busy {
+                TransportError::NotSent(format!("{to} refused a connection: {why}"))
             } else {
                 TransportError::WireVersion(why)
             });
@@ -350,6 +368,9 @@ where
                 "{to} agreed to wire version {}, which this node did not offer",
                 welcome.version
             )));
+        }
+        if welcome.idle_timeout_ms > 0 {
+            idle = idle.min(Duration::from_millis(welcome.idle_timeout_ms));
         }
         // The address is the registry's; the name is the peer's own. They differ when the
         // entry is stale (another node took the port): the request goes elsewhere.
@@ -366,22 +387,49 @@ where
     let framed = Framed::new(stream, codec);
     let mut tarpc_config = tarpc::client::Config::default();
     tarpc_config.max_in_flight_requests = config.max_in_flight;
+    let in_flight = Arc::new(InFlightLimit::new(config.max_in_flight));
+    let idle = Idle {
+        after: idle * 3 / 4,
+        in_flight: in_flight.clone(),
+    };
     let (client, dispatch) = if version >= 2 {
         let transport = tarpc::serde_transport::new(framed, Bincode::default());
         let tarpc::client::NewClient { client, dispatch } =
             v2::WireClient::new(tarpc_config, transport);
-        (WireClient::V2(client), spawn_dispatch(to, dispatch))
+        (WireClient::V2(client), spawn_dispatch(to, dispatch, idle))
     } else {
         let transport = tarpc::serde_transport::new(framed, Bincode::default());
         let tarpc::client::NewClient { client, dispatch } =
             v1::WireClient::new(tarpc_config, transport);
-        (WireClient::V1(client), spawn_dispatch(to, dispatch))
+        (WireClient::V1(client), spawn_dispatch(to, dispatch, idle))
     };
     Ok(Connection {
         client,
         dispatch,
-        in_flight: Arc::new(InFlightLimit::new(config.max_in_flight)),
+        in_flight,
     })
+}
+
+/// When a pooled connection is closed for idling.
+struct Idle {
+    after: Duration,
+    in_flight: Arc<InFlightLimit>,
+}
+
+impl Idle {
+    /// Returns once the connection has been closed for idling.
+    async fn closed(self) {
+        loop {
+            // Not before a fraction of the timeout: a connection busy all along is checked
+            // again after that, not in a loop.
+            let due =
+                (self.in_flight.last_active() + self.after).max(Instant::now() + self.after / 8);
+            tokio::time::sleep_until(due).await;
+            if self.in_flight.close_if_idle(self.after) {
+                return;
+            }
+        }
+    }
 }
 
 /// The TLS verdict inside an I/O error (a certificate refused, an alert received), if that is
@@ -390,15 +438,18 @@ fn tls_refusal(e: &std::io::Error) -> Option<&rustls::Error> {
     e.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
-fn spawn_dispatch<F, E>(to: &NodeInfo, dispatch: F) -> tokio::task::AbortHandle
+fn spawn_dispatch<F, E>(to: &NodeInfo, dispatch: F, idle: Idle) -> tokio::task::AbortHandle
 where
     F: std::future::Future<Output = Result<(), E>> + Send + 'static,
     E: std::fmt::Display,
 {
     let to = to.clone();
     tokio::spawn(async move {
-        if let Err(e) = dispatch.await {
-            tracing::debug!("the connection to {to} closed: {e}");
+        tokio::select! {
+            ended = dispatch => if let Err(e) = ended {
+                tracing::debug!("the connection to {to} closed: {e}");
+            },
+            () = idle.closed() => tracing::debug!("closed the idle connection to {to}"),
         }
     })
     .abort_handle()

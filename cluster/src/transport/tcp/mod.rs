@@ -2,14 +2,25 @@
 //! handshake that agrees the wire version ([`super::wire::handshake`]), re-established after
 //! failure.
 
+mod budget;
 mod channel;
 mod codec;
 mod connect;
+mod established;
+mod files;
+mod frames;
 mod limit;
 mod opening;
 mod serve;
+#[cfg(test)]
+mod tests;
 
+pub(crate) use budget::ConnectionLimits;
+pub use budget::DEFAULT_MAX_BUFFERED_BYTES;
+pub(crate) use budget::FLOOR;
 pub(crate) use connect::{ConnectConfig, TcpConnector};
+pub use established::DEFAULT_MAX_CONNECTIONS;
+pub(crate) use frames::FrameLimits;
 pub use opening::DEFAULT_MAX_OPENING_CONNECTIONS;
 
 /// The furthest deadline handed to tarpc, on either side: a year. tarpc's timers panic on one a

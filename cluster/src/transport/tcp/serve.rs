@@ -13,16 +13,18 @@ use tarpc::server::{BaseChannel, Channel};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::task::AbortHandle;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
-use tokio_util::bytes::{Bytes, BytesMut};
-use tokio_util::codec::{Framed, FramedParts, LengthDelimitedCodec};
 
+use super::budget::{Account, Budget, ConnectionLimits};
 use super::channel;
-use super::codec::Clamping;
+use super::established::{Established, Full, Peer};
+use super::frames::{FrameLimits, Frames, count_reply, with_hold};
 use super::opening::{OpeningSlot, Openings};
 use crate::error::Reason;
+use crate::rate_limited::RateLimited;
 use crate::security::tls::{TLS_HANDSHAKE_RECORD, Tls};
 use crate::server::Dispatcher;
 use crate::transport::wire::handshake::{self, Opening};
@@ -33,16 +35,34 @@ use crate::transport::wire::{Reply, v1, v2};
 /// How long a new connection has to say how it opens (a handshake, or a wire 1 frame).
 const OPENING_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Replies a connection's handlers may have handed to tarpc before they wait for the writer.
+/// A reply's bytes are counted until then ([`super::budget`]); these few are not.
+const PENDING_REPLIES: usize = 8;
+
 /// What the listener needs to know to serve connections.
 #[derive(Clone)]
 pub(crate) struct ServeConfig {
     pub(crate) node: Arc<str>,
     pub(crate) versions: RangeInclusive<u32>,
-    pub(crate) max_frame: usize,
+    pub(crate) limits: FrameLimits,
+    pub(crate) connection: ConnectionLimits,
+    /// Bytes held for all peers at once, past each connection's small allowance.
+    pub(crate) max_buffered_bytes: usize,
     /// Connections that may be opening (not yet spoken) at once.
     pub(crate) max_opening: usize,
+    /// Connections past their handshake.
+    pub(crate) max_connections: usize,
     /// Mutual TLS; `None` on a node started `insecure()`.
     pub(crate) tls: Option<Arc<Tls>>,
+}
+
+/// What every connection of one listener shares.
+struct Shared {
+    dispatcher: Arc<Dispatcher>,
+    config: ServeConfig,
+    budget: Arc<Budget>,
+    established: Arc<Established>,
+    warnings: Arc<RateLimited>,
 }
 
 /// Listens on `addr` until `stop` turns true; then closes the listener and every connection,
@@ -55,7 +75,15 @@ pub(crate) async fn serve(
 ) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let openings = Openings::new(config.max_opening);
+    let (max_opening, max_connections) = super::files::fit(&config);
+    let openings = Openings::new(max_opening);
+    let shared = Arc::new(Shared {
+        dispatcher,
+        budget: Budget::new(config.max_buffered_bytes),
+        established: Established::new(max_connections),
+        warnings: Arc::default(),
+        config,
+    });
     let task = tokio::spawn(async move {
         let mut connections = JoinSet::new();
         let mut pause = false;
@@ -73,14 +101,14 @@ pub(crate) async fn serve(
                             tracing::info!("accepting connections on {local} again");
                         }
                         let serving = Arc::new(OnceLock::new());
-                        let (opening, evicted) = openings.admit(serving.clone());
+                        let (opening, evicted) = openings.admit(peer.ip(), serving.clone());
                         if evicted {
                             tracing::debug!(
-                                "{} connections on {local} were opening at once; the oldest was closed",
-                                config.max_opening + 1
+                                "{} connections on {local} were opening at once; the oldest of the busiest address was closed",
+                                max_opening + 1
                             );
                         }
-                        let task = connection(stream, peer, dispatcher.clone(), config.clone(), serving.clone(), opening);
+                        let task = connection(stream, peer, shared.clone(), serving.clone(), opening);
                         let _ = serving.set(connections.spawn(task));
                     }
                     // A failed accept (a peer that reset at once, too many open files) costs
@@ -109,11 +137,11 @@ pub(crate) async fn serve(
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
-    dispatcher: Arc<Dispatcher>,
-    config: ServeConfig,
+    shared: Arc<Shared>,
     serving: Arc<OnceLock<AbortHandle>>,
     opening: OpeningSlot,
 ) {
+    let config = &shared.config;
     // Replies are small frames written one by one: without this, Nagle's algorithm holds each
     // behind the client's delayed ACK.
     let _ = stream.set_nodelay(true);
@@ -137,22 +165,11 @@ async fn connection(
                 Err(_) => return tracing::debug!("a TLS handshake from {peer} timed out"),
             };
             match tls.peer_of(stream.get_ref().1.peer_certificates()) {
-                Ok(caller) => {
-                    opened(
-                        stream,
-                        peer,
-                        Some(caller),
-                        dispatcher,
-                        config,
-                        serving,
-                        opening,
-                    )
-                    .await
-                }
+                Ok(caller) => opened(stream, peer, Some(caller), &shared, serving, opening).await,
                 Err(why) => tracing::debug!("refused a connection from {peer}: {why}"),
             }
         }
-        (Some(_), false) => refuse_plaintext(stream, peer, &config, opening).await,
+        (Some(_), false) => refuse_plaintext(stream, peer, config, opening).await,
         (None, true) => {
             // A fatal `handshake_failure` alert: the caller's TLS stack reports a refusal, not a
             // reset it might retry.
@@ -163,7 +180,7 @@ async fn connection(
                 "refused a TLS connection from {peer}: this node was started insecure() and speaks plaintext"
             );
         }
-        (None, false) => opened(stream, peer, None, dispatcher, config, serving, opening).await,
+        (None, false) => opened(stream, peer, None, &shared, serving, opening).await,
     }
 }
 
@@ -185,52 +202,82 @@ async fn refuse_plaintext(
         tracing::debug!("refused a plaintext connection from {peer}: {why}");
         let refusal = handshake::Welcome {
             needs_tls: true,
-            ..handshake::refusal(&config.node, config.max_frame as u64, why)
+            ..handshake::refusal(&config.node, config.limits.max_frame as u64, why)
         };
         let _ =
             tokio::time::timeout(OPENING_TIMEOUT, handshake::answer(&mut stream, &refusal)).await;
     }
 }
 
+/// Serves tarpc on `frames` until the connection ends; each request runs in a task of its own,
+/// holding its request's bytes and place in flight until it ends. A macro, not a function:
+/// tarpc's `Serve::serve` is an `async fn` whose future a generic function could not prove
+/// `Send`.
+macro_rules! run {
+    ($frames:expr, $serving:expr, $serve:expr) => {{
+        let frames = $frames;
+        let holds = frames.holds();
+        let mut tarpc_config = tarpc::server::Config::default();
+        tarpc_config.pending_response_buffer = PENDING_REPLIES;
+        BaseChannel::new(tarpc_config, channel::guard(frames, $serving))
+            .execute($serve)
+            .for_each(|call| {
+                tokio::spawn(with_hold(&holds, call));
+                std::future::ready(())
+            })
+            .await;
+    }};
+}
+
 /// A connection past TLS (or plaintext, on an insecure node): the handshake (or a
-/// first-release peer), then tarpc in the agreed version. `verified` is the caller's name as
-/// its certificate says it.
+/// first-release peer), a place among the established connections, then tarpc in the agreed
+/// version. `verified` is the caller's name as its certificate says it.
 async fn opened<S>(
     mut stream: S,
     peer: SocketAddr,
     verified: Option<String>,
-    dispatcher: Arc<Dispatcher>,
-    config: ServeConfig,
+    shared: &Shared,
     serving: Arc<OnceLock<AbortHandle>>,
     opening: OpeningSlot,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let codec = LengthDelimitedCodec::builder()
-        .max_frame_length(config.max_frame)
-        .new_codec();
+    let config = &shared.config;
+    let max_frame = config.limits.max_frame as u64;
     let opened = tokio::time::timeout(OPENING_TIMEOUT, handshake::open(&mut stream)).await;
     // It has spoken (or given up): no longer one of the connections opening.
     drop(opening);
+    let account = Account::new(shared.budget.clone(), config.connection);
+    let who = match &verified {
+        Some(name) => Peer::Named(Arc::from(name.as_str())),
+        None => Peer::Address(peer.ip()),
+    };
     match opened {
         Ok(Ok(Opening::Hello(hello))) => {
-            let mut welcome = handshake::welcome(
-                &hello,
-                &config.versions,
-                &config.node,
-                config.max_frame as u64,
-            );
+            let mut welcome = handshake::welcome(&hello, &config.versions, &config.node, max_frame);
             if let Some(verified) = &verified
                 && *verified != hello.node
             {
                 welcome = handshake::refusal(
                     &config.node,
-                    config.max_frame as u64,
+                    max_frame,
                     format!(
                         "the caller's handshake says node `{}`, its certificate `{verified}`",
                         hello.node
                     ),
                 );
+            }
+            welcome.idle_timeout_ms =
+                u64::try_from(config.limits.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+            let mut place = None;
+            if welcome.version != 0 {
+                match shared
+                    .established
+                    .admit(who, serving.clone(), account.clone())
+                {
+                    Ok(admitted) => place = Some(admitted),
+                    Err(full) => welcome = busy(config, full),
+                }
             }
             let answered =
                 tokio::time::timeout(OPENING_TIMEOUT, handshake::answer(&mut stream, &welcome))
@@ -241,18 +288,20 @@ async fn opened<S>(
                 }
                 return;
             }
-            let transport =
-                tarpc::serde_transport::new(Framed::new(stream, codec), Clamping::default());
             let server = V2 {
-                dispatcher,
+                dispatcher: shared.dispatcher.clone(),
                 peer: Arc::from(verified.unwrap_or(hello.node).as_str()),
             };
-            BaseChannel::with_defaults(channel::guard(transport, serving))
-                .execute(server.serve())
-                .for_each(|call| async {
-                    tokio::spawn(call);
-                })
-                .await;
+            let frames = Frames::new(
+                stream,
+                peer,
+                account,
+                config.limits,
+                shared.warnings.clone(),
+                &[],
+            );
+            run!(frames, serving, server.serve());
+            drop(place);
         }
         // The first release had no TLS: a secure node has no first-release callers.
         Ok(Ok(Opening::Legacy(_))) if verified.is_some() => {
@@ -261,26 +310,47 @@ async fn opened<S>(
             );
         }
         Ok(Ok(Opening::Legacy(first))) => {
-            // The four bytes read to tell the two apart begin the peer's first frame.
-            let mut parts = FramedParts::new::<Bytes>(stream, codec);
-            parts.read_buf = BytesMut::from(&first[..]);
-            let transport =
-                tarpc::serde_transport::new(Framed::from_parts(parts), Clamping::default());
+            let Ok(place) = shared
+                .established
+                .admit(who, serving.clone(), account.clone())
+            else {
+                return tracing::debug!(
+                    "closed a wire 1 connection from {peer}: {} connections are established, the limit",
+                    config.max_connections
+                );
+            };
             let server = V1 {
-                dispatcher,
+                dispatcher: shared.dispatcher.clone(),
                 versions: config.versions.clone(),
             };
-            BaseChannel::with_defaults(channel::guard(transport, serving))
-                .execute(server.serve())
-                .for_each(|call| async {
-                    tokio::spawn(call);
-                })
-                .await;
+            // The four bytes read to tell the two apart begin the peer's first frame.
+            let frames = Frames::new(
+                stream,
+                peer,
+                account,
+                config.limits,
+                shared.warnings.clone(),
+                &first,
+            );
+            run!(frames, serving, server.serve());
+            drop(place);
         }
         Ok(Err(e)) => tracing::debug!("a connection from {peer} did not open correctly: {e}"),
         Err(_) => {
             tracing::debug!("a connection from {peer} said nothing within {OPENING_TIMEOUT:?}")
         }
+    }
+}
+
+/// The refusal of a connection past the bound, saying so.
+fn busy(config: &ServeConfig, full: Full) -> handshake::Welcome {
+    let why = format!(
+        "node {} holds {} connections, its limit, and the caller {} of them, its share",
+        config.node, full.cap, full.theirs
+    );
+    handshake::Welcome {
+        busy: true,
+        ..handshake::refusal(&config.node, config.limits.max_frame as u64, why)
     }
 }
 
@@ -316,7 +386,11 @@ impl v2::Wire for V2 {
         }
         // Only what the handler needs goes into every request's task.
         let dispatcher = self.dispatcher;
-        async move { v2::ReplyFrame(dispatcher.handle(request, deadline).await) }
+        async move {
+            let reply = dispatcher.handle(request, deadline).await;
+            count_reply(reply.size());
+            v2::ReplyFrame(reply)
+        }
     }
 }
 
@@ -345,14 +419,12 @@ impl v1::Wire for V1 {
             )
         });
         async move {
-            match refusal {
-                Some(refused) => refused.into(),
-                None => self
-                    .dispatcher
-                    .handle(request.request, deadline)
-                    .await
-                    .into(),
-            }
+            let reply = match refusal {
+                Some(refused) => refused,
+                None => self.dispatcher.handle(request.request, deadline).await,
+            };
+            count_reply(reply.size());
+            reply.into()
         }
     }
 }

@@ -58,6 +58,12 @@ pub(crate) struct Welcome {
     pub(crate) refusal: Option<String>,
     /// Refused because the provider takes only mutual TLS and the caller spoke plaintext.
     pub(crate) needs_tls: bool,
+    /// Refused because the provider holds all the connections it may, and the caller its
+    /// share of them: nothing was sent, and another provider may take the call.
+    pub(crate) busy: bool,
+    /// After how long with nothing in flight the provider closes the connection, in ms; 0
+    /// from a build that does not say. The caller closes it sooner.
+    pub(crate) idle_timeout_ms: u64,
 }
 
 /// How a connection opened, on the provider's side.
@@ -92,6 +98,8 @@ pub(crate) fn welcome(
             max_frame,
             refusal: None,
             needs_tls: false,
+            busy: false,
+            idle_timeout_ms: 0,
         },
         None => refusal(
             node,

@@ -110,6 +110,20 @@ pub(crate) enum Reply {
     Expired,
 }
 
+impl Reply {
+    /// About how many bytes it holds: what a provider counts while the reply waits to be sent.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Reply::Done(bytes) => bytes.len(),
+            Reply::Refused(_, text)
+            | Reply::Panicked(text)
+            | Reply::TooLarge(text)
+            | Reply::Undeliverable(text) => text.len(),
+            Reply::Expired => 0,
+        }
+    }
+}
+
 /// The metadata as wire 2 carries it: MessagePack of `[[key, value], …]`; nothing when empty.
 pub(crate) fn encode_metadata(metadata: &Metadata) -> Vec<u8> {
     if metadata.is_empty() {

@@ -1,0 +1,370 @@
+//! The provider's side of a connection, under tarpc: length-prefixed frames read and written
+//! here rather than by tokio's `Framed`, because what a peer may make the node hold is decided
+//! before a frame's body is read.
+//!
+//! Reading, step by step:
+//! 1. a frame's 4-byte length arrives; over the frame limit, the connection closes;
+//! 2. its bytes are reserved ([`super::budget`]); until they can be, or while the connection
+//!    has its most requests in flight, nothing more is read from it;
+//! 3. the body is read; a frame begun and not finished within `frame_timeout` closes it;
+//! 4. the frame is decoded (deadlines clamped, [`super::codec`]); a request whose id is in
+//!    flight already, or a frame that does not decode, closes it; a request's reservation
+//!    becomes its [`Hold`], handed to its task through [`Holds`].
+//!
+//! A connection with nothing in flight and nothing received for `idle_timeout` is closed.
+//! Every end is logged here (once per peer per interval for what a peer can repeat) and given to
+//! tarpc as the end of the stream, never as an error that tarpc would log for every reset.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use futures::{Sink, Stream};
+use tarpc::tokio_serde::{Deserializer, Serializer};
+use tarpc::{ClientMessage, Response};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::{Instant, Sleep};
+use tokio_util::bytes::{Buf, BufMut, BytesMut};
+use tokio_util::io::{poll_read_buf, poll_write_buf};
+
+use super::budget::{Account, Hold, Reservation};
+use super::codec::Clamping;
+use crate::rate_limited::RateLimited;
+
+/// How much is read at once while no large frame is expected.
+const READ_CHUNK: usize = 8 << 10;
+
+/// Replies buffered for writing before tarpc is asked to wait.
+const WRITE_BOUNDARY: usize = 64 << 10;
+
+/// What a served connection may take, and how long.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameLimits {
+    pub(crate) max_frame: usize,
+    pub(crate) frame_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+}
+
+/// The holds of requests read and not yet given to their tasks, oldest first: tarpc turns every
+/// request this transport yields into one task, in order, and the task takes the next hold.
+pub(super) type Holds = Arc<Mutex<VecDeque<Hold>>>;
+
+/// One served connection as tarpc's transport.
+pub(super) struct Frames<S, Req, Resp> {
+    io: S,
+    peer: SocketAddr,
+    read: BytesMut,
+    write: BytesMut,
+    account: Arc<Account>,
+    limits: FrameLimits,
+    /// The bytes reserved for the frame being received.
+    reserved: Option<Reservation>,
+    /// When the frame in `read` began to arrive, if one has.
+    frame_began: Option<Instant>,
+    last_heard: Instant,
+    /// One timer for both timeouts, re-armed only when it fires early or must fire sooner.
+    timer: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+    holds: Holds,
+    warnings: Arc<RateLimited>,
+    codec: Clamping<ClientMessage<Req>, Response<Resp>>,
+    ended: bool,
+}
+
+/// Why a connection is being closed by this side.
+enum End {
+    Quiet(String),
+    Warn(String),
+}
+
+impl<S, Req, Resp> Frames<S, Req, Resp> {
+    pub(super) fn new(
+        io: S,
+        peer: SocketAddr,
+        account: Arc<Account>,
+        limits: FrameLimits,
+        warnings: Arc<RateLimited>,
+        first: &[u8],
+    ) -> Self {
+        let now = Instant::now();
+        Self {
+            io,
+            peer,
+            read: BytesMut::from(first),
+            write: BytesMut::new(),
+            account,
+            limits,
+            reserved: None,
+            frame_began: (!first.is_empty()).then_some(now),
+            last_heard: now,
+            timer: Box::pin(tokio::time::sleep_until(now)),
+            armed: None,
+            holds: Holds::default(),
+            warnings,
+            codec: Clamping::default(),
+            ended: false,
+        }
+    }
+
+    /// The queue its requests' holds wait in for their tasks.
+    pub(super) fn holds(&self) -> Holds {
+        self.holds.clone()
+    }
+
+    fn end(&mut self, why: End) -> Poll<Option<io::Result<ClientMessage<Req>>>> {
+        self.ended = true;
+        self.reserved = None;
+        let peer = self.peer;
+        match why {
+            End::Quiet(why) => tracing::debug!("closed the connection from {peer}: {why}"),
+            End::Warn(why) => self.warnings.note(peer.ip(), |left_out| {
+                tracing::warn!(
+                    "closed the connection from {peer}: {why}{}",
+                    if left_out > 0 {
+                        format!(" ({left_out} more such lines from this address left out)")
+                    } else {
+                        String::new()
+                    }
+                );
+            }),
+        }
+        Poll::Ready(None)
+    }
+
+    /// Arms the timer for the next timeout that applies, if any; `Some` when one has passed.
+    fn timed_out(&mut self, cx: &mut Context<'_>) -> Option<End> {
+        let now = Instant::now();
+        let due = match self.frame_began {
+            Some(began) => Some(began + self.limits.frame_timeout),
+            None if self.account.in_flight() == 0 => Some(crate::deadline::later(
+                self.last_heard,
+                self.limits.idle_timeout,
+            )),
+            None => None,
+        };
+        let due = due?;
+        if due <= now {
+            return Some(match self.frame_began {
+                Some(began) => End::Warn(format!(
+                    "a frame began {:?} ago and is not complete (frame timeout {:?})",
+                    now - began,
+                    self.limits.frame_timeout
+                )),
+                None => End::Quiet(format!(
+                    "idle for {:?} (idle timeout)",
+                    self.limits.idle_timeout
+                )),
+            });
+        }
+        if self.armed.is_none_or(|armed| armed > due) {
+            self.timer.as_mut().reset(due);
+            self.armed = Some(due);
+        }
+        if self.timer.as_mut().poll(cx).is_ready() {
+            // Fired for an earlier due time: checked again on the next poll.
+            self.armed = None;
+            cx.waker().wake_by_ref();
+        }
+        None
+    }
+}
+
+impl<S, Req, Resp> Frames<S, Req, Resp>
+where
+    S: AsyncRead + Unpin,
+    Req: Unpin,
+    Resp: Unpin,
+    Clamping<ClientMessage<Req>, Response<Resp>>:
+        Deserializer<ClientMessage<Req>, Error = io::Error>,
+{
+    /// The next complete frame's message, if `read` holds one; reserves its bytes first.
+    fn next_message(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<ClientMessage<Req>>, End>> {
+        if self.read.len() < 4 {
+            return Poll::Ready(Ok(None));
+        }
+        let len =
+            u32::from_be_bytes([self.read[0], self.read[1], self.read[2], self.read[3]]) as usize;
+        if len > self.limits.max_frame {
+            return Poll::Ready(Err(End::Warn(format!(
+                "it sent a frame of {len} bytes, over this node's frame limit ({})",
+                self.limits.max_frame
+            ))));
+        }
+        if self.reserved.is_none() {
+            self.reserved = Some(ready!(self.account.poll_reserve(len, cx)));
+        }
+        if self.read.len() < 4 + len {
+            self.read.reserve(4 + len - self.read.len());
+            return Poll::Ready(Ok(None));
+        }
+        self.read.advance(4);
+        let frame = self.read.split_to(len);
+        self.frame_began = (!self.read.is_empty()).then(Instant::now);
+        if self.read.is_empty() && self.read.capacity() > 2 * READ_CHUNK {
+            // The rest of a large frame's buffer would stay with the connection while it idles.
+            self.read = BytesMut::new();
+        }
+        let message = Pin::new(&mut self.codec).deserialize(&frame).map_err(|e| {
+            End::Warn(format!(
+                "a frame of {len} bytes does not decode as a request: {e}"
+            ))
+        })?;
+        let reserved = self.reserved.take();
+        if let (ClientMessage::Request(request), Some(bytes)) = (&message, reserved) {
+            match self.account.hold(request.id, bytes) {
+                Ok(hold) => self
+                    .holds
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_back(hold),
+                Err(_) => {
+                    return Poll::Ready(Err(End::Warn(format!(
+                        "it sent request id {} while a request with that id is in flight",
+                        request.id
+                    ))));
+                }
+            }
+        }
+        Poll::Ready(Ok(Some(message)))
+    }
+}
+
+impl<S, Req, Resp> Stream for Frames<S, Req, Resp>
+where
+    S: AsyncRead + Unpin,
+    Req: Unpin,
+    Resp: Unpin,
+    Clamping<ClientMessage<Req>, Response<Resp>>:
+        Deserializer<ClientMessage<Req>, Error = io::Error>,
+{
+    type Item = io::Result<ClientMessage<Req>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        loop {
+            match this.next_message(cx) {
+                Poll::Ready(Ok(Some(message))) => return Poll::Ready(Some(Ok(message))),
+                Poll::Ready(Ok(None)) => {}
+                Poll::Ready(Err(why)) => return this.end(why),
+                // Waiting for bytes to be given back: a frame that began still times out.
+                Poll::Pending => {
+                    return match this.timed_out(cx) {
+                        Some(why) => this.end(why),
+                        None => Poll::Pending,
+                    };
+                }
+            }
+            if this.read.capacity() == this.read.len() {
+                this.read.reserve(READ_CHUNK);
+            }
+            let was_empty = this.read.is_empty();
+            match poll_read_buf(Pin::new(&mut this.io), cx, &mut this.read) {
+                Poll::Ready(Ok(0)) if this.read.is_empty() => {
+                    return this.end(End::Quiet("it closed its side".to_owned()));
+                }
+                Poll::Ready(Ok(0)) => {
+                    return this.end(End::Quiet("it closed its side within a frame".to_owned()));
+                }
+                Poll::Ready(Ok(_)) => {
+                    this.last_heard = Instant::now();
+                    if was_empty {
+                        this.frame_began = Some(this.last_heard);
+                    }
+                }
+                Poll::Ready(Err(e)) => return this.end(End::Quiet(format!("reading failed: {e}"))),
+                Poll::Pending => {
+                    return match this.timed_out(cx) {
+                        Some(why) => this.end(why),
+                        None => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl<S, Req, Resp> Frames<S, Req, Resp>
+where
+    S: AsyncWrite + Unpin,
+{
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.write.is_empty() {
+            let n = ready!(poll_write_buf(Pin::new(&mut self.io), cx, &mut self.write))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S, Req, Resp> Sink<Response<Resp>> for Frames<S, Req, Resp>
+where
+    S: AsyncWrite + Unpin,
+    Req: Unpin,
+    Resp: Unpin,
+    Clamping<ClientMessage<Req>, Response<Resp>>: Serializer<Response<Resp>, Error = io::Error>,
+{
+    type Error = io::Error;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.write.len() >= WRITE_BOUNDARY {
+            ready!(self.poll_write_out(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, reply: Response<Resp>) -> io::Result<()> {
+        let this = &mut *self;
+        let bytes = Pin::new(&mut this.codec).serialize(&reply)?;
+        let len = u32::try_from(bytes.len()).map_err(|_| io::Error::other("a reply over 4 GiB"))?;
+        this.write.reserve(4 + bytes.len());
+        this.write.put_u32(len);
+        this.write.extend_from_slice(&bytes);
+        Ok(())
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_write_out(cx))?;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.as_mut().poll_flush(cx))?;
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// Runs one request's task with the hold of its request: the bytes and the place in flight are
+/// given back when the task ends (the reply handed to the writer, or the request cancelled).
+pub(super) fn with_hold<F: Future>(
+    holds: &Holds,
+    task: F,
+) -> impl Future<Output = F::Output> + use<F> {
+    let hold = holds.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+    HOLD.scope(std::cell::RefCell::new(hold), task)
+}
+
+tokio::task_local! {
+    static HOLD: std::cell::RefCell<Option<Hold>>;
+}
+
+/// Counts a reply of `bytes` against the connection of the request being served, if any.
+pub(super) fn count_reply(bytes: usize) {
+    let _ = HOLD.try_with(|hold| {
+        if let Some(hold) = hold.borrow_mut().as_mut() {
+            hold.add_reply(bytes);
+        }
+    });
+}

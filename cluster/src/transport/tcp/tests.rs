@@ -1,0 +1,352 @@
+//! The provider's limits against a peer that breaks the rules, over real sockets on loopback:
+//! raw frames written here, as a hostile or broken peer would write them.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tarpc::tokio_serde::Serializer as _;
+use tarpc::tokio_serde::formats::Bincode;
+use tarpc::{ClientMessage, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::budget::ConnectionLimits;
+use super::frames::FrameLimits;
+use super::serve::{ServeConfig, serve};
+use crate::options::CallOptions;
+use crate::server::{DispatchFuture, Dispatcher, Provide, dispatch_with};
+use crate::service::{FunctionDescription, ServiceDescription, encode, signature_hash};
+use crate::transport::wire::handshake::{self, Hello};
+use crate::transport::wire::{Head, Request, v2};
+
+/// A service whose `park` never returns and whose `echo` returns its argument; both counted.
+struct Sink {
+    runs: Arc<AtomicUsize>,
+}
+
+fn description() -> &'static ServiceDescription {
+    static DESCRIPTION: std::sync::OnceLock<ServiceDescription> = std::sync::OnceLock::new();
+    DESCRIPTION.get_or_init(|| {
+        let function = |name: &str| FunctionDescription {
+            name: name.to_owned(),
+            signature: format!("{name}(Vec<u8>) -> Vec<u8>"),
+            idempotent: true,
+            options: CallOptions::default(),
+        };
+        ServiceDescription::new(
+            "sink",
+            semver::Version::new(1, 0, 0),
+            None,
+            CallOptions::default(),
+            vec![function("echo"), function("park")],
+        )
+    })
+}
+
+impl Provide for Sink {
+    fn description(&self) -> &'static ServiceDescription {
+        description()
+    }
+
+    fn dispatch(&self, function: usize, args: Vec<u8>) -> DispatchFuture {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        dispatch_with(args, move |(bytes,): (Vec<u8>,)| async move {
+            if function == 1 {
+                std::future::pending::<()>().await;
+            }
+            bytes
+        })
+    }
+}
+
+struct Provider {
+    addr: SocketAddr,
+    runs: Arc<AtomicUsize>,
+    _stop: watch::Sender<bool>,
+}
+
+fn config() -> ServeConfig {
+    ServeConfig {
+        node: Arc::from("sink-1"),
+        versions: 2..=2,
+        limits: FrameLimits {
+            max_frame: 1 << 20,
+            frame_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+        },
+        connection: ConnectionLimits {
+            max_in_flight: 1000,
+            per_connection: 1 << 20,
+        },
+        max_buffered_bytes: 4 << 20,
+        max_opening: 64,
+        max_connections: 64,
+        tls: None,
+    }
+}
+
+async fn provider(config: ServeConfig) -> Provider {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let dispatcher = Arc::new(Dispatcher::new(1 << 20, 1024, Arc::from([])));
+    dispatcher.host(Arc::new(Sink { runs: runs.clone() }));
+    let (stop, stopped) = watch::channel(false);
+    let (addr, _task) = serve(([127, 0, 0, 1], 0).into(), dispatcher, config, stopped)
+        .await
+        .unwrap();
+    Provider {
+        addr,
+        runs,
+        _stop: stop,
+    }
+}
+
+/// A connection from `from` through the handshake.
+async fn connect_from(to: SocketAddr, from: [u8; 4]) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind((from, 0).into()).unwrap();
+    let mut stream = socket.connect(to).await.unwrap();
+    let hello = Hello {
+        versions: (2, 2),
+        node: "raw".to_owned(),
+        max_frame: 1 << 20,
+        ..Hello::default()
+    };
+    let welcome = handshake::offer(&mut stream, &hello).await.unwrap();
+    assert_eq!(welcome.version, 2, "{:?}", welcome.refusal);
+    stream
+}
+
+async fn connect(to: SocketAddr) -> TcpStream {
+    connect_from(to, [127, 0, 0, 1]).await
+}
+
+/// A length-prefixed request frame: `function` of `sink` with `payload`, id `id`, `left` to run.
+fn frame(id: u64, function: &str, payload: Vec<u8>, left: Duration) -> Vec<u8> {
+    let request = Request {
+        service: "sink".into(),
+        function: function.to_owned().into(),
+        signature: signature_hash(&format!("{function}(Vec<u8>) -> Vec<u8>")),
+        args: encode(&(payload,)).unwrap(),
+        head: Head::default(),
+        attempt: AtomicU32::new(1),
+    };
+    let mut context = tarpc::context::current();
+    context.deadline = std::time::Instant::now() + left;
+    let message = ClientMessage::Request(tarpc::Request {
+        context,
+        id,
+        message: v2::WireRequest::Call {
+            request: v2::RequestFrame(Arc::new(request)),
+        },
+    });
+    let mut codec = Bincode::<(), ClientMessage<v2::WireRequest>>::default();
+    let body = Pin::new(&mut codec).serialize(&message).unwrap();
+    let mut bytes = (body.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// The next reply on `stream`.
+async fn reply(stream: &mut TcpStream) -> Response<v2::WireResponse> {
+    let len = stream.read_u32().await.unwrap() as usize;
+    let mut body = vec![0; len];
+    stream.read_exact(&mut body).await.unwrap();
+    use tarpc::tokio_serde::Deserializer as _;
+    let mut codec = Bincode::<Response<v2::WireResponse>, ()>::default();
+    Pin::new(&mut codec)
+        .deserialize(&tokio_util::bytes::BytesMut::from(&body[..]))
+        .unwrap()
+}
+
+/// Waits until `stream` is closed by the other side; how long that took.
+async fn closed(stream: &mut TcpStream, within: Duration) -> Duration {
+    let start = Instant::now();
+    let mut sink = vec![0; 64 << 10];
+    tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .expect("the provider closes the connection");
+    start.elapsed()
+}
+
+/// Waits until `condition` holds (within 5 s).
+async fn until(what: &str, condition: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A legitimate echo on a new connection gets its reply.
+async fn echo_works(addr: SocketAddr) {
+    let mut stream = connect(addr).await;
+    stream
+        .write_all(&frame(1, "echo", b"ping".to_vec(), Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(2), reply(&mut stream))
+        .await
+        .expect("a legitimate call is answered");
+    assert_eq!(reply.request_id, 1);
+}
+
+#[tokio::test]
+async fn a_connection_with_its_most_requests_in_flight_is_not_read_from() {
+    let mut config = config();
+    config.connection.max_in_flight = 10;
+    let provider = provider(config).await;
+    let mut stream = connect(provider.addr).await;
+    let mut bytes = Vec::new();
+    for id in 0..50 {
+        bytes.extend(frame(id, "park", vec![0; 100], Duration::from_secs(60)));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    until("ten run", || provider.runs.load(Ordering::SeqCst) == 10).await;
+    // Another caller gets through; by then the provider would have read the rest if it did.
+    echo_works(provider.addr).await;
+    assert_eq!(
+        provider.runs.load(Ordering::SeqCst),
+        11,
+        "ten parked, one echo"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_past_its_share_of_bytes_waits_and_others_are_served() {
+    let mut config = config();
+    config.connection.per_connection = 256 << 10;
+    let provider = provider(config).await;
+    let mut stream = connect(provider.addr).await;
+    let mut bytes = Vec::new();
+    for id in 0..8 {
+        bytes.extend(frame(
+            id,
+            "park",
+            vec![0; 100 << 10],
+            Duration::from_secs(60),
+        ));
+    }
+    let write = tokio::spawn(async move {
+        let _ = stream.write_all(&bytes).await;
+        stream
+    });
+    until("two run", || provider.runs.load(Ordering::SeqCst) == 2).await;
+    echo_works(provider.addr).await;
+    assert_eq!(
+        provider.runs.load(Ordering::SeqCst),
+        3,
+        "two parked requests of 100 KiB fill a 256 KiB share; the third waits unread"
+    );
+    write.abort();
+}
+
+#[tokio::test]
+async fn a_frame_begun_and_not_finished_is_closed_at_the_frame_timeout() {
+    let mut config = config();
+    config.limits.frame_timeout = Duration::from_millis(300);
+    let provider = provider(config).await;
+    let mut stream = connect(provider.addr).await;
+    let whole = frame(1, "echo", vec![0; 1000], Duration::from_secs(5));
+    stream.write_all(&whole[..500]).await.unwrap();
+    let took = closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(took >= Duration::from_millis(250), "closed after {took:?}");
+    echo_works(provider.addr).await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
+    let mut config = config();
+    config.limits.idle_timeout = Duration::from_millis(300);
+    let provider = provider(config).await;
+    let mut idle = connect(provider.addr).await;
+    let mut busy = connect(provider.addr).await;
+    busy.write_all(&frame(1, "park", vec![], Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let took = closed(&mut idle, Duration::from_secs(5)).await;
+    assert!(took >= Duration::from_millis(250), "closed after {took:?}");
+    // The busy one, with a request in flight, is still open twice the timeout later.
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_millis(600), busy.read(&mut byte)).await;
+    assert!(read.is_err(), "closed with a request in flight: {read:?}");
+}
+
+#[tokio::test]
+async fn a_frame_over_the_limit_a_reused_id_and_garbage_close_the_connection_at_once() {
+    let provider = provider(config()).await;
+    let mut over = connect(provider.addr).await;
+    over.write_all(&(2u32 << 20).to_be_bytes()).await.unwrap();
+    closed(&mut over, Duration::from_secs(2)).await;
+
+    let mut reused = connect(provider.addr).await;
+    let park = frame(7, "park", vec![], Duration::from_secs(60));
+    reused
+        .write_all(&[park.clone(), park].concat())
+        .await
+        .unwrap();
+    closed(&mut reused, Duration::from_secs(2)).await;
+
+    let mut garbage = connect(provider.addr).await;
+    garbage
+        .write_all(&[0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
+    closed(&mut garbage, Duration::from_secs(2)).await;
+    echo_works(provider.addr).await;
+}
+
+#[tokio::test]
+async fn a_request_whose_deadline_has_passed_never_runs() {
+    let provider = provider(config()).await;
+    let mut stream = connect(provider.addr).await;
+    stream
+        .write_all(&frame(1, "echo", vec![1], Duration::ZERO))
+        .await
+        .unwrap();
+    echo_works(provider.addr).await;
+    assert_eq!(
+        provider.runs.load(Ordering::SeqCst),
+        1,
+        "only the live echo ran"
+    );
+}
+
+#[tokio::test]
+async fn at_the_connection_bound_a_flooding_address_gives_way_to_a_new_caller() {
+    let mut config = config();
+    config.max_connections = 4;
+    let provider = provider(config).await;
+    let mut flood = Vec::new();
+    for _ in 0..4 {
+        flood.push(connect_from(provider.addr, [127, 0, 0, 2]).await);
+    }
+    // A fifth from the same address is refused: it holds them all.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
+    let mut fifth = socket.connect(provider.addr).await.unwrap();
+    let hello = Hello {
+        versions: (2, 2),
+        node: "raw".to_owned(),
+        ..Hello::default()
+    };
+    let refused = handshake::offer(&mut fifth, &hello).await.unwrap();
+    assert!(refused.busy, "{refused:?}");
+    // A caller from another address gets in, and one of the flood's connections is closed.
+    echo_works(provider.addr).await;
+    closed(&mut flood[0], Duration::from_secs(2)).await;
+}
