@@ -4,8 +4,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use cluster_discovery::server::{
-    Access, Credentials, Dashboard, RegistryServer, ServerConfig, ServerTls,
+    Access, Credentials, Dashboard, Limits, RegistryServer, ServerConfig, ServerTls,
 };
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 
 const USAGE: &str = "\
 usage: cluster-discovery serve [options]
@@ -37,6 +38,25 @@ Security (see `The server's security` in docs/discovery.md):
   --tls-ca FILE            trust this CA (PEM) for https:// peers, besides the web roots
 Passwords are never taken on the command line (where `ps` shows them).
 
+Limits (see `Limits` in docs/discovery.md; counts at least 1, seconds 1 to 31536000):
+  --max-body-bytes N         largest request body (default 1048576; batches 8 times it)
+  --max-batch-items N        items in one replication batch (default 1000)
+  --max-apps N               applications in the registry (default 1000)
+  --max-instances-per-app N  instances of one application (default 1000)
+  --max-instances N          instances in all (default 10000)
+  --max-metadata-entries N   metadata entries of one instance (default 128)
+  --max-instance-bytes N     text of one instance, fields and metadata (default 65536)
+  --max-lease SECS           longest lease or renewal interval an instance gets (default 86400)
+  --max-clock-skew SECS      how far ahead lastDirtyTimestamp may be (default 86400)
+  --max-connections N        connections open at once (default 1024)
+  --header-read-timeout SECS a request's head, a TLS handshake, an idle connection (default 10)
+  --request-timeout SECS     a request, its body included (default 30)
+  --write-timeout SECS       a response its client does not read (default 30)
+  --max-peer-queue N         writes waiting for one peer (default 30000)
+  --warning-interval SECS    a repeated warning, per source (default 10)
+  --log-buffer-lines N       log lines waiting for stderr, past which they are dropped and
+                             counted (default 8192)
+
 Prints `listening on http://ADDR/eureka/` once it accepts requests.";
 
 fn fail(message: &str) -> ! {
@@ -47,6 +67,51 @@ fn fail(message: &str) -> ! {
 struct Options {
     addr: SocketAddr,
     server: RegistryServer,
+    log_lines: usize,
+}
+
+/// The longest duration a flag takes: a year (timers cannot represent every duration).
+const LONGEST_SECS: u64 = 365 * 24 * 3600;
+
+/// A count: a positive integer.
+fn count(v: &str, flag: &str) -> usize {
+    match v.parse() {
+        Ok(n) if n > 0 => n,
+        _ => fail(&format!("{flag}: `{v}` is not a positive integer")),
+    }
+}
+
+/// Seconds: 1 to a year.
+fn secs(v: &str, flag: &str) -> Duration {
+    match v.parse() {
+        Ok(n) if (1..=LONGEST_SECS).contains(&n) => Duration::from_secs(n),
+        _ => fail(&format!(
+            "{flag}: `{v}` is not a number of seconds from 1 to {LONGEST_SECS}"
+        )),
+    }
+}
+
+/// A limit's flag: `Some(())` when `flag` is one and `limits` took its value.
+fn limit(limits: &mut Limits, flag: &str, v: &str) -> Option<()> {
+    match flag {
+        "--max-body-bytes" => limits.max_body_bytes = count(v, flag),
+        "--max-batch-items" => limits.max_batch_items = count(v, flag),
+        "--max-apps" => limits.max_apps = count(v, flag),
+        "--max-instances-per-app" => limits.max_instances_per_app = count(v, flag),
+        "--max-instances" => limits.max_instances = count(v, flag),
+        "--max-metadata-entries" => limits.max_metadata_entries = count(v, flag),
+        "--max-instance-bytes" => limits.max_instance_bytes = count(v, flag),
+        "--max-lease" => limits.max_lease = secs(v, flag),
+        "--max-clock-skew" => limits.max_clock_skew = secs(v, flag),
+        "--max-connections" => limits.max_connections = count(v, flag),
+        "--header-read-timeout" => limits.header_read_timeout = secs(v, flag),
+        "--request-timeout" => limits.request_timeout = secs(v, flag),
+        "--write-timeout" => limits.write_timeout = secs(v, flag),
+        "--max-peer-queue" => limits.max_peer_queue = count(v, flag),
+        "--warning-interval" => limits.warning_interval = secs(v, flag),
+        _ => return None,
+    }
+    Some(())
 }
 
 fn parse(args: &[String]) -> Options {
@@ -70,11 +135,7 @@ fn parse(args: &[String]) -> Options {
             .cloned()
             .unwrap_or_else(|| fail(&format!("{flag} needs a value")))
     };
-    let secs = |v: String, flag: &str| -> Duration {
-        v.parse()
-            .map(Duration::from_secs)
-            .unwrap_or_else(|_| fail(&format!("{flag}: `{v}` is not a number of seconds")))
-    };
+    let mut log_lines = 8_192;
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--port" => {
@@ -94,8 +155,9 @@ fn parse(args: &[String]) -> Options {
             "--dashboard-token" => dashboard = Dashboard::token(value(&mut it, arg)),
             "--open-dashboard" => dashboard = Dashboard::Open,
             "--no-dashboard" => dashboard = Dashboard::Off,
-            "--lease-duration" => config.lease_duration = secs(value(&mut it, arg), arg),
-            "--renewal-interval" => config.renewal_interval = secs(value(&mut it, arg), arg),
+            "--lease-duration" => config.lease_duration = secs(&value(&mut it, arg), arg),
+            "--renewal-interval" => config.renewal_interval = secs(&value(&mut it, arg), arg),
+            "--log-buffer-lines" => log_lines = count(&value(&mut it, arg), arg),
             "--no-self-preservation" => config.self_preservation = false,
             "--no-warm-up" => config.warm_up = false,
             "--user" => user = Some(value(&mut it, arg)),
@@ -114,7 +176,26 @@ fn parse(args: &[String]) -> Options {
                 println!("{USAGE}");
                 std::process::exit(0)
             }
+            other
+                if other.starts_with("--")
+                    && limit(&mut Limits::default(), other, "1").is_some() =>
+            {
+                let v = value(&mut it, arg);
+                let _ = limit(&mut config.limits, other, &v);
+            }
             other => fail(&format!("unknown option `{other}`")),
+        }
+    }
+    for (flag, d) in [
+        ("--lease-duration", config.lease_duration),
+        ("--renewal-interval", config.renewal_interval),
+    ] {
+        if d > config.limits.max_lease {
+            fail(&format!(
+                "{flag} {} is longer than --max-lease {}",
+                d.as_secs(),
+                config.limits.max_lease.as_secs()
+            ));
         }
     }
     let mut access = Access::open();
@@ -156,6 +237,7 @@ fn parse(args: &[String]) -> Options {
     Options {
         addr: SocketAddr::new(bind, port),
         server,
+        log_lines,
     }
 }
 
@@ -190,15 +272,48 @@ fn credentials(
     Some(Credentials::new(user, password))
 }
 
-#[tokio::main]
-async fn main() {
+/// Logs to stderr through a thread of its own and a buffer of `lines`: a stderr nobody reads
+/// (a full pipe) then drops lines, counted, instead of blocking the runtime's workers, and so
+/// every request, on a write that never returns.
+fn logging(lines: usize) -> (WorkerGuard, ErrorCounter) {
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(lines)
+        .thread_name("cluster-discovery-log")
+        .finish(std::io::stderr());
+    let dropped = writer.error_counter();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(writer)
         .init();
+    (guard, dropped)
+}
+
+/// Says, every 10 s, how many log lines were dropped meanwhile (a line that may be dropped
+/// too, while the reader is still behind: the count goes on).
+async fn report_dropped(dropped: ErrorCounter) {
+    let mut said = 0;
+    let mut every = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        every.tick().await;
+        let now = dropped.dropped_lines();
+        if now > said {
+            tracing::warn!(
+                "{} log lines dropped ({now} since start): whoever reads this server's stderr \
+                 does not keep up",
+                now - said
+            );
+            said = now;
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve") => {}
@@ -209,6 +324,8 @@ async fn main() {
         _ => fail("the only command is `serve`"),
     }
     let options = parse(&args[1..]);
+    let (_flushed_at_exit, dropped) = logging(options.log_lines);
+    tokio::spawn(report_dropped(dropped));
     let running = match options.server.start(options.addr).await {
         Ok(r) => r,
         Err(e) => fail(&format!("cannot start on {}: {e}", options.addr)),

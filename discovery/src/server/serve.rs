@@ -32,6 +32,9 @@ use super::limits::connections::{Guarded, Places, refuse};
 use super::limits::warn::{Source, Throttle, throttled_warn};
 use super::routes;
 
+/// The longest header timeout taken: a year (the timer cannot represent every duration).
+const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// What every connection shares.
 #[derive(Clone)]
 struct Context {
@@ -159,9 +162,11 @@ where
             })
         }
     });
+    // hyper adds the timeout to an Instant unchecked: Duration::MAX would panic there.
+    let header_timeout = limits.header_read_timeout.min(LONGEST);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(header_timeout);
     let conn = http.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut finishing = false;

@@ -9,6 +9,7 @@ mod connections;
 mod dashboard;
 mod leases;
 mod limits;
+mod logging;
 mod peers;
 mod routes;
 mod security;
