@@ -152,6 +152,7 @@ struct Attempts<'a> {
     /// The last provider passed over as untrusted, and why: the call's error if no other is left.
     untrusted: Option<(Failure, Arc<ServiceEntry>)>,
     attempts: Vec<AttemptRecord>,
+    attempts_left_out: usize,
     changes: tokio::sync::watch::Receiver<u64>,
     first: Option<Result<Chosen, Miss>>,
     // The options merged for that first provider, reused by its attempt.
@@ -219,6 +220,7 @@ impl<'a> Attempts<'a> {
             excluded: Vec::new(),
             untrusted: None,
             attempts: Vec::new(),
+            attempts_left_out: 0,
             changes,
             first_options: first.is_ok().then_some(options),
             first: Some(first),
@@ -280,7 +282,7 @@ impl<'a> Attempts<'a> {
                     self.report(Some(&chosen.entry)),
                 )));
             }
-            let number = self.attempts.len() + 1;
+            let number = self.attempts.len() + self.attempts_left_out + 1;
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt");
             let addr = chosen.entry.node.addr;
             let peers = &self.client.node.peers;
@@ -307,16 +309,17 @@ impl<'a> Attempts<'a> {
             if failure.is_connection_failure() {
                 peers.eject(addr);
             }
-            if failure.excludes_node() {
+            if failure.excludes_node() && !self.excluded.contains(&chosen.entry.node.name) {
                 self.excluded.push(chosen.entry.node.name.clone());
             }
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt failed: {}", failure.outcome());
-            self.attempts.push(AttemptRecord {
+            let record = AttemptRecord {
                 provider: provider_ref(&chosen.entry),
                 started: now - self.start,
                 elapsed: now.elapsed(),
                 outcome: failure.outcome(),
-            });
+            };
+            CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);
             let idempotent = chosen.entry.description.functions[chosen.function].idempotent;
             if !self.retry.enabled || !failure.retryable(idempotent) {
                 return Err(self.fail(failure, &chosen.entry));
@@ -334,7 +337,9 @@ impl<'a> Attempts<'a> {
             if later(Instant::now(), pause) >= self.deadline {
                 return Err(self.fail(failure, &chosen.entry));
             }
-            self.failed.push(chosen.entry);
+            if !self.failed.iter().any(|f| Arc::ptr_eq(f, &chosen.entry)) {
+                self.failed.push(chosen.entry);
+            }
             sleep(pause).await;
         }
     }
@@ -396,6 +401,7 @@ impl<'a> Attempts<'a> {
                 .map(provider_ref)
                 .or_else(|| self.attempts.last().map(|a| a.provider.clone())),
             attempts: self.attempts.clone(),
+            attempts_left_out: self.attempts_left_out,
             elapsed: self.start.elapsed(),
             budget: self.budget,
             retries_off: !self.retry.enabled,

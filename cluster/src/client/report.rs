@@ -50,6 +50,7 @@ fn empty_report(client: &Client, function: usize) -> CallReport {
         requirement: client.requirement.to_string(),
         provider: None,
         attempts: Vec::new(),
+        attempts_left_out: 0,
         elapsed: Duration::ZERO,
         budget: None,
         retries_off: false,

@@ -16,8 +16,11 @@ pub struct CallReport {
     pub requirement: String,
     /// The provider of the last attempt, or the one resolved when the call failed before one.
     pub provider: Option<ProviderRef>,
-    /// Every attempt, in order.
+    /// The attempts, in order: every one, or the first and the last
+    /// [`MAX_RECORDED_ATTEMPTS`]` / 2` of a call that made more.
     pub attempts: Vec<AttemptRecord>,
+    /// How many attempts between those were left out (a long budget of quick refusals).
+    pub attempts_left_out: usize,
     /// From the call's start to the error.
     pub elapsed: Duration,
     /// The call's budget (all attempts and pauses) and the layer it came from; `None` when
@@ -77,7 +80,24 @@ impl fmt::Display for Human {
     }
 }
 
+/// The most attempts a report lists.
+pub const MAX_RECORDED_ATTEMPTS: usize = 64;
+
 impl CallReport {
+    /// Records an attempt; past [`MAX_RECORDED_ATTEMPTS`], the oldest of the latest half is
+    /// left out (and counted), so a report stays small whatever the budget.
+    pub(crate) fn record(
+        attempts: &mut Vec<AttemptRecord>,
+        left_out: &mut usize,
+        a: AttemptRecord,
+    ) {
+        if attempts.len() >= MAX_RECORDED_ATTEMPTS {
+            attempts.remove(MAX_RECORDED_ATTEMPTS / 2);
+            *left_out += 1;
+        }
+        attempts.push(a);
+    }
+
     /// Writes the multi-line body shared by both error types, after their first two sections.
     pub(crate) fn write_body(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f)?;
@@ -92,7 +112,7 @@ impl CallReport {
         write!(
             f,
             "Attempts: {} in {}",
-            self.attempts.len(),
+            self.attempts.len() + self.attempts_left_out,
             Human(self.elapsed)
         )?;
         match self.budget {
@@ -101,11 +121,20 @@ impl CallReport {
             // A call that failed before its attempts could start had no budget.
             None => {}
         }
+        let half = MAX_RECORDED_ATTEMPTS / 2;
         for (i, a) in self.attempts.iter().enumerate() {
+            if i == half && self.attempts_left_out > 0 {
+                write!(f, "\n  … {} attempts left out …", self.attempts_left_out)?;
+            }
+            let number = if i >= half {
+                i + 1 + self.attempts_left_out
+            } else {
+                i + 1
+            };
             write!(
                 f,
                 "\n  {}. at {:>7}  {} ({})  {} after {}",
-                i + 1,
+                number,
                 Human(a.started).to_string(),
                 a.provider.node,
                 a.provider.addr,
@@ -120,6 +149,48 @@ impl CallReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_of_many_attempts_reports_the_first_and_the_last_and_counts_the_rest() {
+        let record = |i: u64| AttemptRecord {
+            provider: ProviderRef {
+                node: "n".into(),
+                addr: ([127, 0, 0, 1], 1).into(),
+                version: Version::new(1, 0, 0),
+            },
+            started: Duration::from_millis(i),
+            elapsed: Duration::ZERO,
+            outcome: format!("refused {i}"),
+        };
+        let (mut attempts, mut left_out) = (Vec::new(), 0);
+        for i in 0..10_000 {
+            CallReport::record(&mut attempts, &mut left_out, record(i));
+        }
+        assert_eq!(attempts.len(), MAX_RECORDED_ATTEMPTS);
+        assert_eq!(left_out, 10_000 - MAX_RECORDED_ATTEMPTS);
+        assert_eq!(attempts[0].outcome, "refused 0");
+        assert_eq!(attempts[MAX_RECORDED_ATTEMPTS - 1].outcome, "refused 9999");
+        let report = CallReport {
+            call: "s.f/0".into(),
+            requirement: "^1".into(),
+            provider: None,
+            attempts,
+            attempts_left_out: left_out,
+            elapsed: Duration::from_secs(10),
+            budget: None,
+            retries_off: false,
+        };
+        struct Body<'a>(&'a CallReport);
+        impl fmt::Display for Body<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.write_body(f)
+            }
+        }
+        let text = Body(&report).to_string();
+        assert!(text.contains("Attempts: 10000 in"), "{text}");
+        assert!(text.contains("9936 attempts left out"), "{text}");
+        assert!(text.contains("10000. at"), "{text}");
+    }
 
     #[test]
     fn durations_read_naturally() {

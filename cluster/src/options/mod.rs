@@ -10,4 +10,4 @@ mod layer;
 mod resolved;
 
 pub use layer::CallOptions;
-pub use resolved::{ResolvedOptions, RetryPolicy, Source};
+pub use resolved::{MIN_RETRY_PAUSE, ResolvedOptions, RetryPolicy, Source};

@@ -71,6 +71,10 @@ pub struct ResolvedOptions {
 // overflow the budget after a step or two anyway.
 const FACTOR_RANGE: (f64, f64) = (1.0, 100.0);
 
+/// The shortest pause between attempts. A pause of zero (which a provider's registry entry may
+/// set) would retry an instant refusal as fast as the CPU allows for the whole budget.
+pub const MIN_RETRY_PAUSE: Duration = Duration::from_millis(10);
+
 impl ResolvedOptions {
     /// Merges `layers` (lowest first) over the library default, field by field.
     pub fn merge(layers: &[(Source, &CallOptions)]) -> Self {
@@ -115,8 +119,11 @@ impl ResolvedOptions {
             timeout,
             retry: RetryPolicy {
                 enabled: merged.retry_enabled.unwrap_or(true),
-                after: merged.retry_after.unwrap_or_default(),
-                max_after: merged.retry_max_after.unwrap_or(Duration::MAX),
+                after: merged.retry_after.unwrap_or_default().max(MIN_RETRY_PAUSE),
+                max_after: merged
+                    .retry_max_after
+                    .unwrap_or(Duration::MAX)
+                    .max(MIN_RETRY_PAUSE),
                 factor,
                 jitter: merged.retry_jitter.unwrap_or(false),
                 budget,

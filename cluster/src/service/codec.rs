@@ -40,9 +40,24 @@ impl std::io::Write for Fallible {
     }
 }
 
+/// How deep values may nest in what [`decode`] reads. rmp-serde's own bound (1024) overflows a
+/// tokio worker's 2 MiB stack in a debug build: a peer's kilobyte of `[[[…]]]`, even in a field
+/// the receiver skips, would abort the node.
+pub const MAX_DEPTH: usize = 128;
+
 /// Decodes what [`encode`] wrote.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    rmp_serde::from_slice(bytes).map_err(|e| CodecError(e.to_string()))
+    decode_within(bytes, MAX_DEPTH)
+}
+
+/// Decodes MessagePack nested at most `depth` deep.
+pub(crate) fn decode_within<T: DeserializeOwned>(
+    bytes: &[u8],
+    depth: usize,
+) -> Result<T, CodecError> {
+    let mut reader = rmp_serde::Deserializer::from_read_ref(bytes);
+    reader.set_max_depth(depth);
+    T::deserialize(&mut reader).map_err(|e| CodecError(e.to_string()))
 }
 
 /// A value that could not be encoded or decoded; the message is the codec's.
@@ -53,6 +68,27 @@ pub struct CodecError(pub String);
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};
+
+    #[test]
+    fn values_nested_past_the_bound_are_an_error_even_in_a_skipped_field() {
+        #[derive(Deserialize, Debug)]
+        struct Small {
+            #[allow(dead_code)]
+            id: u64,
+        }
+        // A map {id: 1, x: [[[…]]]} with the array 10,000 deep: 0x91 is a one-element array.
+        let mut bytes = vec![0x82, 0xa2, b'i', b'd', 0x01, 0xa1, b'x'];
+        bytes.extend(std::iter::repeat_n(0x91, 10_000));
+        bytes.push(0xc0);
+        let read = super::decode::<Small>(&bytes);
+        assert!(
+            read.as_ref().is_err_and(|e| e.0.contains("depth")),
+            "{read:?}"
+        );
+        let shallow: Vec<Vec<Vec<u8>>> =
+            super::decode(&super::encode(&vec![vec![vec![1u8]]]).unwrap()).unwrap();
+        assert_eq!(shallow, vec![vec![vec![1]]]);
+    }
 
     #[derive(Serialize, Deserialize, Debug, PartialEq)]
     struct HitV20 {

@@ -4,7 +4,8 @@
 mod codec;
 mod description;
 
-pub use codec::{CodecError, decode, encode};
+pub(crate) use codec::decode_within;
+pub use codec::{CodecError, MAX_DEPTH, decode, encode};
 pub use description::{
     FunctionDescription, ServiceDescription, WIRE_VERSION, signature_hash, version,
 };

@@ -29,6 +29,9 @@ use crate::transport::TransportError;
 use crate::transport::wire::handshake::{self, Hello};
 use crate::transport::wire::{self, Reply, Request, v1, v2};
 
+/// The shortest idle timeout a provider's welcome is taken at.
+const MIN_IDLE: Duration = Duration::from_secs(1);
+
 /// What the connector needs to know to open connections.
 #[derive(Clone)]
 pub(crate) struct ConnectConfig {
@@ -370,7 +373,10 @@ where
             )));
         }
         if welcome.idle_timeout_ms > 0 {
-            idle = idle.min(Duration::from_millis(welcome.idle_timeout_ms));
+            // Not below a second, whatever the provider says: a close every few microseconds
+            // would be a reconnect per call.
+            let theirs = Duration::from_millis(welcome.idle_timeout_ms).max(MIN_IDLE);
+            idle = idle.min(theirs);
         }
         // The address is the registry's; the name is the peer's own. They differ when the
         // entry is stale (another node took the port): the request goes elsewhere.

@@ -24,6 +24,9 @@ pub(crate) const MAGIC: [u8; 8] = *b"cluster\0";
 /// The largest hello or welcome either side reads.
 const MAX_MESSAGE: usize = 16 << 10;
 
+/// How deep a hello or a welcome may nest.
+const MAX_DEPTH: usize = 16;
+
 /// The features this build supports. None is defined yet: the list is agreed in every
 /// handshake so that a later build can add one without a new wire version.
 pub(crate) const FEATURES: &[&str] = &[];
@@ -179,7 +182,10 @@ async fn read<S: AsyncRead + Unpin, T: for<'de> Deserialize<'de>>(io: &mut S) ->
     }
     let mut body = vec![0u8; len];
     io.read_exact(&mut body).await?;
-    rmp_serde::from_slice(&body).map_err(|e| invalid(&format!("an unreadable handshake: {e}")))
+    // Nothing in a hello or a welcome nests deeply; a later build's fields, skipped, may nest
+    // a little. The bound keeps a plaintext kilobyte from overflowing the stack.
+    crate::service::decode_within(&body, MAX_DEPTH)
+        .map_err(|e| invalid(&format!("an unreadable handshake: {e}")))
 }
 
 fn invalid(message: &str) -> io::Error {

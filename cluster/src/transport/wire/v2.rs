@@ -95,9 +95,9 @@ impl<'de> Deserialize<'de> for RequestFrame {
                 let mut head = Head {
                     request_id: RequestId(id),
                     // A budget too far out for the clock is no limit, never an overflow.
-                    budget_deadline: (budget != NONE)
-                        .then(|| Instant::now().checked_add(Duration::from_micros(budget)))
-                        .flatten(),
+                    budget_deadline: (budget != NONE).then(|| {
+                        crate::deadline::later(Instant::now(), Duration::from_micros(budget))
+                    }),
                     reply_limit: (limit != NONE).then_some(limit),
                     ..Head::default()
                 };
