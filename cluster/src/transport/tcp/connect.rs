@@ -23,6 +23,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::MAX_DEADLINE;
 use super::limit::{InFlightLimit, NoPlace};
+use crate::rate_limited::RateLimited;
 use crate::registry::NodeInfo;
 use crate::security::tls::{self, Tls};
 use crate::transport::TransportError;
@@ -311,11 +312,16 @@ async fn connect(
         .peer_of(stream.get_ref().1.peer_certificates())
         .map_err(|why| TransportError::Untrusted(format!("{to}: {why}")))?;
     if names != to.name {
-        tracing::warn!(
-            "the registry says node `{}` is at {}, but the certificate there names node `{names}`: not calling it",
-            to.name,
-            to.addr
-        );
+        // Once per address per interval: every call to that entry meets it.
+        static WARNED: std::sync::LazyLock<RateLimited> =
+            std::sync::LazyLock::new(RateLimited::default);
+        WARNED.note(to.addr.ip(), |left_out| {
+            tracing::warn!(
+                "the registry says node `{}` is at {}, but the certificate there names node `{names}`: not calling it ({left_out} more such lines left out)",
+                to.name,
+                to.addr
+            )
+        });
         return Err(TransportError::WrongPeer(format!(
             "{} presented the certificate of node `{names}`, not of `{}`",
             to.addr, to.name
