@@ -126,9 +126,7 @@ async fn provider(
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(examples::log_filter())
-        .init();
+    let _logs = examples::init_logs();
     let secrets = Secrets::throwaway("demo");
     let registry = MemoryRegistry::new();
     let one = provider(&secrets, &registry, "search-1", Duration::from_millis(100)).await;

@@ -7,9 +7,7 @@ use examples::deploy::{Naming, run};
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(examples::log_filter())
-        .init();
+    let _logs = examples::init_logs();
     println!(
         "| replaced under | calls | failed | deposits run exactly once | p50 quiet | p99 quiet | p50 deploy | p99 deploy | max deploy |"
     );

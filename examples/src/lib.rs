@@ -1,13 +1,15 @@
 //! Services shared by the example binaries and the tests: `greeter` (for nodes in separate
-//! processes) and `ledger` with its rolling-deploy scenario ([`deploy`]).
+//! processes), `probe` (what the abuse suite measures a node with) and `ledger` with its
+//! rolling-deploy scenario ([`deploy`]).
 
 pub mod deploy;
 mod logs;
 pub mod secrets;
 
-pub use logs::log_filter;
+pub use logs::{BUFFERED_LOG_LINES, DROPPED_REPORT_PERIOD, Logs, init_logs, log_filter};
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +50,41 @@ impl Greeter for Host {
             text: format!("hello, {name}"),
             node: self.node.clone(),
         }
+    }
+}
+
+/// What the abuse suite (`tests/abuse.rs`) calls besides `greeter`, served by `cluster-node
+/// --probe`: a function that counts its runs (did a refused request run?), one that takes its
+/// time (a request still in flight), and one whose declared timeout is three years.
+#[cluster::service(name = "probe", version = "1.0.0", timeout = "2s")]
+pub trait Probe {
+    /// How many times `count` has run on this node, this run included.
+    async fn count(&self) -> u64;
+    /// Sleeps `ms` milliseconds, then answers them.
+    async fn sleep(&self, ms: u64) -> u64;
+    /// Answers `n` at once; declared with a timeout of three years.
+    #[call(timeout = "26280h")]
+    async fn patient(&self, n: u64) -> u64;
+}
+
+/// The provider of `probe`.
+#[derive(Debug, Default)]
+pub struct Counter {
+    runs: AtomicU64,
+}
+
+impl Probe for Counter {
+    async fn count(&self) -> u64 {
+        self.runs.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    async fn sleep(&self, ms: u64) -> u64 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        ms
+    }
+
+    async fn patient(&self, n: u64) -> u64 {
+        n
     }
 }
 

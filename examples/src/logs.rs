@@ -1,5 +1,18 @@
-//! The log filter the example binaries install.
+//! How the example binaries log: [`log_filter`]'s directives, written to stderr by a thread of
+//! their own through a bounded queue that drops what it cannot hold ([`init_logs`]).
+//!
+//! A node must never wait on its logs. `tracing_subscriber::fmt()` alone writes each line
+//! synchronously from the thread that logs it: a node whose stdout or stderr is a pipe nobody
+//! reads (a supervisor that stopped reading, a full terminal) blocks every runtime worker on a
+//! full pipe and stops serving. Here a line that finds the queue full is dropped and counted,
+//! and the count is said when lines get through again and when the process ends.
 
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
@@ -14,6 +27,13 @@ const TARPC_DEADLINES: [&str; 2] = [
 /// tarpc's server logs a WARN for every connection a peer closes without a TLS close_notify,
 /// which is every connection of a peer that shuts down: ordinary, and said at DEBUG by us.
 const TARPC_SERVER: &str = "tarpc::server=error";
+
+/// Log lines queued for the writer thread at most: about 1 MiB of ordinary lines. Past it lines
+/// are dropped, not waited for.
+pub const BUFFERED_LOG_LINES: usize = 4096;
+
+/// How often [`Logs::report_every`]'s task says how many lines were dropped, if any were.
+pub const DROPPED_REPORT_PERIOD: Duration = Duration::from_secs(10);
 
 /// `RUST_LOG`'s directives (ERROR when it is unset), with tarpc's deadline lines off and its
 /// server's connection-closed WARNs down to errors, unless `RUST_LOG` names tarpc itself.
@@ -38,9 +58,116 @@ fn filter_for(rust_log: &str) -> EnvFilter {
     filter
 }
 
+/// The process's logging, installed by [`init_logs`]: keep it for the life of the process.
+/// Dropping it says how many lines were dropped, if any, and flushes the queue (waiting a
+/// second at most: a stderr nobody reads cannot hold the exit either).
+#[must_use = "dropping the guard stops the log writer"]
+pub struct Logs {
+    dropped: Dropped,
+    // Declared last: dropped after the final count is queued, so that it is flushed too.
+    _guard: WorkerGuard,
+}
+
+/// The lines dropped so far, and how many of them have been said.
+#[derive(Clone)]
+struct Dropped {
+    writer: NonBlocking,
+    counter: ErrorCounter,
+    said: Arc<AtomicUsize>,
+}
+
+impl Dropped {
+    /// Queues a line with the count if it grew since last said. Through the same lossy queue,
+    /// so that saying it never blocks either; a line that is dropped too is said by the next.
+    fn say(&self, when: &str) {
+        let dropped = self.counter.dropped_lines();
+        let said = self.said.load(Ordering::Relaxed);
+        if dropped == said {
+            return;
+        }
+        let line = format!(
+            "logs: {} log lines dropped {when} ({dropped} in all): the log output was not read fast enough\n",
+            dropped - said
+        );
+        let mut writer = self.writer.clone();
+        let queued = writer.write_all(line.as_bytes()).is_ok();
+        // A queue still full drops the report as well (and counts it): said next time.
+        if queued && self.counter.dropped_lines() == dropped {
+            self.said.store(dropped, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Logs {
+    /// Log lines dropped so far because the queue was full.
+    pub fn dropped_lines(&self) -> usize {
+        self.dropped.counter.dropped_lines()
+    }
+
+    /// Says every `period`, on the current tokio runtime, how many lines were dropped since
+    /// it last said, if any were.
+    pub fn report_every(&self, period: Duration) {
+        let dropped = self.dropped.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                dropped.say(&format!("in the last {period:?}"));
+            }
+        });
+    }
+}
+
+impl Drop for Logs {
+    fn drop(&mut self) {
+        self.dropped.say("before exit");
+    }
+}
+
+/// A writer of lines to `out` on a thread of its own, through a queue of `lines` lines that
+/// drops what does not fit.
+fn lossy<W: Write + Send + 'static>(out: W, lines: usize) -> (NonBlocking, WorkerGuard) {
+    NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(lines)
+        .thread_name("logs")
+        .finish(out)
+}
+
+fn logs_to<W: Write + Send + 'static>(out: W, lines: usize) -> (Logs, NonBlocking) {
+    let (writer, guard) = lossy(out, lines);
+    let dropped = Dropped {
+        counter: writer.error_counter(),
+        writer: writer.clone(),
+        said: Arc::default(),
+    };
+    let logs = Logs {
+        dropped,
+        _guard: guard,
+    };
+    (logs, writer)
+}
+
+/// Installs the process's logging: [`log_filter`]'s lines to stderr, never blocking the thread
+/// that logs ([`BUFFERED_LOG_LINES`] queued at most, the rest dropped and counted).
+pub fn init_logs() -> Logs {
+    let (logs, writer) = logs_to(std::io::stderr(), BUFFERED_LOG_LINES);
+    tracing_subscriber::fmt()
+        .with_env_filter(log_filter())
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(writer)
+        .init();
+    logs
+}
+
 #[cfg(test)]
 mod tests {
-    use super::filter_for;
+    use std::io;
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    use super::*;
 
     #[test]
     fn tarpcs_deadline_errors_are_off_unless_asked_for() {
@@ -56,5 +183,116 @@ mod tests {
         );
         let asked = filter_for("tarpc=trace").to_string();
         assert!(!asked.contains("=off"), "{asked}");
+    }
+
+    /// A writer that hands every line to a channel.
+    struct Lines(mpsc::Sender<String>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let _ = self.0.send(String::from_utf8_lossy(buf).into_owned());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn tarpcs_deadline_lines_are_not_written_even_at_trace() {
+        let (tx, rx) = mpsc::channel();
+        let (logs, writer) = logs_to(Lines(tx), 64);
+        for rust_log in ["", "warn", "debug", "trace"] {
+            let subscriber = tracing_subscriber::fmt()
+                .with_env_filter(filter_for(rust_log))
+                .with_writer(writer.clone())
+                .finish();
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::error!(target: "tarpc::server::in_flight_requests", "DeadlineExceeded");
+                tracing::error!(target: "tarpc::client::in_flight_requests", "DeadlineExceeded");
+                tracing::warn!(target: "tarpc::server", "Requests stream errored out");
+                tracing::error!(target: "cluster", "a real error, at {rust_log:?}");
+            });
+        }
+        drop(logs);
+        let written: Vec<String> = rx.try_iter().collect();
+        assert_eq!(written.len(), 4, "{written:?}");
+        assert!(
+            written.iter().all(|line| line.contains("a real error")),
+            "{written:?}"
+        );
+    }
+
+    /// A writer blocked as a pipe nobody reads is, until `open`; then it hands lines on.
+    #[derive(Clone, Default)]
+    struct Gate(Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+    impl Gate {
+        fn open(&self) {
+            *self.0.0.lock().unwrap() = true;
+            self.0.1.notify_all();
+        }
+    }
+
+    struct Gated(Gate, mpsc::Sender<String>);
+
+    impl Write for Gated {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let (open, opened) = &*self.0.0;
+            let _open = opened
+                .wait_while(open.lock().unwrap(), |open| !*open)
+                .unwrap();
+            let _ = self.1.send(String::from_utf8_lossy(buf).into_owned());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stuck_output_drops_and_counts_lines_and_the_count_is_said_at_exit() {
+        let (gate, (tx, rx)) = (Gate::default(), mpsc::channel());
+        let (logs, writer) = logs_to(Gated(gate.clone(), tx), 16);
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(writer)
+            .finish();
+        let start = Instant::now();
+        tracing::subscriber::with_default(subscriber, || {
+            for n in 0..10_000 {
+                tracing::error!("line {n}");
+            }
+        });
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "10,000 lines to a stuck output took {took:?}"
+        );
+        let dropped = logs.dropped_lines();
+        assert!(
+            (10_000 - 16 - 1..10_000).contains(&dropped),
+            "{dropped} dropped: all but the queue's 16 and the line being written"
+        );
+        gate.open();
+        drop(logs);
+        let written: Vec<String> = rx.try_iter().collect();
+        let last = written.last().expect("lines written once the output moved");
+        assert!(
+            last.contains(&format!("{dropped} log lines dropped before exit")),
+            "{written:?}"
+        );
+        assert_eq!(written.len(), 10_000 - dropped + 1, "{last}");
+    }
+
+    #[test]
+    fn nothing_dropped_nothing_said() {
+        let (tx, rx) = mpsc::channel();
+        let (logs, mut writer) = logs_to(Lines(tx), 4);
+        writer.write_all(b"one line\n").unwrap();
+        logs.dropped.say("now");
+        drop(logs);
+        let written: Vec<String> = rx.try_iter().collect();
+        assert_eq!(written, ["one line\n"]);
     }
 }

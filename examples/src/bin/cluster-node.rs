@@ -9,21 +9,24 @@
 //! cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...
 //! ```
 //!
-//! `run` prints `gossip=<addr> rpc=<addr>` on its first line, then serves until SIGTERM or
-//! ctrl-c (a clean leave) or SIGKILL (a crash).
+//! `run` prints `gossip=<addr> rpc=<addr>` on its first line of stdout, then serves until
+//! SIGTERM or ctrl-c (a clean leave) or SIGKILL (a crash). `--probe` serves the `probe` service
+//! too (for the abuse suite). Logs (`RUST_LOG`, ERROR by default) go to stderr through a bounded
+//! queue: a stderr nobody reads drops lines, counted and said, and never stops the node.
 
 use std::path::PathBuf;
 
 use cluster::registry::{GossipConfig, GossipRegistry};
 use cluster::{Identity, Keyring, Node};
-use examples::{GreeterServer, Host};
+use examples::{Counter, DROPPED_REPORT_PERIOD, GreeterServer, Host, ProbeServer};
 
 const USAGE: &str = "usage:
   cluster-node init --cluster NAME --dir DIR
   cluster-node issue --dir DIR --node NAME [--days N]
   cluster-node key                 (prints a new gossip key: a line for gossip.key)
   cluster-node [run] --name NAME --certs DIR [--seed HOST:PORT]...
-  cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...";
+  cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...
+  run also takes --probe: serve the `probe` service beside `greeter` (for tests)";
 
 #[derive(Default)]
 struct Args {
@@ -35,6 +38,7 @@ struct Args {
     node: Option<String>,
     days: Option<u32>,
     insecure: bool,
+    probe: bool,
 }
 
 fn fail(message: &str) -> ! {
@@ -51,6 +55,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> Args {
         }
         if arg == "--insecure" {
             parsed.insecure = true;
+            continue;
+        }
+        if arg == "--probe" {
+            parsed.probe = true;
             continue;
         }
         let Some(value) = args.next() else {
@@ -123,9 +131,9 @@ async fn main() {
 }
 
 async fn run(args: Args) {
-    tracing_subscriber::fmt()
-        .with_env_filter(examples::log_filter())
-        .init();
+    // Kept to the end of `run`: its drop says how many lines were dropped and flushes the rest.
+    let logs = examples::init_logs();
+    logs.report_every(DROPPED_REPORT_PERIOD);
     let name = args
         .name
         .unwrap_or_else(|| format!("node-{}", std::process::id()));
@@ -171,6 +179,14 @@ async fn run(args: Args) {
         .serve(GreeterServer::new(Host { node: name }))
         .await
         .expect("serves");
+    let _probe = match args.probe {
+        true => Some(
+            node.serve(ProbeServer::new(Counter::default()))
+                .await
+                .expect("serves"),
+        ),
+        false => None,
+    };
     println!(
         "gossip={} rpc={}",
         registry.gossip_addr().expect("gossiping"),
@@ -178,4 +194,5 @@ async fn run(args: Args) {
     );
 
     node.shutdown_on_signal().await;
+    drop(logs);
 }
