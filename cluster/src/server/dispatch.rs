@@ -200,8 +200,10 @@ impl Dispatcher {
     /// Checks a request, admits it and builds its handler's future; or refuses it.
     fn start(&self, request: Arc<Request>, deadline: Instant) -> Result<Started<'_>, Reply> {
         let request = Arc::unwrap_or_clone(request);
-        // Its caller has given up already: running it would be work nobody reads.
-        if deadline <= Instant::now() {
+        // Its caller has given up already (this attempt's time, or the whole call's budget, is
+        // over): running it would be work nobody reads.
+        let now = Instant::now();
+        if deadline <= now || request.head.budget_deadline.is_some_and(|end| end <= now) {
             return Err(Reply::Expired);
         }
         if let Some(problem) = &request.head.invalid {

@@ -3,10 +3,12 @@
 //! insecure one (a name there is only a claim).
 //!
 //! At the bound, a newcomer from peer A closes a connection of the peer B that holds the most,
-//! if B holds at least two more than A would; it is refused otherwise. So one peer that opens
-//! connections without end holds at most an equal share once others need theirs, and a peer
-//! with none always gets one: that is the reserve. Of B's connections, the one idle longest
-//! (nothing in flight) goes first.
+//! if B holds at least two more than A would; failing that, one of A's own with nothing in
+//! flight; it is refused otherwise. So one peer that opens connections without end holds at
+//! most an equal share once others need theirs, a peer with none always gets one (the
+//! reserve), and a caller that shares an address with a flood (insecure nodes tell peers by
+//! address) still gets in while the flood's connections are idle. Of B's connections, the
+//! oldest with nothing in flight goes first.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -80,6 +82,8 @@ impl Established {
         let mut inner = self.inner();
         let theirs = inner.by_peer.get(&peer).map_or(0, Vec::len);
         if inner.total >= self.cap {
+            let idle =
+                |entries: &Vec<Entry>| entries.iter().position(|e| e.account.in_flight() == 0);
             let largest = inner
                 .by_peer
                 .iter()
@@ -87,18 +91,31 @@ impl Established {
                 .max_by_key(|(n, _)| *n)
                 .filter(|(n, _)| *n >= theirs + 2)
                 .map(|(_, p)| p.clone());
-            let Some(largest) = largest else {
+            // The largest holder's oldest idle connection, else its oldest; or one of the
+            // newcomer's own peer's, if idle.
+            let victim = match largest {
+                Some(largest) => {
+                    let at = inner.by_peer.get(&largest).and_then(idle).unwrap_or(0);
+                    Some((largest, at))
+                }
+                None => inner
+                    .by_peer
+                    .get(&peer)
+                    .and_then(idle)
+                    .map(|at| (peer.clone(), at)),
+            };
+            let Some((largest, at)) = victim else {
                 return Err(Full {
                     cap: self.cap,
                     theirs,
                 });
             };
-            let entries = inner.by_peer.get_mut(&largest).expect("just found");
-            // The oldest with nothing in flight, else the oldest.
-            let at = entries
-                .iter()
-                .position(|e| e.account.in_flight() == 0)
-                .unwrap_or(0);
+            let Some(entries) = inner.by_peer.get_mut(&largest) else {
+                return Err(Full {
+                    cap: self.cap,
+                    theirs,
+                });
+            };
             let evicted = entries.remove(at);
             inner.total -= 1;
             if let Some(task) = evicted.serving.get() {
@@ -145,7 +162,9 @@ impl Drop for Place {
 
 #[cfg(test)]
 mod tests {
-    use super::super::budget::{Budget, ConnectionLimits};
+    use std::task::{Context, Poll, Waker};
+
+    use super::super::budget::{Budget, ConnectionLimits, Hold};
     use super::*;
 
     fn account() -> Arc<Account> {
@@ -156,32 +175,64 @@ mod tests {
         Account::new(Budget::new(1 << 20), limits)
     }
 
+    /// An account with a request in flight, and the hold that keeps it so.
+    fn busy() -> (Arc<Account>, Hold) {
+        let account = account();
+        let mut cx = Context::from_waker(Waker::noop());
+        let Poll::Ready(bytes) = account.poll_reserve(10, &mut cx) else {
+            panic!("a small frame is always reserved");
+        };
+        let hold = account.hold(1, bytes).expect("a new id");
+        (account, hold)
+    }
+
+    /// A connection's serving task, to see it ended.
+    fn serving() -> (Arc<OnceLock<AbortHandle>>, tokio::task::JoinHandle<()>) {
+        let serving = Arc::new(OnceLock::new());
+        let task = tokio::spawn(std::future::pending::<()>());
+        let _ = serving.set(task.abort_handle());
+        (serving, task)
+    }
+
+    async fn ended(task: tokio::task::JoinHandle<()>) -> bool {
+        task.await.is_err_and(|e| e.is_cancelled())
+    }
+
     #[tokio::test]
     async fn at_the_bound_a_newcomer_closes_one_of_the_largest_holder_and_no_more() {
         let established = Established::new(4);
         let hog = Peer::Address([10, 0, 0, 1].into());
         let mut places = Vec::new();
-        let mut tasks = Vec::new();
+        let mut tasks = std::collections::VecDeque::new();
         for _ in 0..4 {
-            let serving = Arc::new(OnceLock::new());
-            let task = tokio::spawn(std::future::pending::<()>());
-            let _ = serving.set(task.abort_handle());
-            tasks.push(task);
+            let (serving, task) = serving();
+            tasks.push_back(task);
             let place = established.admit(hog.clone(), serving, account());
             places.push(place.ok().expect("under the bound"));
         }
-        assert!(
+        // A fifth of the hog's own replaces its oldest idle one.
+        let (serving, task) = serving();
+        places.push(
             established
-                .admit(hog.clone(), Arc::default(), account())
-                .is_err(),
-            "the hog itself gets no more"
+                .admit(hog.clone(), serving, account())
+                .ok()
+                .unwrap(),
         );
+        tasks.push_back(task);
+        assert!(ended(tasks.pop_front().unwrap()).await);
+        assert_eq!(established.inner().total, 4);
+
+        // A peer with none gets one, and a second: the hog loses two of its four.
         let caller = Peer::Named("caller".into());
-        let first = established.admit(caller.clone(), Arc::default(), account());
+        let (a, _hold_a) = busy();
+        let (b, _hold_b) = busy();
+        let first = established.admit(caller.clone(), Arc::default(), a);
         assert!(first.is_ok(), "a peer with none gets one");
-        assert!(tasks.remove(0).await.unwrap_err().is_cancelled());
-        let _second = established.admit(caller.clone(), Arc::default(), account());
-        // Now 2 and 2: a third for the caller would leave the hog fewer than it.
+        assert!(ended(tasks.pop_front().unwrap()).await);
+        let second = established.admit(caller.clone(), Arc::default(), b);
+        assert!(second.is_ok());
+        assert!(ended(tasks.pop_front().unwrap()).await);
+        // Now 2 and 2, and the caller's are busy: a third would leave the hog fewer than it.
         assert!(
             established
                 .admit(caller, Arc::default(), account())

@@ -127,12 +127,16 @@ async fn connect(to: SocketAddr) -> TcpStream {
 
 /// A length-prefixed request frame: `function` of `sink` with `payload`, id `id`, `left` to run.
 fn frame(id: u64, function: &str, payload: Vec<u8>, left: Duration) -> Vec<u8> {
+    frame_with(id, function, payload, left, Head::default())
+}
+
+fn frame_with(id: u64, function: &str, payload: Vec<u8>, left: Duration, head: Head) -> Vec<u8> {
     let request = Request {
         service: "sink".into(),
         function: function.to_owned().into(),
         signature: signature_hash(&format!("{function}(Vec<u8>) -> Vec<u8>")),
         args: encode(&(payload,)).unwrap(),
-        head: Head::default(),
+        head,
         attempt: AtomicU32::new(1),
     };
     let mut context = tarpc::context::current();
@@ -318,6 +322,21 @@ async fn a_request_whose_deadline_has_passed_never_runs() {
         .write_all(&frame(1, "echo", vec![1], Duration::ZERO))
         .await
         .unwrap();
+    // Time left for the attempt, but none for the call: its budget is over.
+    let spent = Head {
+        budget_deadline: Some(Instant::now()),
+        ..Head::default()
+    };
+    stream
+        .write_all(&frame_with(
+            2,
+            "echo",
+            vec![1],
+            Duration::from_secs(5),
+            spent,
+        ))
+        .await
+        .unwrap();
     echo_works(provider.addr).await;
     assert_eq!(
         provider.runs.load(Ordering::SeqCst),
@@ -331,22 +350,37 @@ async fn at_the_connection_bound_a_flooding_address_gives_way_to_a_new_caller() 
     let mut config = config();
     config.max_connections = 4;
     let provider = provider(config).await;
+    let flood_from = [127, 0, 0, 2];
     let mut flood = Vec::new();
     for _ in 0..4 {
-        flood.push(connect_from(provider.addr, [127, 0, 0, 2]).await);
+        flood.push(connect_from(provider.addr, flood_from).await);
     }
-    // A fifth from the same address is refused: it holds them all.
+    // A caller from another address gets in, and the flood's oldest connection is closed.
+    let mut caller = connect(provider.addr).await;
+    caller
+        .write_all(&frame(1, "echo", b"ping".to_vec(), Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(reply(&mut caller).await.request_id, 1);
+    closed(&mut flood[0], Duration::from_secs(2)).await;
+    // A fifth from the flood's address replaces one of its own idle ones.
+    flood.push(connect_from(provider.addr, flood_from).await);
+    closed(&mut flood[1], Duration::from_secs(2)).await;
+    // With a request in flight on each of its connections, it is refused, and told why.
+    for (id, stream) in flood.iter_mut().skip(2).enumerate() {
+        let park = frame(id as u64, "park", vec![], Duration::from_secs(60));
+        stream.write_all(&park).await.unwrap();
+    }
+    until("three parked", || provider.runs.load(Ordering::SeqCst) == 4).await;
     let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
-    let mut fifth = socket.connect(provider.addr).await.unwrap();
+    socket.bind((flood_from, 0).into()).unwrap();
+    let mut sixth = socket.connect(provider.addr).await.unwrap();
     let hello = Hello {
         versions: (2, 2),
         node: "raw".to_owned(),
         ..Hello::default()
     };
-    let refused = handshake::offer(&mut fifth, &hello).await.unwrap();
+    let refused = handshake::offer(&mut sixth, &hello).await.unwrap();
     assert!(refused.busy, "{refused:?}");
-    // A caller from another address gets in, and one of the flood's connections is closed.
-    echo_works(provider.addr).await;
-    closed(&mut flood[0], Duration::from_secs(2)).await;
+    assert!(refused.refusal.unwrap().contains("its limit"));
 }
