@@ -6,7 +6,7 @@
 //! explains how the copies converge and how fast.
 
 mod entry;
-mod gossip;
+pub(crate) mod gossip;
 mod index;
 mod memory;
 

@@ -2,7 +2,7 @@
 //! anti-entropy with phi-accrual failure detection). `docs/registry.md` walks through it.
 
 mod config;
-mod state;
+pub(crate) mod state;
 mod transport;
 
 use std::collections::BTreeMap;

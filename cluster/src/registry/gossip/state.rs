@@ -28,7 +28,7 @@ const REVISION: &str = "rev";
 /// One key per service: `svc:<name>` = the description as JSON.
 const SERVICE: &str = "svc:";
 
-pub(super) fn initial_keys(own: &NodeInfo) -> Vec<(String, String)> {
+pub(crate) fn initial_keys(own: &NodeInfo) -> Vec<(String, String)> {
     let mut keys = vec![
         (RPC.to_owned(), own.addr.to_string()),
         (STATUS.to_owned(), CLAIMING.to_owned()),
@@ -48,7 +48,7 @@ pub(super) fn service_key(service: &str) -> String {
 }
 
 /// The key and value of a description, refused if it is larger than `max` bytes.
-pub(super) fn service_key_value(
+pub(crate) fn service_key_value(
     description: &ServiceDescription,
     max: usize,
 ) -> Result<(String, String), RegistryError> {
@@ -79,7 +79,7 @@ pub(super) fn mark_up(me: &mut NodeState) {
 
 /// Every other generation of `own`'s name that is up (by its own word), and where it serves.
 /// A crashed generation stays `up` in gossip until it is purged, so there may be several.
-pub(super) fn holders(cc: &Chitchat, own: &ChitchatId) -> Vec<(ChitchatId, std::net::SocketAddr)> {
+pub(crate) fn holders(cc: &Chitchat, own: &ChitchatId) -> Vec<(ChitchatId, std::net::SocketAddr)> {
     cc.node_states()
         .iter()
         .filter(|(id, state)| {
@@ -103,7 +103,7 @@ pub(super) fn mark_leaving(me: &mut NodeState) {
 /// that are up (a restart after a crash, before the old one was declared dead), only the newer
 /// counts, so a restart never resurrects the old entries; one still claiming the name counts for
 /// nothing. An entry that cannot be read is skipped and logged, never fatal.
-pub(super) fn build_index(cc: &Chitchat) -> Index {
+pub(crate) fn build_index(cc: &Chitchat) -> Index {
     let mut newest: HashMap<&str, &ChitchatId> = HashMap::new();
     // A node of an earlier build says `up` from the start and never `claiming`.
     let up = |id: &ChitchatId| cc.node_state(id).and_then(|s| s.get(STATUS)) == Some(UP);
