@@ -2,6 +2,7 @@ use std::collections::HashSet;
 
 use anyhow::Context as _;
 
+use crate::limits::MAX_DECOMPRESSED_LEN;
 use crate::serialize::*;
 use crate::types::{DeletionStatusMutation, KeyValueMutation, KeyValueMutationRef};
 use crate::{ChitchatId, Version, VersionedValue};
@@ -403,6 +404,13 @@ impl DeltaBuilder {
                 let Some(current_node_delta) = self.current_node_delta.as_mut() else {
                     anyhow::bail!("received a key-value op without a node op before.");
                 };
+                // Not upstream's: a max version below the last key's made `apply_delta`
+                // assert, which stopped gossip for good on one datagram.
+                anyhow::ensure!(
+                    max_version >= current_node_delta.max_version,
+                    "max version {max_version} is below the last key's version {}",
+                    current_node_delta.max_version
+                );
                 current_node_delta.max_version = max_version;
             }
         }
@@ -429,18 +437,25 @@ pub struct DeltaSerializer {
     mtu: usize,
     delta_builder: DeltaBuilder,
     compressed_stream_writer: CompressedStreamWriter,
+    // Not upstream's: the ops' bytes before compression, kept under `MAX_DECOMPRESSED_LEN` so
+    // that a receiver never refuses a delta this node built.
+    uncompressed_len: usize,
 }
 
 const BLOCK_THRESHOLD: u16 = 16_384u16;
 
 impl DeltaSerializer {
+    /// The smallest mtu a delta is built for.
+    pub const MIN_MTU: usize = 100;
+
     pub fn with_mtu(mtu: usize) -> Self {
-        assert!(mtu >= 100);
+        assert!(mtu >= Self::MIN_MTU);
         let block_threshold = u16::try_from((BLOCK_THRESHOLD as usize).min(mtu)).unwrap();
         DeltaSerializer {
             mtu,
             delta_builder: DeltaBuilder::default(),
             compressed_stream_writer: CompressedStreamWriter::with_block_threshold(block_threshold),
+            uncompressed_len: 0,
         }
     }
 
@@ -458,6 +473,11 @@ impl DeltaSerializer {
         {
             return false;
         }
+        let uncompressed_len = self.uncompressed_len + delta_op.serialized_len();
+        if uncompressed_len > MAX_DECOMPRESSED_LEN {
+            return false;
+        }
+        self.uncompressed_len = uncompressed_len;
         self.compressed_stream_writer.append(&delta_op);
         assert!(self.delta_builder.apply_op(delta_op).is_ok());
         true

@@ -81,7 +81,11 @@ impl FailureDetector {
         let mut garbage_collected_nodes = Vec::new();
         let now = Instant::now();
         for (chitchat_id, &time_of_death) in &self.dead_nodes {
-            if now >= time_of_death + self.config.dead_node_grace_period {
+            // Not upstream's `+`: a grace period of `Duration::MAX` must not panic.
+            if time_of_death
+                .checked_add(self.config.dead_node_grace_period)
+                .is_some_and(|purge_at| now >= purge_at)
+            {
                 garbage_collected_nodes.push(chitchat_id.clone())
             }
         }
@@ -105,13 +109,16 @@ impl FailureDetector {
     /// Returns the list of nodes considered dead by the failure detector.
     pub fn scheduled_for_deletion_nodes(&self) -> impl Iterator<Item = &ChitchatId> {
         let now = Instant::now();
-        let half_dead_node_grace_period = self.config.dead_node_grace_period.div_f32(2.0f32);
+        let half_dead_node_grace_period = self.config.dead_node_grace_period / 2;
         // Note: we can't just compute the threshold now - half_dead_node_grace_period, because it
         // would underflow on some platform (MacOS).
         self.dead_nodes
             .iter()
             .filter_map(move |(chitchat_id, time_of_death)| {
-                if *time_of_death + half_dead_node_grace_period < now {
+                if time_of_death
+                    .checked_add(half_dead_node_grace_period)
+                    .is_some_and(|scheduled_at| scheduled_at < now)
+                {
                     Some(chitchat_id)
                 } else {
                     None

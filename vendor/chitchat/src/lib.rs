@@ -7,6 +7,7 @@ mod configuration;
 mod delta;
 mod digest;
 mod failure_detector;
+mod limits;
 mod listener;
 mod message;
 mod message_serialize;
@@ -25,6 +26,9 @@ use std::time::Duration;
 use delta::Delta;
 use failure_detector::FailureDetector;
 pub use failure_detector::FailureDetectorConfig;
+pub use limits::{
+    ChitchatLimits, MAX_DECOMPRESSED_LEN, MAX_DIGEST_LEN, MAX_KEY_VALUE_LEN, Refusal, Refusals,
+};
 pub use listener::ListenerHandle;
 pub use serialize::{Deserializable, Serializable};
 use tokio::sync::watch;
@@ -35,7 +39,7 @@ pub use self::configuration::{CatchupCallback, ChitchatConfig};
 pub use self::state::{ClusterStateSnapshot, NodeState};
 use crate::digest::Digest;
 pub use crate::message::{ChitchatEnvelope, ChitchatMessage, ProtocolVersion};
-pub use crate::server::{ChitchatHandle, spawn_chitchat};
+pub use crate::server::{ChitchatHandle, spawn_chitchat, spawn_chitchat_with_limits};
 use crate::state::ClusterState;
 pub use crate::types::{ChitchatId, DeletionStatus, Heartbeat, Version, VersionedValue};
 
@@ -137,8 +141,27 @@ impl Chitchat {
         }
     }
 
+    /// Sets what peers may make this node hold (not upstream's: see `limits.rs`). Nodes held
+    /// already are kept.
+    pub fn with_limits(mut self, limits: ChitchatLimits) -> Self {
+        self.cluster_state.limits = limits;
+        self
+    }
+
+    /// What peers may make this node hold.
+    pub fn limits(&self) -> ChitchatLimits {
+        self.cluster_state.limits
+    }
+
+    /// The updates from peers dropped for passing a limit, counted since the node started.
+    pub fn refusals(&self) -> std::sync::Arc<Refusals> {
+        self.cluster_state.refusals.clone()
+    }
+
     fn process_delta(&mut self, delta: Delta) {
-        let was_reset_triggered = self.cluster_state.apply_delta(delta);
+        let was_reset_triggered = self
+            .cluster_state
+            .apply_delta(delta, &self.config.chitchat_id);
         if was_reset_triggered {
             if let Some(catchup_callback) = &self.config.catchup_callback {
                 info!("executing catch-up callback");
@@ -220,8 +243,12 @@ impl Chitchat {
             .map(|last_heartbeat| last_heartbeat < heartbeat)
             .unwrap_or(true);
 
+        // Not upstream's: a new node is admitted only if there is room for it (`limits.rs`).
         let node_state = if should_init_if_absent {
-            self.cluster_state.node_state_mut_or_init(chitchat_id)
+            let Some(node_state) = self.cluster_state.admit_node(chitchat_id) else {
+                return;
+            };
+            node_state
         } else if let Some(node_state) = self.cluster_state.node_state_mut(chitchat_id) {
             node_state
         } else {
@@ -391,8 +418,15 @@ impl Chitchat {
             .last_heartbeat_if_deleted(chitchat_id)
             .is_none();
 
+        if chitchat_id == self.self_chitchat_id() {
+            warn!("skip reset_node_state of this node's own state");
+            return;
+        }
         let node_state = if should_init_if_absent {
-            self.cluster_state.node_state_mut_or_init(chitchat_id)
+            let Some(node_state) = self.cluster_state.admit_node(chitchat_id) else {
+                return;
+            };
+            node_state
         } else if let Some(node_state) = self.cluster_state.node_state_mut(chitchat_id) {
             node_state
         } else {

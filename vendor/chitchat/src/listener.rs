@@ -106,8 +106,15 @@ impl InnerListeners {
             return;
         }
 
+        // Not upstream's `[0..1]`, which panicked on a key (a peer's) whose first character
+        // takes more than one byte.
+        let first_char_len = key_change_event
+            .key
+            .chars()
+            .next()
+            .map_or(0, char::len_utf8);
         let range = (
-            Bound::Included(&key_change_event.key[0..1]),
+            Bound::Included(&key_change_event.key[..first_char_len]),
             Bound::Included(key_change_event.key),
         );
         for (prefix_key, listeners) in self.listeners.range::<str, _>(range) {

@@ -114,6 +114,13 @@ impl ChitchatEnvelope {
     /// responder echoes it so its reply is encoded with a format the
     /// initiator is guaranteed to understand.
     pub fn deserialize(buf: &mut &[u8]) -> anyhow::Result<Self> {
+        Self::deserialize_up_to(buf, ProtocolVersion::V1)
+    }
+
+    /// Deserializes a message of protocol version `newest` or older; a newer one is refused
+    /// before its body is read. Not upstream's: a node that speaks V0 has no use for the V1
+    /// digest's compressed stream, which the sender chooses by the version byte.
+    pub fn deserialize_up_to(buf: &mut &[u8], newest: ProtocolVersion) -> anyhow::Result<Self> {
         if buf.len() < 3 {
             bail!("buffer too small to store the magic number and the protocol version");
         }
@@ -122,6 +129,9 @@ impl ChitchatEnvelope {
             bail!("invalid chitchat magic number");
         }
         let version = ProtocolVersion::from_code(buf[2]).context("invalid protocol version")?;
+        if version > newest {
+            bail!("protocol version {version:?} refused: this node speaks {newest:?}");
+        }
         buf.consume(3);
 
         let message_type = buf

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use bytes::Buf;
 
+use crate::limits::MAX_DECOMPRESSED_LEN;
 use crate::{ChitchatId, Heartbeat};
 
 /// Trait to serialize messages.
@@ -404,22 +405,37 @@ impl CompressedStreamWriter {
     }
 }
 
+/// Not upstream's: the stream is refused once it decompresses past `MAX_DECOMPRESSED_LEN`
+/// (upstream had no bound on the number of blocks: 65 KB decompressed to 186 MiB). A block is
+/// decompressed into no more room than is left, so a refused stream costs at most that much.
 pub fn deserialize_stream<D: Deserializable>(buf: &mut &[u8]) -> anyhow::Result<Vec<D>> {
     let mut decompressed_data = Vec::new();
     let mut decompressed_buffer = vec![0; u16::MAX as usize];
+    let too_large = || {
+        format!("compressed stream decompresses to more than {MAX_DECOMPRESSED_LEN} bytes")
+    };
     loop {
         let block_type = BlockType::deserialize(buf)?;
+        let room = MAX_DECOMPRESSED_LEN - decompressed_data.len();
         match block_type {
             BlockType::Compressed => {
                 let len = u16::deserialize(buf)? as usize;
                 let compressed_block_bytes = buf.get(..len).context(
                     "failed to download compressed stream (compressed block): buffer too short",
                 )?;
+                let capacity = room.min(u16::MAX as usize);
                 let uncompressed_len = zstd::bulk::decompress_to_buffer(
                     compressed_block_bytes,
-                    &mut decompressed_buffer[..u16::MAX as usize],
+                    &mut decompressed_buffer[..capacity],
                 )
-                .context("failed to decompress block")?;
+                .map_err(|error| {
+                    let error = anyhow::Error::new(error).context("failed to decompress block");
+                    if capacity < u16::MAX as usize {
+                        error.context(too_large())
+                    } else {
+                        error
+                    }
+                })?;
                 buf.advance(len);
                 decompressed_data.extend_from_slice(&decompressed_buffer[..uncompressed_len]);
             }
@@ -428,6 +444,9 @@ pub fn deserialize_stream<D: Deserializable>(buf: &mut &[u8]) -> anyhow::Result<
                 let block_bytes = buf.get(..len).context(
                     "failed to download compressed stream (uncompressed block): buffer too short",
                 )?;
+                if len > room {
+                    bail!(too_large());
+                }
                 decompressed_data.extend_from_slice(block_bytes);
                 buf.advance(len);
             }

@@ -15,7 +15,7 @@ use tracing::{debug, warn};
 
 use crate::message::ChitchatEnvelope;
 use crate::transport::{RecvOutcome, Socket, Transport};
-use crate::{Chitchat, ChitchatConfig, ChitchatId};
+use crate::{Chitchat, ChitchatConfig, ChitchatId, ChitchatLimits};
 
 /// Number of nodes picked for random gossip.
 const GOSSIP_COUNT: usize = 3;
@@ -132,6 +132,23 @@ pub async fn spawn_chitchat(
     initial_key_values: Vec<(String, String)>,
     transport: &dyn Transport,
 ) -> anyhow::Result<ChitchatHandle> {
+    spawn_chitchat_with_limits(
+        config,
+        ChitchatLimits::default(),
+        initial_key_values,
+        transport,
+    )
+    .await
+}
+
+/// Launches a new Chitchat server that holds at most `limits` of its peers' state (not
+/// upstream's: see `limits.rs`).
+pub async fn spawn_chitchat_with_limits(
+    config: ChitchatConfig,
+    limits: ChitchatLimits,
+    initial_key_values: Vec<(String, String)>,
+    transport: &dyn Transport,
+) -> anyhow::Result<ChitchatHandle> {
     let (command_tx, command_rx) = mpsc::unbounded_channel();
 
     let seed_addrs: watch::Receiver<HashSet<SocketAddr>> =
@@ -140,7 +157,8 @@ pub async fn spawn_chitchat(
     let socket = transport.open(config.listen_addr).await?;
     let chitchat_id = config.chitchat_id.clone();
 
-    let chitchat = Chitchat::with_chitchat_id_and_seeds(config, seed_addrs, initial_key_values);
+    let chitchat = Chitchat::with_chitchat_id_and_seeds(config, seed_addrs, initial_key_values)
+        .with_limits(limits);
     let chitchat_arc = Arc::new(Mutex::new(chitchat));
     let chitchat_arc_clone = chitchat_arc.clone();
 
@@ -239,7 +257,8 @@ impl Server {
     /// Listen for new Chitchat envelopes.
     async fn run(&mut self) -> anyhow::Result<()> {
         let gossip_interval = self.chitchat.lock().await.config.gossip_interval;
-        let mut gossip_interval = time::interval(gossip_interval);
+        // Not upstream's: `interval` panics on zero.
+        let mut gossip_interval = time::interval(gossip_interval.max(Duration::from_millis(1)));
         loop {
             tokio::select! {
                 result = self.transport.recv() => match result {
@@ -275,7 +294,17 @@ impl Server {
     ) -> anyhow::Result<()> {
         let version = envelope.version;
         // Handle gossip message from other servers.
-        let response = self.chitchat.lock().await.process_message(envelope.message);
+        let response = {
+            let mut chitchat = self.chitchat.lock().await;
+            // Not upstream's: a message newer than the configured version is not ours to
+            // answer (a transport should refuse it before decoding it:
+            // `ChitchatEnvelope::deserialize_up_to`).
+            if version > chitchat.config.protocol_version {
+                debug!(from=%from_addr, ?version, "dropped a message of a newer protocol version");
+                return Ok(());
+            }
+            chitchat.process_message(envelope.message)
+        };
         // Send the reply, if any, echoing the version the peer used: having
         // decoded its message we know it supports that format, so the reply is
         // guaranteed to be decodable on its end.

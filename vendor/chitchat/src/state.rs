@@ -18,7 +18,11 @@ use tracing::{info, warn};
 
 use crate::delta::{Delta, DeltaSerializer, NodeDelta};
 use crate::digest::{Digest, NodeDigest};
+use crate::limits::{
+    ChitchatLimits, MAX_DIGEST_LEN, MAX_KEY_VALUE_LEN, Refusal, Refusals,
+};
 use crate::listener::Listeners;
+use crate::serialize::Serializable;
 use crate::types::{DeletionStatus, DeletionStatusMutation};
 use crate::{
     ChitchatId, GARBAGE_COLLECTED_NODE_HISTORY_SIZE, Heartbeat, KeyChangeEvent, Version,
@@ -176,6 +180,21 @@ impl NodeState {
             }
         }
 
+        // Not upstream's: the delta decoder refuses this already (`delta.rs`), and
+        // `apply_delta` relies on it, so a delta built any other way is checked too.
+        if node_delta
+            .key_values
+            .last()
+            .is_some_and(|kv| kv.version > node_delta.max_version)
+        {
+            warn!(
+                node=?node_delta.chitchat_id,
+                max_version=node_delta.max_version,
+                "received a delta whose max version is below its last key's, ignoring it"
+            );
+            return DeltaStatus::Reject;
+        }
+
         if self.max_version() < node_delta.max_version {
             // This is not an update.
             DeltaStatus::Apply
@@ -196,7 +215,17 @@ impl NodeState {
     }
 
     // Apply delta and returns true if a reset was necessary
-    fn apply_delta(&mut self, node_delta: NodeDelta, now: Instant) -> DeltaStatus {
+    //
+    // Not upstream's: a key past `limits` (or longer than a datagram) is dropped and counted
+    // rather than kept, and the max version never goes back (upstream asserted it, on a value
+    // the peer chose).
+    fn apply_delta(
+        &mut self,
+        node_delta: NodeDelta,
+        now: Instant,
+        limits: &ChitchatLimits,
+        refusals: &Refusals,
+    ) -> DeltaStatus {
         let delta_status = self.check_delta_status(&node_delta);
 
         match delta_status {
@@ -214,6 +243,12 @@ impl NodeState {
         }
 
         let current_max_version = self.max_version();
+        let mut num_keys = self.key_values.len();
+        let mut num_bytes: usize = self
+            .key_values
+            .iter()
+            .map(|(key, versioned_value)| key.len() + versioned_value.value.len())
+            .sum();
 
         for key_value_mutation in node_delta.key_values {
             if key_value_mutation.version <= current_max_version {
@@ -226,16 +261,45 @@ impl NodeState {
                     continue;
                 }
             }
+            let key_len = key_value_mutation.key.len();
+            let value_len = key_value_mutation.value.len();
+            if key_len + value_len > MAX_KEY_VALUE_LEN {
+                refusals.note(Refusal::ValueTooLarge, &self.chitchat_id);
+                continue;
+            }
+            let (keys_after, bytes_after) = match self.key_values.get(&key_value_mutation.key) {
+                Some(previous) => (
+                    num_keys,
+                    num_bytes - previous.value.len() + value_len,
+                ),
+                None => (num_keys + 1, num_bytes + key_len + value_len),
+            };
+            if keys_after > limits.max_keys_per_node {
+                refusals.note(Refusal::TooManyKeys, &self.chitchat_id);
+                continue;
+            }
+            if bytes_after > limits.max_bytes_per_node {
+                refusals.note(Refusal::TooManyBytes, &self.chitchat_id);
+                continue;
+            }
             let new_versioned_value = VersionedValue {
                 value: key_value_mutation.value,
                 version: key_value_mutation.version,
                 status: key_value_mutation.status.into_status(now),
             };
             self.set_versioned_value(key_value_mutation.key, new_versioned_value);
+            (num_keys, num_bytes) = (keys_after, bytes_after);
         }
 
-        assert!(node_delta.max_version >= self.max_version);
-        self.max_version = node_delta.max_version;
+        if node_delta.max_version >= self.max_version {
+            self.max_version = node_delta.max_version;
+        } else {
+            warn!(
+                node=?node_delta.chitchat_id,
+                max_version=node_delta.max_version,
+                "a delta's max version is below a key it set, keeping the key's"
+            );
+        }
         delta_status
     }
 
@@ -404,7 +468,11 @@ impl NodeState {
                     // The KV is not deleted. We keep it!
                     return true;
                 };
-                if now < deleted_start_instant + grace_period {
+                // Not upstream's `+`: a grace period of `Duration::MAX` must not panic.
+                if deleted_start_instant
+                    .checked_add(grace_period)
+                    .is_none_or(|expiry| now < expiry)
+                {
                     // We haved not passed the grace period yet. We keep it!
                     return true;
                 }
@@ -510,6 +578,16 @@ pub(crate) struct ClusterState {
     // Memory of the recently garbage collected nodes to avoid recreating them
     // if some other node is still sharing them.
     garbage_collected_nodes: LruCache<ChitchatId, Heartbeat>,
+    // Not upstream's: what peers may make this node hold, what was refused, and the length of
+    // the V0 digest of every node state (kept under `MAX_DIGEST_LEN`).
+    pub(crate) limits: ChitchatLimits,
+    pub(crate) refusals: Arc<Refusals>,
+    digest_len: usize,
+}
+
+/// The bytes one node takes in a V0 digest: its id, then heartbeat, last GC and max versions.
+fn digest_entry_len(chitchat_id: &ChitchatId) -> usize {
+    chitchat_id.serialized_len() + 3 * 8
 }
 
 impl Debug for ClusterState {
@@ -530,6 +608,9 @@ impl Default for ClusterState {
             seed_addrs: seed_addrs_rx,
             listeners: Default::default(),
             garbage_collected_nodes: LruCache::new(GARBAGE_COLLECTED_NODE_HISTORY_SIZE),
+            limits: ChitchatLimits::default(),
+            refusals: Arc::default(),
+            digest_len: 2,
         }
     }
 }
@@ -541,6 +622,10 @@ impl ClusterState {
             node_states: BTreeMap::new(),
             listeners: Default::default(),
             garbage_collected_nodes: LruCache::new(GARBAGE_COLLECTED_NODE_HISTORY_SIZE),
+            limits: ChitchatLimits::default(),
+            refusals: Arc::default(),
+            // The node count (u16).
+            digest_len: 2,
         }
     }
 
@@ -559,10 +644,31 @@ impl ClusterState {
             Entry::Occupied(value) => value.into_mut(),
             Entry::Vacant(vacant) => {
                 self.garbage_collected_nodes.pop(chitchat_id);
+                self.digest_len += digest_entry_len(chitchat_id);
                 let new_node_state = NodeState::new(chitchat_id.clone(), self.listeners.clone());
                 vacant.insert(new_node_state)
             }
         }
+    }
+
+    /// The node state of a peer, created if there is room for it: fewer than `max_nodes`
+    /// states, and a digest that stays under `MAX_DIGEST_LEN` with it. Not upstream's, which
+    /// created a state (and a failure-detector window) for every id a peer named.
+    pub(crate) fn admit_node(&mut self, chitchat_id: &ChitchatId) -> Option<&mut NodeState> {
+        if !self.node_states.contains_key(chitchat_id) {
+            let refusal = if self.node_states.len() >= self.limits.max_nodes {
+                Some(Refusal::TooManyNodes)
+            } else if self.digest_len + digest_entry_len(chitchat_id) > MAX_DIGEST_LEN {
+                Some(Refusal::DigestFull)
+            } else {
+                None
+            };
+            if let Some(refusal) = refusal {
+                self.refusals.note(refusal, chitchat_id);
+                return None;
+            }
+        }
+        Some(self.node_state_mut_or_init(chitchat_id))
     }
 
     pub fn node_state(&self, chitchat_id: &ChitchatId) -> Option<&NodeState> {
@@ -585,25 +691,36 @@ impl ClusterState {
     pub(crate) fn remove_node(&mut self, chitchat_id: &ChitchatId) {
         let node_state = self.node_states.remove(chitchat_id);
         if let Some(node_state) = node_state {
+            self.digest_len -= digest_entry_len(chitchat_id);
             self.garbage_collected_nodes
                 .push(chitchat_id.clone(), node_state.heartbeat);
         }
     }
 
     // Apply delta and returns true if there was a reset.
-    pub(crate) fn apply_delta(&mut self, delta: Delta) -> bool {
+    //
+    // Not upstream's: a delta for `self_chitchat_id` is dropped (only this node writes its own
+    // state), and the monotonic property is checked without a panic (upstream asserted it).
+    pub(crate) fn apply_delta(&mut self, delta: Delta, self_chitchat_id: &ChitchatId) -> bool {
         let now = Instant::now();
         // Apply delta.
         let mut contains_reset = false;
+        let limits = self.limits;
+        let refusals = self.refusals.clone();
         for node_delta in delta.node_deltas {
+            if &node_delta.chitchat_id == self_chitchat_id {
+                refusals.note(Refusal::OwnState, self_chitchat_id);
+                continue;
+            }
             if let Some(node_state) = self.node_state_mut(&node_delta.chitchat_id) {
                 let monotonic_property_before = node_state.monotonic_property();
-                let delta_status = node_state.apply_delta(node_delta, now);
+                let delta_status = node_state.apply_delta(node_delta, now, &limits, &refusals);
                 let monotonic_property_after = node_state.monotonic_property();
-                assert!(
-                    monotonic_property_after >= monotonic_property_before,
-                    "after {monotonic_property_after:?}, before {monotonic_property_before:?}"
-                );
+                if monotonic_property_after < monotonic_property_before {
+                    tracing::error!(
+                        "after {monotonic_property_after:?}, before {monotonic_property_before:?}: a delta took a node state back, please report"
+                    );
+                }
                 contains_reset |= delta_status == DeltaStatus::ApplyAfterReset;
             }
         }
@@ -671,6 +788,11 @@ impl ClusterState {
             };
 
             stale_nodes.offer(chitchat_id, node_state, from_version_excluded);
+        }
+        // Not upstream's: a digest that leaves no room for a delta (upstream asserted on it)
+        // gets an empty one; the delta then goes in the other direction's ACK.
+        if mtu < DeltaSerializer::MIN_MTU {
+            return Delta::default();
         }
         let mut delta_serializer = DeltaSerializer::with_mtu(mtu);
 

@@ -323,7 +323,8 @@ impl Heartbeat {
         // Heartbeat is increased everytime we gossip or receive a message. In
         // real-world scenarios, this should not happen more than a few hundred
         // times per second so we should never overflow.
-        self.0 = self.0.checked_add(1).expect("Heartbeat overflow");
+        // Not upstream's `expect`: saturates rather than panics.
+        self.0 = self.0.saturating_add(1);
     }
 }
 
