@@ -6,14 +6,14 @@
 //! it is opened. What cannot be opened is dropped and counted, with one WARN per
 //! [`LOG_EVERY`] at most, whatever a stranger sends.
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use chitchat::ChitchatEnvelope;
 use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport};
+use chitchat::{ChitchatEnvelope, ProtocolVersion};
 
 use crate::security::seal::{self, Sealer};
 
@@ -23,10 +23,18 @@ const MAX_DATAGRAM: usize = 65_507;
 const PART: [u8; 4] = *b"cg\x01p";
 /// Part header: magic, message id (8), index (1).
 const PART_HEADER: usize = 4 + 8 + 1;
-/// First halves waiting for their second; past it the oldest is dropped.
+/// First halves waiting for their second; past it the oldest of the source holding the most
+/// is dropped.
 const MAX_PENDING: usize = 64;
+/// First halves waiting from one source (an IP address, which a sender can forge): past it,
+/// that source's oldest is dropped. A flood from a few addresses thus pushes out its own
+/// halves, not those of every other peer (a peer has a message or two in parts at a time).
+const MAX_PENDING_PER_SOURCE: usize = 4;
 /// How long a first half waits.
 const PART_TIMEOUT: Duration = Duration::from_secs(2);
+/// The protocol every node speaks, and the newest a datagram may be in: V1's compressed digest
+/// is refused before it is read.
+pub(super) const PROTOCOL: ProtocolVersion = ProtocolVersion::V0;
 /// At most one WARN about dropped datagrams this often.
 pub(super) const LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -147,7 +155,9 @@ impl Socket for GossipSocket {
                 }
                 (None, false) => whole,
             };
-            match ChitchatEnvelope::deserialize(&mut &plain[..]) {
+            // A newer protocol version is refused before its body is read: V1's digest is a
+            // compressed stream this node never needs to decompress.
+            match ChitchatEnvelope::deserialize_up_to(&mut &plain[..], PROTOCOL) {
                 Ok(envelope) => {
                     return Ok(RecvOutcome {
                         from_addr: from,
@@ -185,8 +195,26 @@ impl GossipSocket {
                 Some(first)
             }
             (None, 0) => {
-                if self.pending.len() >= MAX_PENDING {
-                    self.pending.pop_front();
+                let mut held: HashMap<IpAddr, usize> = HashMap::new();
+                for (addr, ..) in &self.pending {
+                    *held.entry(addr.ip()).or_default() += 1;
+                }
+                let evict = if held.get(&from.ip()) >= Some(&MAX_PENDING_PER_SOURCE) {
+                    Some(from.ip())
+                } else if self.pending.len() >= MAX_PENDING {
+                    // The oldest half's source, of those that hold the most.
+                    let most = held.values().copied().max().unwrap_or(0);
+                    self.pending
+                        .iter()
+                        .map(|(addr, ..)| addr.ip())
+                        .find(|ip| held[ip] == most)
+                } else {
+                    None
+                };
+                if let Some(ip) = evict
+                    && let Some(oldest) = self.pending.iter().position(|p| p.0.ip() == ip)
+                {
+                    self.pending.remove(oldest);
                 }
                 self.pending
                     .push_back((from, id, now, part[PART_HEADER..].to_vec()));
@@ -237,4 +265,62 @@ fn rand_u64() -> u64 {
     let mut bytes = [0u8; 8];
     let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
     u64::from_be_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(id: u64, index: u8) -> Vec<u8> {
+        let mut part = PART.to_vec();
+        part.extend_from_slice(&id.to_be_bytes());
+        part.push(index);
+        part.extend_from_slice(&[index; 8]);
+        part
+    }
+
+    async fn socket() -> GossipSocket {
+        GossipSocket {
+            socket: tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+            sealer: None,
+            dropped: Arc::default(),
+            buf: vec![0; 16].into_boxed_slice(),
+            pending: VecDeque::new(),
+            next_id: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_first_halves_from_one_source_keeps_another_peers_half() {
+        let mut socket = socket().await;
+        let peer = SocketAddr::from(([10, 0, 0, 1], 7280));
+        assert_eq!(socket.join(peer, part(7, 0)), None);
+        let flooder = SocketAddr::from(([10, 0, 0, 2], 7280));
+        for id in 0..1000 {
+            assert_eq!(socket.join(flooder, part(id, 0)), None);
+        }
+        let whole = socket
+            .join(peer, part(7, 1))
+            .expect("the peer's halves join");
+        assert_eq!(whole, [[0; 8], [1; 8]].concat());
+        assert_eq!(
+            socket.pending.len(),
+            MAX_PENDING_PER_SOURCE,
+            "the flood's newest"
+        );
+    }
+
+    #[tokio::test]
+    async fn past_the_total_the_source_holding_the_most_loses_its_oldest() {
+        let mut socket = socket().await;
+        let peer = SocketAddr::from(([10, 0, 0, 1], 7280));
+        assert_eq!(socket.join(peer, part(7, 0)), None);
+        // Twenty sources flooding in turn: together they fill every place, and more.
+        for id in 0..1000 {
+            let from = SocketAddr::from(([10, 1, 0, (id % 20) as u8], 7280));
+            socket.join(from, part(id, 0));
+        }
+        assert_eq!(socket.pending.len(), MAX_PENDING);
+        assert!(socket.join(peer, part(7, 1)).is_some());
+    }
 }
