@@ -29,6 +29,39 @@ impl Index {
         self.by_service.values().flat_map(|list| list.iter())
     }
 
+    /// An index of `nodes` and `entries` (an entry's node counts as a node too). Of two
+    /// entries of one node and service, the later wins, as with [`insert`](Self::insert). In
+    /// O(N): the entries are grouped by service first, and each service's slice is built once
+    /// (an `insert` per entry copies the service's slice each time, O(N²) for one service).
+    pub(crate) fn build(
+        nodes: impl IntoIterator<Item = NodeInfo>,
+        entries: impl IntoIterator<Item = Arc<ServiceEntry>>,
+    ) -> Self {
+        let mut index = Index::default();
+        for node in nodes {
+            index.nodes.insert(node.name.clone(), node);
+        }
+        let mut grouped: HashMap<String, Vec<Option<Arc<ServiceEntry>>>> = HashMap::new();
+        // Where each (service, node) sits in its group, to replace it in O(1).
+        let mut at: HashMap<(String, String), usize> = HashMap::new();
+        for entry in entries {
+            index
+                .nodes
+                .insert(entry.node.name.clone(), entry.node.clone());
+            let service = entry.description.name.clone();
+            let group = grouped.entry(service.clone()).or_default();
+            if let Some(old) = at.insert((service, entry.node.name.clone()), group.len()) {
+                group[old] = None;
+            }
+            group.push(Some(entry));
+        }
+        index.by_service = grouped
+            .into_iter()
+            .map(|(service, group)| (service, group.into_iter().flatten().collect()))
+            .collect();
+        index
+    }
+
     /// Adds or replaces (same node, same service) an entry.
     pub(crate) fn insert(&mut self, entry: Arc<ServiceEntry>) {
         self.nodes
@@ -155,14 +188,7 @@ impl LocalCopy {
         nodes: impl IntoIterator<Item = NodeInfo>,
         entries: impl IntoIterator<Item = Arc<ServiceEntry>>,
     ) {
-        let mut next = Index::default();
-        for node in nodes {
-            next.nodes.insert(node.name.clone(), node);
-        }
-        for entry in entries {
-            next.insert(entry);
-        }
-        self.replace(next);
+        self.replace(Index::build(nodes, entries));
     }
 
     /// The entries named `service`.
@@ -237,5 +263,58 @@ fn log(event: &RegistryEvent) {
         }
         RegistryEvent::NodeUp(n) => tracing::info!("node {n} is up"),
         RegistryEvent::NodeDown(n) => tracing::info!("node {n} is down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::*;
+    use crate::service::ServiceDescription;
+
+    fn entry(node: &str, service: &str, version: &str) -> Arc<ServiceEntry> {
+        let json = format!(
+            r#"{{"name":"{service}","version":"{version}","options":{{}},"functions":[],"wire":2}}"#
+        );
+        let description: ServiceDescription = serde_json::from_str(&json).expect("a description");
+        let addr = SocketAddr::from(([127, 0, 0, 1], 7000));
+        Arc::new(ServiceEntry::new(
+            NodeInfo::new(node, addr, 1),
+            Arc::new(description),
+        ))
+    }
+
+    #[test]
+    fn build_groups_by_service_and_the_later_of_two_entries_wins() {
+        let entries = vec![
+            entry("a", "search", "1.0.0"),
+            entry("b", "search", "1.0.0"),
+            entry("a", "orders", "1.0.0"),
+            entry("a", "search", "2.0.0"),
+        ];
+        let built = Index::build([], entries.clone());
+        let mut inserted = Index::default();
+        for e in entries {
+            inserted.insert(e);
+        }
+        for index in [&built, &inserted] {
+            let search = index.lookup("search");
+            let versions: Vec<_> = search
+                .iter()
+                .map(|e| (e.node.name.as_str(), e.description.version.to_string()))
+                .collect();
+            assert_eq!(versions, [("b", "1.0.0".into()), ("a", "2.0.0".into())]);
+            assert_eq!(index.lookup("orders").len(), 1);
+            assert_eq!(index.nodes.len(), 2);
+        }
+    }
+
+    #[test]
+    fn build_keeps_nodes_without_entries() {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 7001));
+        let index = Index::build([NodeInfo::new("idle", addr, 1)], []);
+        assert!(index.nodes.contains_key("idle"));
+        assert_eq!(index.entries().count(), 0);
     }
 }
