@@ -17,3 +17,37 @@ pub(crate) fn later(from: Instant, by: Duration) -> Instant {
         .or_else(|| from.checked_add(by.min(crate::transport::tcp::MAX_DEADLINE)))
         .unwrap_or(from)
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            Just(Duration::MAX),
+            Just(FAR),
+            (any::<u64>(), 0..1_000_000_000u32).prop_map(|(s, n)| Duration::new(s, n)),
+            (0..FAR.as_secs(), 0..1_000_000_000u32).prop_map(|(s, n)| Duration::new(s, n)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn later_never_panics_never_goes_back_and_adds_exactly_below_far(
+            a in duration(),
+            b in duration(),
+        ) {
+            let from = Instant::now();
+            let (short, long) = (a.min(b), a.max(b));
+            prop_assert!(later(from, short) >= from);
+            prop_assert!(later(from, short) <= later(from, long));
+            if short <= FAR {
+                prop_assert_eq!(later(from, short), from + short);
+            } else {
+                prop_assert_eq!(later(from, short), from + FAR);
+            }
+        }
+    }
+}

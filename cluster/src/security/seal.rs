@@ -229,6 +229,39 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn anything_sealed_opens_to_itself_and_not_with_any_one_bit_flipped(
+            plain in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            bit in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let key = GossipKey::from_hex(&"5a".repeat(32)).unwrap();
+            let (a, b) = (sealer(&key, "prod"), sealer(&key, "prod"));
+            let sealed = a.seal(&plain);
+            let bit = bit.index(sealed.len() * 8);
+            let mut flipped = sealed.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let refused = b.open(&flipped);
+            proptest::prop_assert!(
+                matches!(refused, Err(Refused::NotSealed | Refused::UnknownKey(_) | Refused::Forged)),
+                "bit {} flipped: {:?}", bit, refused
+            );
+            proptest::prop_assert_eq!(b.open(&sealed), Ok(plain));
+        }
+
+        #[test]
+        fn any_bytes_are_refused_never_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..100),
+        ) {
+            let key = GossipKey::from_hex(&"5a".repeat(32)).unwrap();
+            let mut datagram = MAGIC.to_vec();
+            datagram.extend_from_slice(&key.id().0);
+            datagram.extend_from_slice(&bytes);
+            proptest::prop_assert!(sealer(&key, "prod").open(&datagram).is_err());
+            proptest::prop_assert!(sealer(&key, "prod").open(&bytes).is_err());
+        }
+    }
+
     #[test]
     fn an_old_datagram_is_refused() {
         let key = GossipKey::generate();

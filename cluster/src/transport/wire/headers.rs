@@ -145,3 +145,56 @@ mod tests {
         assert!(entry(&huge).is_err());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn written(entries: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut out = vec![0u8; entries.iter().map(|(_, v)| ENTRY + v.len()).sum()];
+        let mut at = 0;
+        for (key, value) in entries {
+            at += put(&mut out[at..], *key, value);
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn any_entries_read_back_in_order(
+            entries in proptest::collection::vec((any::<u16>(), any::<Vec<u8>>()), 0..8)
+        ) {
+            let bytes = written(&entries);
+            let mut read = Vec::new();
+            let problem = walk(&bytes, &mut |key, value| {
+                read.push((key, value.to_vec()));
+                Ok(())
+            });
+            prop_assert_eq!(problem, None);
+            prop_assert_eq!(read, entries);
+        }
+
+        #[test]
+        fn a_cut_header_string_is_a_problem_not_a_panic(
+            entries in proptest::collection::vec((any::<u16>(), any::<Vec<u8>>()), 1..4),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let bytes = written(&entries);
+            // Every boundary between entries is a valid string; anywhere else is cut short.
+            let mut ends = vec![0];
+            for (_, value) in &entries {
+                ends.push(ends.last().unwrap() + ENTRY + value.len());
+            }
+            let at = cut.index(bytes.len());
+            let problem = walk(&bytes[..at], &mut |_, _| Ok(()));
+            prop_assert_eq!(problem.is_none(), ends.contains(&at));
+        }
+
+        #[test]
+        fn any_bytes_are_entries_or_a_problem_never_a_panic(bytes in any::<Vec<u8>>()) {
+            let _ = walk(&bytes, &mut |_, _| Ok(()));
+        }
+    }
+}

@@ -366,3 +366,114 @@ mod tests {
         Pin::new(&mut codec).serialize(value).unwrap().to_vec()
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use std::pin::Pin;
+
+    use proptest::prelude::*;
+    use tarpc::tokio_serde::formats::Bincode;
+    use tarpc::tokio_serde::{Deserializer as _, Serializer as _};
+
+    use super::*;
+
+    fn metadata() -> impl Strategy<Value = Metadata> {
+        proptest::collection::vec((".{0,12}", ".{0,40}"), 0..6)
+            .prop_map(|entries| entries.into_iter().collect())
+    }
+
+    /// A core field as a caller sets it: absent, or any value but the one that means absent.
+    fn field() -> impl Strategy<Value = Option<u64>> {
+        prop_oneof![Just(None), (0..NONE).prop_map(Some)]
+    }
+
+    /// How far out a budget is read at most (`deadline.rs`'s "no limit"), in µs.
+    const FAR_MICROS: u64 = 100 * 365 * 24 * 3600 * 1_000_000;
+
+    fn reply() -> impl Strategy<Value = Reply> {
+        prop_oneof![
+            any::<Vec<u8>>().prop_map(Reply::Done),
+            (any::<u16>(), any::<String>()).prop_map(|(code, d)| Reply::Refused(code, d)),
+            any::<String>().prop_map(Reply::Panicked),
+            any::<String>().prop_map(Reply::TooLarge),
+            any::<String>().prop_map(Reply::Undeliverable),
+            Just(Reply::Expired),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_request_reads_back_as_written(
+            service in any::<String>(),
+            function in any::<String>(),
+            signature in any::<u64>(),
+            args in any::<Vec<u8>>(),
+            id in any::<u128>(),
+            attempt in any::<u32>(),
+            limit in field(),
+            budget in field(),
+            metadata in metadata(),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            // With the clock paused, time left is written and read at the same instant.
+            let (sent, got) = rt.block_on(async {
+                let sent = Request {
+                    service: service.into(),
+                    function: function.into(),
+                    signature,
+                    args,
+                    head: Head {
+                        request_id: RequestId(id),
+                        reply_limit: limit,
+                        budget_deadline: budget
+                            .map(|micros| Instant::now() + Duration::from_micros(micros)),
+                        encoded_metadata: crate::transport::wire::encode_metadata(&metadata),
+                        metadata,
+                        ..Head::default()
+                    },
+                    attempt: AtomicU32::new(attempt),
+                };
+                let frame = RequestFrame(Arc::new(sent.clone()));
+                let mut codec = Bincode::<RequestFrame, RequestFrame>::default();
+                let bytes = Pin::new(&mut codec).serialize(&frame).unwrap();
+                let got = Pin::new(&mut codec).deserialize(&bytes[..].into()).unwrap();
+                (sent, got.0)
+            });
+            prop_assert_eq!(
+                (&got.service, &got.function, got.signature, &got.args, got.attempt()),
+                (&sent.service, &sent.function, sent.signature, &sent.args, sent.attempt())
+            );
+            let (got, sent) = (&got.head, &sent.head);
+            // A budget further out than "no limit" reads as "no limit".
+            let far = budget.filter(|&micros| micros > FAR_MICROS).map(|micros| {
+                Duration::from_micros(micros) - Duration::from_micros(FAR_MICROS)
+            });
+            let expected = sent.budget_deadline.map(|end| end - far.unwrap_or_default());
+            prop_assert_eq!(
+                (got.request_id, got.reply_limit, got.budget_deadline, &got.invalid),
+                (sent.request_id, sent.reply_limit, expected, &None)
+            );
+            prop_assert_eq!(got.metadata.entries(), sent.metadata.entries());
+        }
+
+        #[test]
+        fn any_reply_reads_back_as_written(reply in reply()) {
+            let mut codec = Bincode::<ReplyFrame, ReplyFrame>::default();
+            let bytes = Pin::new(&mut codec).serialize(&ReplyFrame(reply.clone())).unwrap();
+            let back = Pin::new(&mut codec).deserialize(&bytes[..].into()).unwrap();
+            prop_assert_eq!(back.0, reply);
+        }
+
+        #[test]
+        fn any_bytes_are_a_request_or_an_error_never_a_panic(bytes in any::<Vec<u8>>()) {
+            let mut codec = Bincode::<RequestFrame, ReplyFrame>::default();
+            let _ = Pin::new(&mut codec).deserialize(&bytes[..].into());
+            let mut codec = Bincode::<ReplyFrame, ReplyFrame>::default();
+            let _ = Pin::new(&mut codec).deserialize(&bytes[..].into());
+        }
+    }
+}
