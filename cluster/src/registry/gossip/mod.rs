@@ -1,6 +1,7 @@
 //! The gossip registry: every node holds a full copy, replicated by chitchat (scuttlebutt
 //! anti-entropy with phi-accrual failure detection). `docs/registry.md` walks through it.
 
+mod claim;
 mod config;
 pub(crate) mod state;
 mod transport;
@@ -161,93 +162,6 @@ impl GossipRegistry {
         Ok(())
     }
 
-    /// Claims the node's name: once it has heard from a seed, a node whose name another
-    /// generation holds waits a few rounds for that holder's heartbeats. A holder that beats is
-    /// alive: the name is taken, and this node never says it is up, so no peer routes to it.
-    /// One that stays silent crashed: this node takes over at once, as a restart should.
-    async fn claim(&self, running: &Running) -> Result<(), RegistryError> {
-        let config = &self.inner.config;
-        let round = config.gossip_interval;
-        let poll = (round / 4).max(std::time::Duration::from_millis(1));
-        let own = running.handle.chitchat_id().clone();
-        if !config.seeds.is_empty() {
-            // A first exchange with a seed is one round trip; a cluster whose seeds are all
-            // down is not waited for long.
-            let give_up = tokio::time::Instant::now() + 5 * round;
-            while running.chitchat.lock().await.node_states().len() < 2 {
-                if tokio::time::Instant::now() >= give_up {
-                    // Alone: the first node of a cluster, or seeds that are down, or seeds that
-                    // seal with a key this node does not hold (a stale gossip.key).
-                    tracing::warn!(
-                        "node `{}` heard from none of its seeds {:?} within {:?}: are they up, and do they hold one of this node's gossip keys ({})?",
-                        own.node_id,
-                        config.seeds,
-                        5 * round,
-                        config.keyring.as_ref().map_or_else(
-                            || "plaintext".to_owned(),
-                            |k| k
-                                .keys()
-                                .iter()
-                                .map(ToString::to_string)
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    );
-                    break;
-                }
-                tokio::time::sleep(poll).await;
-            }
-        }
-        let holders = state::holders(&*running.chitchat.lock().await, &own);
-        if !holders.is_empty() {
-            // chitchat counts a node live after two heartbeats: an alive holder is live here
-            // within a round or two. Heartbeats can be replayed (a captured datagram opens once
-            // at a new process), so a holder that looks live must also answer on its RPC
-            // port; one at this node's own address is this node's port, not a live holder's.
-            let give_up = tokio::time::Instant::now() + 5 * round;
-            // A holder that looks live but did not answer is probed again (a slow accept is
-            // not a crash), up to three times.
-            const PROBES: usize = 3;
-            let mut probed: Vec<ChitchatId> = Vec::new();
-            while tokio::time::Instant::now() < give_up {
-                let live: Vec<_> = {
-                    let cc = running.chitchat.lock().await;
-                    holders
-                        .iter()
-                        .filter(|(id, _)| {
-                            probed.iter().filter(|p| *p == id).count() < PROBES
-                                && cc.live_nodes().any(|n| n == id)
-                        })
-                        .cloned()
-                        .collect()
-                };
-                for (id, addr) in live {
-                    if addr != running.own.addr && answers(addr).await {
-                        tracing::error!(
-                            "node `{}` is already up at {addr} (generation {}): not starting a second one",
-                            own.node_id,
-                            id.generation_id
-                        );
-                        return Err(RegistryError::NameTaken {
-                            name: own.node_id.to_string(),
-                            holder: addr,
-                        });
-                    }
-                    probed.push(id);
-                }
-                tokio::time::sleep(poll).await;
-            }
-            for (id, addr) in &holders {
-                tracing::info!(
-                    "node `{}` of generation {} (at {addr}) is gone: taking its name over",
-                    own.node_id,
-                    id.generation_id
-                );
-            }
-        }
-        self.change(state::mark_up).await
-    }
-
     /// Gossip datagrams dropped since the registry was made: not sealed, not opened with any
     /// key held, replayed, or not gossip at all.
     pub fn dropped_datagrams(&self) -> u64 {
@@ -382,18 +296,6 @@ impl GossipRegistry {
         running.watcher.abort();
         Some(running)
     }
-}
-
-/// Whether something accepts TCP connections at `addr` within a second.
-async fn answers(addr: SocketAddr) -> bool {
-    matches!(
-        tokio::time::timeout(
-            std::time::Duration::from_secs(1),
-            tokio::net::TcpStream::connect(addr)
-        )
-        .await,
-        Ok(Ok(_))
-    )
 }
 
 async fn watch_gossip(
