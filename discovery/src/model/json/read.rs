@@ -28,8 +28,10 @@ fn str_field(o: &Map<String, Value>, key: &str) -> Option<String> {
     get(o, key).and_then(text)
 }
 
+/// A number as Eureka holds it, a Java `long`: one past `i64::MAX` reads as `i64::MAX`, which
+/// is what the writers write for it (and what a Java client can read back).
 fn u64_of(v: &Value) -> Option<u64> {
-    match v {
+    let n = match v {
         Value::Number(n) => n
             .as_u64()
             .or_else(|| n.as_i64().map(|i| i.max(0) as u64))
@@ -37,7 +39,8 @@ fn u64_of(v: &Value) -> Option<u64> {
         Value::String(s) => s.trim().parse().ok(),
         Value::Object(o) => get(o, "$").and_then(u64_of),
         _ => None,
-    }
+    }?;
+    Some(n.min(i64::MAX as u64))
 }
 
 fn u64_field(o: &Map<String, Value>, key: &str) -> Option<u64> {
@@ -283,6 +286,20 @@ mod tests {
         assert_eq!(i.last_dirty_timestamp, 1630906182808);
         assert_eq!(i.last_updated_timestamp, 1630906180645);
         assert_eq!(i.lease.duration_secs, 6);
+    }
+
+    #[test]
+    fn numbers_past_a_java_long_read_as_the_largest_one_and_write_back_the_same() {
+        // Found by fuzz/eureka_json: a serviceUpTimestamp of 1e66 read as u64::MAX, and was
+        // written back as i64::MAX in JSON and as u64::MAX in XML (which no Java client reads).
+        let body = br#"{"instance":{"app":"A","hostName":"h","ipAddr":"1.2.3.4","lastDirtyTimestamp":"18446744073709551615","leaseInfo":{"serviceUpTimestamp":1111111111111111111111111111111111111111111111111111111111111111110}}}"#;
+        let i = read_instance(body, 0).unwrap();
+        assert_eq!(i.lease.service_up_timestamp, i64::MAX as u64);
+        assert_eq!(i.last_dirty_timestamp, i64::MAX as u64);
+        let again = read_instance(&crate::model::json::write_instance(&i), 0).unwrap();
+        assert_eq!(again, i);
+        let xml = crate::model::xml::write_instance(&i);
+        assert_eq!(crate::model::xml::read_instance(&xml, 0).unwrap(), i);
     }
 
     #[test]
