@@ -410,6 +410,7 @@ impl NodeBuilder {
                     max_frame,
                     connect_timeout,
                     max_in_flight,
+                    frame_timeout,
                     idle_timeout,
                     tls: tls.clone(),
                 };

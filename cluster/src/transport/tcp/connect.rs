@@ -23,6 +23,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::MAX_DEADLINE;
 use super::limit::{InFlightLimit, NoPlace};
+use super::stalled::Watched;
 use crate::rate_limited::RateLimited;
 use crate::registry::NodeInfo;
 use crate::security::tls::{self, Tls};
@@ -44,6 +45,8 @@ pub(crate) struct ConnectConfig {
     pub(crate) connect_timeout: Duration,
     /// Requests in flight on one connection; more wait here, where waiting means "not sent".
     pub(crate) max_in_flight: usize,
+    /// How long a reply frame that has begun to arrive may take to finish.
+    pub(crate) frame_timeout: Duration,
     /// This node's idle timeout: a connection is closed here at three quarters of the lower of
     /// it and the provider's.
     pub(crate) idle_timeout: Duration,
@@ -396,7 +399,7 @@ where
     let codec = LengthDelimitedCodec::builder()
         .max_frame_length(config.max_frame)
         .new_codec();
-    let framed = Framed::new(stream, codec);
+    let framed = Framed::new(Watched::new(stream, config.frame_timeout), codec);
     let mut tarpc_config = tarpc::client::Config::default();
     tarpc_config.max_in_flight_requests = config.max_in_flight;
     let in_flight = Arc::new(InFlightLimit::new(config.max_in_flight));

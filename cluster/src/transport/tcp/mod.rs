@@ -12,6 +12,7 @@ mod frames;
 mod limit;
 mod opening;
 mod serve;
+mod stalled;
 #[cfg(test)]
 mod tests;
 

@@ -384,3 +384,58 @@ async fn at_the_connection_bound_a_flooding_address_gives_way_to_a_new_caller() 
     assert!(refused.busy, "{refused:?}");
     assert!(refused.refusal.unwrap().contains("its limit"));
 }
+
+#[tokio::test]
+async fn a_provider_that_stalls_inside_a_reply_frame_loses_the_connection_at_the_frame_timeout() {
+    use super::connect::{ConnectConfig, TcpConnector};
+    use crate::registry::NodeInfo;
+    use crate::transport::TransportError;
+    // A provider that agrees to wire 2, reads the request, then sends half a reply and stops.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stalling = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let handshake::Opening::Hello(hello) = handshake::open(&mut stream).await.unwrap() else {
+            panic!("no hello");
+        };
+        let welcome = handshake::welcome(&hello, &(2..=2), "stall-1", 1 << 20);
+        handshake::answer(&mut stream, &welcome).await.unwrap();
+        let mut request = vec![0u8; 4096];
+        let _ = stream.read(&mut request).await.unwrap();
+        stream.write_all(&[0, 0, 0, 100, 1, 2, 3]).await.unwrap();
+        std::future::pending::<()>().await;
+        drop(stream);
+    });
+    let connector = TcpConnector::new(ConnectConfig {
+        node: Arc::from("caller-1"),
+        versions: 2..=2,
+        max_frame: 1 << 20,
+        connect_timeout: Duration::from_secs(1),
+        max_in_flight: 10,
+        frame_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(300),
+        tls: None,
+    });
+    let to = NodeInfo::new("stall-1", addr, 1).with_wire(Some(2..=2));
+    let request = Arc::new(Request {
+        service: "sink".into(),
+        function: "echo".into(),
+        signature: 0,
+        args: Vec::new(),
+        head: Head::default(),
+        attempt: AtomicU32::new(1),
+    });
+    let start = Instant::now();
+    let sent = connector
+        .send(&to, request, Instant::now() + Duration::from_secs(30))
+        .await;
+    let took = start.elapsed();
+    assert!(matches!(sent, Err(TransportError::Lost(_))), "{sent:?}");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    stalling.abort();
+}
