@@ -138,6 +138,22 @@ pub enum RegistryError {
         /// The backend's limit.
         limit: usize,
     },
+    /// The node's own entries would pass a limit its peers hold every node's state to (a
+    /// gossip registry's `GossipConfig::max_keys_per_node` or `max_bytes_per_node`): they would
+    /// drop the entry, so it is refused here.
+    #[error(
+        "registering service `{service}` would take the node's gossip state to {size}, past GossipConfig::{setting} = {limit}"
+    )]
+    NodeFull {
+        /// The service.
+        service: String,
+        /// The setting that bounds it.
+        setting: &'static str,
+        /// The node's keys or bytes with the entry.
+        size: usize,
+        /// The setting's value.
+        limit: usize,
+    },
     /// The backend has stopped, or has not started (a node joins it when it starts).
     #[error("the registry is not running")]
     Stopped,

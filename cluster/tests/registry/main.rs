@@ -5,4 +5,7 @@
 mod support;
 
 mod deploys;
+mod forge;
 mod gossip;
+mod hostile;
+mod limits;

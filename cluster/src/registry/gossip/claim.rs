@@ -110,7 +110,11 @@ impl GossipRegistry {
                 );
             }
         }
-        self.change(state::mark_up).await
+        self.change(|me| {
+            state::mark_up(me);
+            Ok(())
+        })
+        .await
     }
 }
 

@@ -1,5 +1,10 @@
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::RangeInclusive;
 use std::time::Duration;
+
+use chitchat::MAX_KEY_VALUE_LEN;
+
+use crate::registry::RegistryError;
 
 /// How a [`GossipRegistry`](super::GossipRegistry) gossips.
 ///
@@ -15,6 +20,16 @@ use std::time::Duration;
 /// | `phi_threshold` | 6 | chitchat defaults to 8; 6 keeps crash detection near 2 s at 30 nodes, at the price of less tolerance for a stalled process (about 1.5 s of silence) |
 /// | `purge_after` | 1 h | a dead node's state is forgotten after this |
 /// | `max_entry_bytes` | 16 KiB | chitchat silently stops replicating a node that has a value of 64 KB or more |
+/// | `max_nodes` | 1,024 | every SYN carries every node's id in one datagram: about 1,200 ids of 10 characters fit |
+/// | `max_keys_per_node` | 256 | a node holds 5 keys and one per service (a deleted one stays for `purge_after`) |
+/// | `max_bytes_per_node` | 256 KiB | sixteen entries of `max_entry_bytes`, a hundred of a usual 2 KiB |
+///
+/// The last three bound what a peer can make this node hold (past them its updates are dropped,
+/// counted in [`GossipRegistry::refused_updates`](super::GossipRegistry::refused_updates), with
+/// a WARN at most every 10 s), and what this node may register itself: peers with the same
+/// settings would drop the rest. Every duration is checked when the registry starts
+/// ([`validate`](Self::validate)). `docs/registry.md` ("Limits") says why each bound is where
+/// it is.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct GossipConfig {
@@ -40,6 +55,12 @@ pub struct GossipConfig {
     pub purge_after: Duration,
     /// The largest encoded service description accepted at registration.
     pub max_entry_bytes: usize,
+    /// The most nodes held, this one included.
+    pub max_nodes: usize,
+    /// The most keys held of one node, deleted ones included.
+    pub max_keys_per_node: usize,
+    /// The most bytes of keys and values held of one node.
+    pub max_bytes_per_node: usize,
 }
 
 impl Default for GossipConfig {
@@ -56,6 +77,9 @@ impl Default for GossipConfig {
             phi_threshold: 6.0,
             purge_after: Duration::from_secs(3600),
             max_entry_bytes: 16 * 1024,
+            max_nodes: 1024,
+            max_keys_per_node: 256,
+            max_bytes_per_node: 256 * 1024,
         }
     }
 }
@@ -134,7 +158,92 @@ impl GossipConfig {
         self.max_entry_bytes = bytes;
         self
     }
+
+    /// The most nodes held, this one included: a peer that names more is not heard about them.
+    pub fn max_nodes(mut self, nodes: usize) -> Self {
+        self.max_nodes = nodes;
+        self
+    }
+
+    /// The most keys held of one node (5, and one per service), deleted ones included.
+    pub fn max_keys_per_node(mut self, keys: usize) -> Self {
+        self.max_keys_per_node = keys;
+        self
+    }
+
+    /// The most bytes of keys and values held of one node.
+    pub fn max_bytes_per_node(mut self, bytes: usize) -> Self {
+        self.max_bytes_per_node = bytes;
+        self
+    }
+
+    /// Checks every setting against its range, as [`GossipRegistry`](super::GossipRegistry)
+    /// does when it starts: the error names the setting, its value and the range.
+    pub fn validate(&self) -> Result<(), RegistryError> {
+        let bad = |setting: &str, value: &dyn std::fmt::Debug, range: &str| {
+            Err(RegistryError::Gossip(format!(
+                "GossipConfig::{setting} is {value:?}; it must be within {range}"
+            )))
+        };
+        let within = |d: Duration, range: &RangeInclusive<Duration>| range.contains(&d);
+        if !within(self.gossip_interval, &GOSSIP_INTERVAL) {
+            return bad("gossip_interval", &self.gossip_interval, "1ms..=1h");
+        }
+        if !within(self.purge_after, &PURGE_AFTER) {
+            return bad("purge_after", &self.purge_after, "1s..=30 days");
+        }
+        if !within(self.replay_window, &REPLAY_WINDOW) {
+            return bad("replay_window", &self.replay_window, "1s..=1 day");
+        }
+        if !(self.phi_threshold.is_finite() && self.phi_threshold > 0.0) {
+            return bad(
+                "phi_threshold",
+                &self.phi_threshold,
+                "a finite number above 0",
+            );
+        }
+        if !(1..=MAX_KEY_VALUE_LEN).contains(&self.max_entry_bytes) {
+            return bad(
+                "max_entry_bytes",
+                &self.max_entry_bytes,
+                &format!("1..={MAX_KEY_VALUE_LEN} (a value must fit in a datagram)"),
+            );
+        }
+        if !(2..=usize::from(u16::MAX)).contains(&self.max_nodes) {
+            return bad("max_nodes", &self.max_nodes, "2..=65535");
+        }
+        if !(MIN_KEYS..=usize::from(u16::MAX)).contains(&self.max_keys_per_node) {
+            return bad(
+                "max_keys_per_node",
+                &self.max_keys_per_node,
+                &format!("{MIN_KEYS}..=65535"),
+            );
+        }
+        if self.max_bytes_per_node < self.max_entry_bytes + MIN_OWN_BYTES {
+            return bad(
+                "max_bytes_per_node",
+                &self.max_bytes_per_node,
+                &format!(
+                    "at least max_entry_bytes ({}) + {MIN_OWN_BYTES}",
+                    self.max_entry_bytes
+                ),
+            );
+        }
+        Ok(())
+    }
 }
+
+const GOSSIP_INTERVAL: RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(3600);
+const PURGE_AFTER: RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(30 * 24 * 3600);
+const REPLAY_WINDOW: RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(24 * 3600);
+/// A node's own keys besides its services (`rpc`, `status`, `rev`, `frame`, `wire`), and room
+/// for a few services.
+const MIN_KEYS: usize = 16;
+/// Room for those keys' bytes.
+const MIN_OWN_BYTES: usize = 1024;
 
 /// chitchat must be told the address it advertises before it binds; with port 0 the OS picks
 /// one here first. Another process could take it in between; the bind then fails loudly.
@@ -143,4 +252,62 @@ pub(super) fn resolve_port(listen: SocketAddr) -> std::io::Result<SocketAddr> {
         return Ok(listen);
     }
     UdpSocket::bind(listen)?.local_addr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(config: GossipConfig, setting: &str) {
+        match config.validate() {
+            Err(RegistryError::Gossip(why)) => {
+                assert!(why.contains(&format!("GossipConfig::{setting} ")), "{why}");
+                assert!(why.contains("must be within"), "{why}");
+            }
+            other => panic!("{setting}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        GossipConfig::new().validate().unwrap();
+    }
+
+    #[test]
+    fn each_setting_out_of_its_range_is_named() {
+        let c = GossipConfig::new;
+        refused(c().gossip_interval(Duration::ZERO), "gossip_interval");
+        refused(c().gossip_interval(Duration::MAX), "gossip_interval");
+        refused(
+            c().gossip_interval(Duration::from_secs(3601)),
+            "gossip_interval",
+        );
+        refused(c().purge_after(Duration::MAX), "purge_after");
+        refused(c().purge_after(Duration::ZERO), "purge_after");
+        refused(c().replay_window(Duration::MAX), "replay_window");
+        refused(c().phi_threshold(f64::NAN), "phi_threshold");
+        refused(c().phi_threshold(-1.0), "phi_threshold");
+        refused(c().phi_threshold(f64::INFINITY), "phi_threshold");
+        refused(c().max_entry_bytes(0), "max_entry_bytes");
+        refused(c().max_entry_bytes(64 * 1024), "max_entry_bytes");
+        refused(c().max_nodes(1), "max_nodes");
+        refused(c().max_nodes(1 << 20), "max_nodes");
+        refused(c().max_keys_per_node(4), "max_keys_per_node");
+        refused(c().max_bytes_per_node(1024), "max_bytes_per_node");
+    }
+
+    #[test]
+    fn the_bounds_themselves_are_valid() {
+        let c = GossipConfig::new;
+        for config in [
+            c().gossip_interval(Duration::from_millis(1)),
+            c().gossip_interval(Duration::from_secs(3600)),
+            c().purge_after(Duration::from_secs(30 * 24 * 3600)),
+            c().max_nodes(2),
+            c().max_keys_per_node(16),
+            c().max_entry_bytes(1).max_bytes_per_node(1025),
+        ] {
+            config.validate().unwrap();
+        }
+    }
 }

@@ -7,11 +7,13 @@ pub(crate) mod state;
 mod transport;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use chitchat::{
-    Chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, ProtocolVersion,
+    Chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, ChitchatLimits, FailureDetectorConfig,
+    Refusals,
 };
 use tokio::sync::{Notify, watch};
 
@@ -49,6 +51,12 @@ struct Inner {
     /// The cluster of the node's certificate, once its node has said it.
     bound: Mutex<Option<String>>,
     dropped: Arc<transport::Dropped>,
+    /// Why gossip ended without being told to, if it did.
+    failure: Mutex<Option<String>>,
+    /// The updates chitchat refused from peers (for its limits), since it last started.
+    refusals: Mutex<Option<Arc<Refusals>>>,
+    /// The descriptions read at the last rebuild: a rebuild reads only what changed.
+    parsed: Mutex<state::Parsed>,
 }
 
 struct Running {
@@ -57,6 +65,9 @@ struct Running {
     chitchat: Arc<tokio::sync::Mutex<Chitchat>>,
     // Rebuilds the index when gossip changes something.
     watcher: tokio::task::JoinHandle<()>,
+    // Waits for chitchat's task to end, which it does only when told to (`stop` aborts this
+    // first) or when it fails: then the registry is marked failed.
+    ended: OnceLock<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Running {
@@ -78,6 +89,9 @@ impl GossipRegistry {
                 withdrawn: Mutex::new(None),
                 bound: Mutex::new(None),
                 dropped: Arc::default(),
+                failure: Mutex::new(None),
+                refusals: Mutex::new(None),
+                parsed: Mutex::default(),
             }),
         }
     }
@@ -116,6 +130,7 @@ impl GossipRegistry {
         if self.running().is_some() {
             return Ok(());
         }
+        self.inner.config.validate()?;
         let handle = self.spawn(&own).await?;
         *self
             .inner
@@ -126,6 +141,11 @@ impl GossipRegistry {
         let notify = Arc::new(Notify::new());
         let (live, listener) = {
             let cc = chitchat.lock().await;
+            *self
+                .inner
+                .refusals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(cc.refusals());
             // Any key set anywhere (every change also bumps a revision key) rebuilds at once;
             // deletions and liveness changes come through the live-nodes watcher.
             let wake = notify.clone();
@@ -139,13 +159,22 @@ impl GossipRegistry {
             notify,
             listener,
         ));
+        let ended = handle.termination_watcher();
         let running = Arc::new(Running {
             own,
             handle,
             chitchat,
             watcher,
+            ended: OnceLock::new(),
         });
         *self.inner.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.clone());
+        *self.inner.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        // Published first: an end seen before `running` is in place would go unnoticed.
+        let _ = running.ended.set(tokio::spawn(watch_end(
+            self.inner.clone(),
+            Arc::downgrade(&running),
+            ended,
+        )));
         if let Err(e) = self.claim(&running).await {
             if let Some(running) = self.stop().await {
                 running.handle.abort();
@@ -160,6 +189,30 @@ impl GossipRegistry {
             self.inner.config.seeds
         );
         Ok(())
+    }
+
+    /// Why gossip stopped without being told to, if it did: chitchat's task ended (a bug, or a
+    /// socket that failed). The registry has then stopped: its copy is empty (the node is out
+    /// of the cluster both ways, as its peers see it once its heartbeats stop), every write
+    /// returns [`RegistryError::Stopped`], and an ERROR was logged. Restart the node.
+    pub fn failure(&self) -> Option<String> {
+        self.inner
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Updates from peers dropped for passing a limit ([`GossipConfig`]'s `max_nodes`,
+    /// `max_keys_per_node`, `max_bytes_per_node`, or this node's own state sent back by a
+    /// peer), since gossip last started.
+    pub fn refused_updates(&self) -> u64 {
+        self.inner
+            .refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, |r| r.total())
     }
 
     /// Gossip datagrams dropped since the registry was made: not sealed, not opened with any
@@ -240,10 +293,20 @@ impl GossipRegistry {
                 marked_for_deletion_grace_period: config.purge_after,
                 catchup_callback: None,
                 extra_liveness_predicate: None,
-                protocol_version: ProtocolVersion::V0,
+                protocol_version: transport::PROTOCOL,
             };
-            match chitchat::spawn_chitchat(chitchat_config, state::initial_keys(own), &carriage)
-                .await
+            let limits = ChitchatLimits {
+                max_nodes: config.max_nodes,
+                max_keys_per_node: config.max_keys_per_node,
+                max_bytes_per_node: config.max_bytes_per_node,
+            };
+            match chitchat::spawn_chitchat_with_limits(
+                chitchat_config,
+                limits,
+                state::initial_keys(own),
+                &carriage,
+            )
+            .await
             {
                 Ok(handle) => return Ok(handle),
                 Err(e) if config.listen.port() == 0 && tries < 5 => {
@@ -254,17 +317,17 @@ impl GossipRegistry {
         }
     }
 
-    /// Changes this node's own state, then pushes it to every live peer at once rather than
-    /// waiting for the next gossip round.
+    /// Changes this node's own state (unless `edit` refuses), then pushes it to every live peer
+    /// at once rather than waiting for the next gossip round.
     async fn change(
         &self,
-        edit: impl FnOnce(&mut chitchat::NodeState),
+        edit: impl FnOnce(&mut chitchat::NodeState) -> Result<(), RegistryError>,
     ) -> Result<(), RegistryError> {
         let running = self.running_or_stopped()?;
         let peers: Vec<SocketAddr> = {
             let mut cc = running.chitchat.lock().await;
             let me = cc.self_node_state();
-            edit(me);
+            edit(me)?;
             state::bump_revision(me);
             let own = cc.self_chitchat_id().clone();
             cc.live_nodes()
@@ -283,7 +346,7 @@ impl GossipRegistry {
         // Replaced under the chitchat lock: two rebuilds (a local change, a gossip event) then
         // publish in the order they read the state, and an older one never wins.
         let cc = running.chitchat.lock().await;
-        self.inner.copy.replace(state::build_index(&cc));
+        self.inner.copy.replace(read_index(&self.inner, &cc));
     }
 
     async fn stop(&self) -> Option<Arc<Running>> {
@@ -294,8 +357,48 @@ impl GossipRegistry {
             .unwrap_or_else(|p| p.into_inner())
             .take()?;
         running.watcher.abort();
+        if let Some(ended) = running.ended.get() {
+            ended.abort();
+        }
         Some(running)
     }
+}
+
+/// The index of `cc`, reading again only the descriptions that changed.
+fn read_index(inner: &Inner, cc: &Chitchat) -> Index {
+    let mut parsed = inner.parsed.lock().unwrap_or_else(|p| p.into_inner());
+    state::build_index_with(cc, &mut parsed)
+}
+
+/// Marks the registry failed when chitchat's task ends while `running` is still the running
+/// registry (`stop` takes it out first, and aborts this, when the end is asked for).
+async fn watch_end(
+    inner: Arc<Inner>,
+    running: Weak<Running>,
+    ended: impl Future<Output = anyhow::Result<()>>,
+) {
+    let result = ended.await;
+    let Some(running) = running.upgrade() else {
+        return;
+    };
+    {
+        let mut slot = inner.running.lock().unwrap_or_else(|p| p.into_inner());
+        if !slot.as_ref().is_some_and(|r| Arc::ptr_eq(r, &running)) {
+            return;
+        }
+        *slot = None;
+    }
+    running.watcher.abort();
+    let why = match result {
+        Ok(()) => "it returned".to_owned(),
+        Err(e) => format!("{e:#}"),
+    };
+    tracing::error!(
+        "gossip for node {} ended unexpectedly ({why}): the registry has stopped, its copy is emptied and every write refused; restart the node",
+        running.own
+    );
+    *inner.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    inner.copy.replace(Index::default());
 }
 
 async fn watch_gossip(
@@ -311,7 +414,7 @@ async fn watch_gossip(
             () = notify.notified() => {}
         }
         let cc = chitchat.lock().await;
-        inner.copy.replace(state::build_index(&cc));
+        inner.copy.replace(read_index(&inner, &cc));
     }
 }
 
@@ -321,7 +424,13 @@ impl Registry for GossipRegistry {
             self.own(&entry.node.name)?;
             let (key, value) =
                 state::service_key_value(&entry.description, self.inner.config.max_entry_bytes)?;
-            self.change(|me| me.set(key, value)).await
+            let config = &self.inner.config;
+            self.change(|me| {
+                state::check_room(me, &key, &value, &entry.description.name, config)?;
+                me.set(key, value);
+                Ok(())
+            })
+            .await
         })
     }
 
@@ -333,7 +442,11 @@ impl Registry for GossipRegistry {
         let (node, key) = (node.to_owned(), state::service_key(service));
         Box::pin(async move {
             self.own(&node)?;
-            self.change(|me| me.delete(&key)).await
+            self.change(|me| {
+                me.delete(&key);
+                Ok(())
+            })
+            .await
         })
     }
 
@@ -359,7 +472,11 @@ impl Registry for GossipRegistry {
         let node = node.to_owned();
         Box::pin(async move {
             self.own(&node)?;
-            self.change(state::mark_leaving).await?;
+            self.change(|me| {
+                state::mark_leaving(me);
+                Ok(())
+            })
+            .await?;
             let mut withdrawn = self
                 .inner
                 .withdrawn
@@ -383,9 +500,9 @@ impl Registry for GossipRegistry {
                 .withdrawn
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let spread = since.unwrap_or_else(tokio::time::Instant::now)
-                + 2 * self.inner.config.gossip_interval;
-            tokio::time::sleep_until(spread).await;
+            let since = since.unwrap_or_else(tokio::time::Instant::now);
+            let two_rounds = self.inner.config.gossip_interval.saturating_mul(2);
+            tokio::time::sleep_until(since.checked_add(two_rounds).unwrap_or(since)).await;
             if let Some(running) = self.stop().await {
                 let _ = running.handle.initiate_shutdown();
             }
@@ -405,5 +522,80 @@ impl Registry for GossipRegistry {
 
     fn local_copy(&self) -> &LocalCopy {
         &self.inner.copy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    async fn joined(name: &str) -> GossipRegistry {
+        let registry = GossipRegistry::new(GossipConfig::new().insecure().cluster_id("test"));
+        let addr = SocketAddr::from(([127, 0, 0, 1], 1));
+        registry
+            .join(NodeInfo::new(name, addr, 1))
+            .await
+            .expect("joins");
+        assert_eq!(registry.nodes().len(), 1, "it sees itself");
+        registry
+    }
+
+    async fn until(what: &str, condition: impl Fn() -> bool) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !condition() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("gave up waiting until {what}"));
+    }
+
+    #[tokio::test]
+    async fn gossip_that_ends_unasked_marks_the_registry_failed_and_empties_its_copy() {
+        let registry = joined("n1").await;
+        // chitchat's task ends as it would on a panic or a failed socket.
+        registry.running().expect("running").handle.abort();
+        until("the registry is marked failed", || {
+            registry.failure().is_some()
+        })
+        .await;
+        assert!(registry.nodes().is_empty(), "no stale copy");
+        assert!(registry.gossip_addr().is_none());
+        assert_eq!(
+            registry.withdraw("n1").await,
+            Err(RegistryError::Stopped),
+            "writes are refused"
+        );
+    }
+
+    #[tokio::test]
+    async fn gossip_stopped_on_purpose_is_no_failure() {
+        let halted = joined("n1").await;
+        halted.halt().await;
+        let left = joined("n2").await;
+        left.leave("n2").await.expect("leaves");
+        // chitchat's tasks have ended by now; the watchers were told first.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(halted.failure(), None);
+        assert_eq!(left.failure(), None);
+    }
+
+    #[tokio::test]
+    async fn a_setting_out_of_range_is_refused_at_join_by_name() {
+        let registry = GossipRegistry::new(
+            GossipConfig::new()
+                .insecure()
+                .cluster_id("test")
+                .gossip_interval(Duration::ZERO),
+        );
+        let addr = SocketAddr::from(([127, 0, 0, 1], 1));
+        let Err(RegistryError::Gossip(why)) = registry.join(NodeInfo::new("n1", addr, 1)).await
+        else {
+            panic!("joined with a gossip interval of zero");
+        };
+        assert!(why.contains("gossip_interval"), "{why}");
+        assert!(registry.gossip_addr().is_none());
     }
 }

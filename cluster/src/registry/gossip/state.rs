@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chitchat::{Chitchat, ChitchatId, NodeState};
+use chitchat::{Chitchat, ChitchatId, NodeState, Version};
 
 use crate::registry::index::Index;
 use crate::registry::{NodeInfo, RegistryError, ServiceEntry};
@@ -64,13 +64,52 @@ pub(crate) fn service_key_value(
     Ok((service_key(&description.name), value))
 }
 
+/// Checked: past `u64::MAX` the revision starts again at 1 rather than panicking (it only has
+/// to change for peers to rebuild; a value kept the same would not be sent). Only this node
+/// writes its state, so it never gets there, but a peer once could (`vendor/chitchat/README.md`).
 pub(super) fn bump_revision(me: &mut NodeState) {
-    let next = me
+    let current = me
         .get(REVISION)
         .and_then(|r| r.parse::<u64>().ok())
-        .unwrap_or(0)
-        + 1;
+        .unwrap_or(0);
+    let next = current.checked_add(1).unwrap_or(1);
     me.set(REVISION, next);
+}
+
+/// Refuses an entry that would take this node's own state past a limit its peers hold every
+/// node to (`GossipConfig::max_keys_per_node`, `max_bytes_per_node`): they would drop it, and
+/// it would be served nowhere but here. Deleted keys count until purged, as they do at peers.
+pub(super) fn check_room(
+    me: &NodeState,
+    key: &str,
+    value: &str,
+    service: &str,
+    config: &super::GossipConfig,
+) -> Result<(), RegistryError> {
+    let previous = me.get_versioned(key);
+    let keys = me.key_values_including_deleted().count() + usize::from(previous.is_none());
+    let bytes: usize = me
+        .key_values_including_deleted()
+        .filter(|(k, _)| *k != key)
+        .map(|(k, v)| k.len() + v.value.len())
+        .sum::<usize>()
+        + key.len()
+        + value.len();
+    let full = |setting, size, limit| {
+        Err(RegistryError::NodeFull {
+            service: service.to_owned(),
+            setting,
+            size,
+            limit,
+        })
+    };
+    if keys > config.max_keys_per_node {
+        return full("max_keys_per_node", keys, config.max_keys_per_node);
+    }
+    if bytes > config.max_bytes_per_node {
+        return full("max_bytes_per_node", bytes, config.max_bytes_per_node);
+    }
+    Ok(())
 }
 
 pub(super) fn mark_up(me: &mut NodeState) {
@@ -99,11 +138,28 @@ pub(super) fn mark_leaving(me: &mut NodeState) {
     }
 }
 
+/// The descriptions read at the last rebuild, by node and key, with the version of the value
+/// read (`None`: unreadable, logged once). A rebuild parses only the values that changed.
+#[derive(Debug, Default)]
+pub(super) struct Parsed {
+    by_key: HashMap<ChitchatId, HashMap<String, Read>>,
+}
+
+/// A value's version, and the description read from it.
+type Read = (Version, Option<Arc<ServiceDescription>>);
+
 /// The index of every live node that is up: its services. Of two generations of one node name
 /// that are up (a restart after a crash, before the old one was declared dead), only the newer
 /// counts, so a restart never resurrects the old entries; one still claiming the name counts for
 /// nothing. An entry that cannot be read is skipped and logged, never fatal.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn build_index(cc: &Chitchat) -> Index {
+    build_index_with(cc, &mut Parsed::default())
+}
+
+/// [`build_index`], reading again only the values that changed since `parsed` was filled, in
+/// O(N) for N entries: it runs under the chitchat lock on every gossip event.
+pub(super) fn build_index_with(cc: &Chitchat, parsed: &mut Parsed) -> Index {
     let mut newest: HashMap<&str, &ChitchatId> = HashMap::new();
     // A node of an earlier build says `up` from the start and never `claiming`.
     let up = |id: &ChitchatId| cc.node_state(id).and_then(|s| s.get(STATUS)) == Some(UP);
@@ -113,7 +169,9 @@ pub(crate) fn build_index(cc: &Chitchat) -> Index {
             *slot = id;
         }
     }
-    let mut index = Index::default();
+    let mut nodes = Vec::with_capacity(newest.len());
+    let mut entries = Vec::new();
+    let mut read = HashMap::with_capacity(newest.len());
     for id in newest.into_values() {
         let Some(state) = cc.node_state(id) else {
             continue;
@@ -126,13 +184,103 @@ pub(crate) fn build_index(cc: &Chitchat) -> Index {
         let node = NodeInfo::new(&*id.node_id, addr, id.generation_id)
             .with_max_frame(max_frame)
             .with_wire(wire);
-        index.nodes.insert(node.name.clone(), node.clone());
+        let mut before = parsed.by_key.remove(id).unwrap_or_default();
+        let mut now = HashMap::with_capacity(before.len());
         for (key, value) in state.iter_prefix(SERVICE) {
-            match serde_json::from_str::<ServiceDescription>(&value.value) {
-                Ok(d) => index.insert(Arc::new(ServiceEntry::new(node.clone(), Arc::new(d)))),
-                Err(e) => tracing::warn!("node {node} gossips an unreadable entry `{key}`: {e}"),
+            let description = match before.remove(key) {
+                Some((version, description)) if version == value.version => description,
+                _ => match serde_json::from_str::<ServiceDescription>(&value.value) {
+                    Ok(d) => Some(Arc::new(d)),
+                    Err(e) => {
+                        tracing::warn!("node {node} gossips an unreadable entry `{key}`: {e}");
+                        None
+                    }
+                },
+            };
+            if let Some(d) = &description {
+                entries.push(Arc::new(ServiceEntry::new(node.clone(), d.clone())));
             }
+            now.insert(key.to_owned(), (value.version, description));
         }
+        read.insert(id.clone(), now);
+        nodes.push(node);
     }
-    index
+    parsed.by_key = read;
+    Index::build(nodes, entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use chitchat::{ChitchatConfig, FailureDetectorConfig, ProtocolVersion};
+
+    use super::*;
+
+    fn chitchat(keys: Vec<(String, String)>) -> Chitchat {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 7280));
+        let config = ChitchatConfig {
+            chitchat_id: ChitchatId::new("search-1", 1, addr),
+            cluster_id: "test".into(),
+            gossip_interval: Duration::from_secs(1),
+            listen_addr: addr,
+            seed_nodes: Vec::new(),
+            failure_detector_config: FailureDetectorConfig::default(),
+            marked_for_deletion_grace_period: Duration::from_secs(3600),
+            catchup_callback: None,
+            extra_liveness_predicate: None,
+            protocol_version: ProtocolVersion::V0,
+        };
+        let (_, seeds) = tokio::sync::watch::channel(HashSet::new());
+        Chitchat::with_chitchat_id_and_seeds(config, seeds, keys)
+    }
+
+    fn description(name: &str) -> (String, String) {
+        let json = format!(
+            r#"{{"name":"{name}","version":"1.0.0","options":{{}},"functions":[],"wire":2}}"#
+        );
+        (service_key(name), json)
+    }
+
+    #[test]
+    fn a_rebuild_reads_again_only_the_entries_that_changed() {
+        let node = NodeInfo::new("search-1", SocketAddr::from(([127, 0, 0, 1], 7000)), 1);
+        let mut keys = initial_keys(&node);
+        keys.push((STATUS.into(), UP.into()));
+        keys.extend(["a", "b"].map(description));
+        let mut cc = chitchat(keys);
+        let mut parsed = Parsed::default();
+        let first = build_index_with(&cc, &mut parsed);
+        let (key, value) = description("b");
+        cc.self_node_state()
+            .set(key, value.replace("1.0.0", "1.1.0"));
+        let second = build_index_with(&cc, &mut parsed);
+        let same = |s: &str| {
+            Arc::ptr_eq(
+                &first.lookup(s)[0].description,
+                &second.lookup(s)[0].description,
+            )
+        };
+        assert!(same("a"), "an unchanged entry is not parsed again");
+        assert!(!same("b"), "a changed one is");
+        assert_eq!(
+            second.lookup("b")[0].description.version.to_string(),
+            "1.1.0"
+        );
+        assert_eq!(build_index(&cc).entries().count(), 2);
+    }
+
+    #[test]
+    fn a_revision_at_u64_max_does_not_overflow() {
+        let mut me = NodeState::for_test();
+        me.set(REVISION, u64::MAX);
+        let version = me.max_version();
+        bump_revision(&mut me);
+        assert_eq!(me.get(REVISION), Some("1"));
+        assert!(me.max_version() > version, "the key changed: peers rebuild");
+        bump_revision(&mut me);
+        assert_eq!(me.get(REVISION), Some("2"));
+    }
 }
