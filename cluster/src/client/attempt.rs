@@ -103,6 +103,7 @@ pub(crate) async fn run(
                 encoded_metadata: crate::transport::wire::encode_metadata(&metadata),
                 metadata,
                 invalid: None,
+                frame_id: None,
             },
             attempt: Default::default(),
         });

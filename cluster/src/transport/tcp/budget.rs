@@ -3,17 +3,20 @@
 //!
 //! A connection reserves a frame's bytes when its length prefix arrives, before the body is
 //! read; without a reservation it is not read from, so the bytes wait in the peer's socket, not
-//! here. The reservation becomes the request's [`Hold`], which lives until the request's task
-//! ends (its reply handed to the writer, or the request cancelled or expired); the reply's bytes
-//! are added to it when the handler returns.
+//! here. The reservation becomes the request's [`Hold`].
 //!
 //! Each connection may hold a small allowance (`floor`) without touching the node's budget, so
 //! that a legitimate caller's small request gets through while others hold the whole budget;
 //! past that, bytes come from the node-wide budget, and one connection may hold at most
 //! `per_connection` of it. A connection that may not reserve waits, unread: that is the
 //! backpressure on a peer that sends requests and never reads the replies.
+//!
+//! A request's hold is given back when its reply is handed to the writer, or when the request is
+//! cancelled or expires (`frames.rs` follows the ids as tarpc does); its reply's bytes are added
+//! to it when the handler returns ([`Account::add_reply`]), and the writer keeps what it has
+//! not yet written counted ([`Account::force`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -22,7 +25,7 @@ use std::task::{Context, Poll, Waker};
 pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 << 20;
 
 /// The bytes each connection may hold outside the node's budget: a few small requests.
-pub(crate) const FLOOR: usize = 64 << 10;
+pub(crate) const FLOOR: usize = 16 << 10;
 
 /// The node-wide budget.
 #[derive(Debug)]
@@ -98,9 +101,9 @@ struct State {
     held: usize,
     /// Of which within the floor.
     floor: usize,
-    /// Requests in flight, by tarpc request id: a second request with an id in flight is an
-    /// error, never silently dropped.
-    ids: HashSet<u64>,
+    /// Requests in flight, by tarpc request id, with the bytes of their replies once they have
+    /// one: a second request with an id in flight is an error, never silently dropped.
+    ids: HashMap<u64, usize>,
     /// The connection's reader, waiting for a request to end.
     reader: Option<Waker>,
 }
@@ -183,21 +186,39 @@ impl Account {
     /// The request `id` read with `bytes`: now in flight. `Err` when a request with that id is
     /// in flight already.
     pub(super) fn hold(&self, id: u64, bytes: Reservation) -> Result<Hold, Reservation> {
-        if !self.state().ids.insert(id) {
+        let mut state = self.state();
+        if state.ids.contains_key(&id) {
             return Err(bytes);
         }
+        state.ids.insert(id, 0);
         Ok(Hold { bytes, id })
     }
 
+    /// Counts the reply of request `id`, `n` bytes, which exist already: until the request's
+    /// hold ends, the connection reads no more than its share allows.
+    pub(crate) fn add_reply(&self, id: u64, n: usize) {
+        let mut state = self.state();
+        if let Some(reply) = state.ids.get_mut(&id) {
+            *reply += n;
+            state.held += n;
+            self.budget.force(n);
+        }
+    }
+
+    /// Counts `n` bytes that exist already (replies being written), even past the limits.
+    pub(super) fn force(self: &Arc<Self>, n: usize) -> Reservation {
+        self.budget.force(n);
+        self.state().held += n;
+        self.reservation(0, n)
+    }
+
     fn release(&self, floor: usize, node: usize, id: Option<u64>) {
-        let reader = {
+        let (reader, node) = {
             let mut state = self.state();
+            let reply = id.and_then(|id| state.ids.remove(&id)).unwrap_or(0);
             state.floor -= floor;
-            state.held -= floor + node;
-            if let Some(id) = id {
-                state.ids.remove(&id);
-            }
-            state.reader.take()
+            state.held -= floor + node + reply;
+            (state.reader.take(), node + reply)
         };
         self.budget.give_back(node);
         if let Some(reader) = reader {
@@ -212,13 +233,11 @@ impl Drop for Account {
     }
 }
 
-impl Hold {
-    /// Counts a reply of `n` bytes, which exists already, against the connection and the node.
-    pub(super) fn add_reply(&mut self, n: usize) {
-        let account = &self.bytes.account;
-        account.budget.force(n);
-        account.state().held += n;
-        self.bytes.node += n;
+impl Reservation {
+    /// Takes over `other`'s bytes: one reservation for all the bytes a writer holds.
+    pub(super) fn absorb(&mut self, mut other: Reservation) {
+        self.floor += std::mem::take(&mut other.floor);
+        self.node += std::mem::take(&mut other.node);
     }
 }
 
@@ -307,8 +326,9 @@ mod tests {
     fn a_reply_is_counted_until_its_hold_ends() {
         let budget = Budget::new(1 << 20);
         let a = Account::new(budget.clone(), LIMITS);
-        let mut hold = a.hold(1, poll(&a, 10).unwrap()).unwrap();
-        hold.add_reply(2 << 20);
+        let hold = a.hold(1, poll(&a, 10).unwrap()).unwrap();
+        a.add_reply(1, 2 << 20);
+        a.add_reply(99, 1 << 30);
         assert_eq!(budget.used(), 2 << 20, "counted past the limit");
         assert!(poll(&a, FLOOR + 1).is_none());
         drop(hold);

@@ -6,21 +6,26 @@
 //! 1. a frame's 4-byte length arrives; over the frame limit, the connection closes;
 //! 2. its bytes are reserved ([`super::budget`]); until they can be, or while the connection
 //!    has its most requests in flight, nothing more is read from it;
-//! 3. the body is read; a frame begun and not finished within `frame_timeout` closes it;
+//! 3. the body is read; a frame not finished within `frame_timeout` of its reservation (or of
+//!    its first byte, for its length) closes the connection;
 //! 4. the frame is decoded (deadlines clamped, [`super::codec`]); a request whose id is in
 //!    flight already, or a frame that does not decode, closes it; a request's reservation
-//!    becomes its [`Hold`], handed to its task through [`Holds`].
+//!    becomes its [`Hold`], kept here by id, as tarpc keeps the request: until its reply is
+//!    handed to the writer, it is cancelled, or its deadline (and a second) passes.
 //!
+//! Writing: a reply's bytes stay counted until they are written to the socket, and a writer
+//! that makes no progress for `frame_timeout` (a peer that does not read) ends the connection.
 //! A connection with nothing in flight and nothing received for `idle_timeout` is closed.
 //! Every end is logged here (once per peer per interval for what a peer can repeat) and given to
 //! tarpc as the end of the stream, never as an error that tarpc would log for every reset.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -28,6 +33,7 @@ use futures::{Sink, Stream};
 use tarpc::tokio_serde::{Deserializer, Serializer};
 use tarpc::{ClientMessage, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::AbortHandle;
 use tokio::time::{Instant, Sleep};
 use tokio_util::bytes::{Buf, BufMut, BytesMut};
 use tokio_util::io::{poll_read_buf, poll_write_buf};
@@ -50,9 +56,34 @@ pub(crate) struct FrameLimits {
     pub(crate) idle_timeout: Duration,
 }
 
-/// The holds of requests read and not yet given to their tasks, oldest first: tarpc turns every
-/// request this transport yields into one task, in order, and the task takes the next hold.
-pub(super) type Holds = Arc<Mutex<VecDeque<Hold>>>;
+/// How long after its deadline a request's hold is kept: tarpc forgets the request at its
+/// deadline, and a peer that reuses the id just then is taken for one that reuses an id.
+const EXPIRY_GRACE: Duration = Duration::from_secs(1);
+
+/// A request as this transport tags it: with the id of its frame, against which its reply's
+/// bytes are counted.
+pub(super) trait Tagged {
+    fn tag(&mut self, frame_id: u64);
+}
+
+impl Tagged for crate::transport::wire::v2::WireRequest {
+    fn tag(&mut self, frame_id: u64) {
+        let Self::Call { request } = self;
+        // Just read from the frame: nothing else holds it.
+        if let Some(request) = Arc::get_mut(&mut request.0) {
+            request.head.frame_id = Some(frame_id);
+        }
+    }
+}
+
+impl Tagged for crate::transport::wire::v1::WireRequest {
+    fn tag(&mut self, frame_id: u64) {
+        let Self::Call { request } = self;
+        if let Some(request) = Arc::get_mut(&mut request.request) {
+            request.head.frame_id = Some(frame_id);
+        }
+    }
+}
 
 /// One served connection as tarpc's transport.
 pub(super) struct Frames<S, Req, Resp> {
@@ -70,7 +101,16 @@ pub(super) struct Frames<S, Req, Resp> {
     /// One timer for both timeouts, re-armed only when it fires early or must fire sooner.
     timer: Pin<Box<Sleep>>,
     armed: Option<Instant>,
-    holds: Holds,
+    /// Requests in flight by id, each with when it is forgotten (its deadline and a grace).
+    holds: HashMap<u64, (Hold, Instant)>,
+    expiries: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// The bytes written to `write` and not yet to the socket.
+    unwritten: Option<Reservation>,
+    /// Since when the writer has had bytes and written none.
+    write_stalled: Option<Instant>,
+    write_timer: Pin<Box<Sleep>>,
+    /// The task serving this connection: ended when the peer stops reading.
+    serving: Arc<OnceLock<AbortHandle>>,
     warnings: Arc<RateLimited>,
     codec: Clamping<ClientMessage<Req>, Response<Resp>>,
     ended: bool,
@@ -89,6 +129,7 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
         account: Arc<Account>,
         limits: FrameLimits,
         warnings: Arc<RateLimited>,
+        serving: Arc<OnceLock<AbortHandle>>,
         first: &[u8],
     ) -> Self {
         let now = Instant::now();
@@ -104,21 +145,26 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
             last_heard: now,
             timer: Box::pin(tokio::time::sleep_until(now)),
             armed: None,
-            holds: Holds::default(),
+            holds: HashMap::new(),
+            expiries: BinaryHeap::new(),
+            unwritten: None,
+            write_stalled: None,
+            write_timer: Box::pin(tokio::time::sleep_until(now)),
+            serving,
             warnings,
             codec: Clamping::default(),
             ended: false,
         }
     }
 
-    /// The queue its requests' holds wait in for their tasks.
-    pub(super) fn holds(&self) -> Holds {
-        self.holds.clone()
-    }
-
     fn end(&mut self, why: End) -> Poll<Option<io::Result<ClientMessage<Req>>>> {
         self.ended = true;
         self.reserved = None;
+        self.log(why);
+        Poll::Ready(None)
+    }
+
+    fn log(&self, why: End) {
         let peer = self.peer;
         match why {
             End::Quiet(why) => tracing::debug!("closed the connection from {peer}: {why}"),
@@ -133,7 +179,28 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
                 );
             }),
         }
-        Poll::Ready(None)
+    }
+
+    /// Forgets the holds of requests past their deadline (tarpc has: no reply will come).
+    fn forget_expired(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((due, id))) = self.expiries.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.expiries.pop();
+            if self.holds.get(&id).is_some_and(|(_, d)| *d == due) {
+                self.holds.remove(&id);
+            }
+        }
+        // Entries of requests that ended are left in the heap; rebuilt before they pile up.
+        if self.expiries.len() > 2 * self.holds.len() + 64 {
+            self.expiries = self
+                .holds
+                .iter()
+                .map(|(id, (_, due))| Reverse((*due, *id)))
+                .collect();
+        }
     }
 
     /// Arms the timer for the next timeout that applies, if any; `Some` when one has passed.
@@ -177,7 +244,7 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
 impl<S, Req, Resp> Frames<S, Req, Resp>
 where
     S: AsyncRead + Unpin,
-    Req: Unpin,
+    Req: Unpin + Tagged,
     Resp: Unpin,
     Clamping<ClientMessage<Req>, Response<Resp>>:
         Deserializer<ClientMessage<Req>, Error = io::Error>,
@@ -199,7 +266,13 @@ where
             ))));
         }
         if self.reserved.is_none() {
-            self.reserved = Some(ready!(self.account.poll_reserve(len, cx)));
+            let Poll::Ready(reserved) = self.account.poll_reserve(len, cx) else {
+                // Waiting for bytes is this node's doing, not the peer's: no frame timeout.
+                self.frame_began = None;
+                return Poll::Pending;
+            };
+            self.reserved = Some(reserved);
+            self.frame_began.get_or_insert_with(Instant::now);
         }
         if self.read.len() < 4 + len {
             self.read.reserve(4 + len - self.read.len());
@@ -212,27 +285,31 @@ where
             // The rest of a large frame's buffer would stay with the connection while it idles.
             self.read = BytesMut::new();
         }
-        let message = Pin::new(&mut self.codec).deserialize(&frame).map_err(|e| {
+        let mut message = Pin::new(&mut self.codec).deserialize(&frame).map_err(|e| {
             End::Warn(format!(
                 "a frame of {len} bytes does not decode as a request: {e}"
             ))
         })?;
         let reserved = self.reserved.take();
-        if let (ClientMessage::Request(request), Some(bytes)) = (&message, reserved) {
-            match self.account.hold(request.id, bytes) {
-                Ok(hold) => self
-                    .holds
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push_back(hold),
-                Err(_) => {
+        match (&mut message, reserved) {
+            (ClientMessage::Request(request), Some(bytes)) => {
+                let id = request.id;
+                let Ok(hold) = self.account.hold(id, bytes) else {
                     return Poll::Ready(Err(End::Warn(format!(
-                        "it sent request id {} while a request with that id is in flight",
-                        request.id
+                        "it sent request id {id} while a request with that id is in flight"
                     ))));
-                }
+                };
+                request.message.tag(id);
+                let due = Instant::from_std(request.context.deadline) + EXPIRY_GRACE;
+                self.holds.insert(id, (hold, due));
+                self.expiries.push(Reverse((due, id)));
             }
+            (ClientMessage::Cancel { request_id, .. }, _) => {
+                self.holds.remove(request_id);
+            }
+            _ => {}
         }
+        self.forget_expired();
         Poll::Ready(Ok(Some(message)))
     }
 }
@@ -240,7 +317,7 @@ where
 impl<S, Req, Resp> Stream for Frames<S, Req, Resp>
 where
     S: AsyncRead + Unpin,
-    Req: Unpin,
+    Req: Unpin + Tagged,
     Resp: Unpin,
     Clamping<ClientMessage<Req>, Response<Resp>>:
         Deserializer<ClientMessage<Req>, Error = io::Error>,
@@ -300,12 +377,44 @@ where
 {
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.write.is_empty() {
-            let n = ready!(poll_write_buf(Pin::new(&mut self.io), cx, &mut self.write))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            match poll_write_buf(Pin::new(&mut self.io), cx, &mut self.write) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(_)) => self.write_stalled = None,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.check_write_stall(cx);
+                    return Poll::Pending;
+                }
             }
         }
+        self.unwritten = None;
+        self.write_stalled = None;
         Poll::Ready(Ok(()))
+    }
+
+    /// A peer that reads nothing for `frame_timeout` while replies wait for it: its connection
+    /// ends (with the handlers of its requests), rather than hold the replies.
+    fn check_write_stall(&mut self, cx: &mut Context<'_>) {
+        let now = Instant::now();
+        let since = *self.write_stalled.get_or_insert(now);
+        let due = since + self.limits.frame_timeout;
+        if due <= now {
+            let waiting = self.write.len();
+            self.log(End::Warn(format!(
+                "it read none of {waiting} bytes of replies for {:?} (frame timeout)",
+                self.limits.frame_timeout
+            )));
+            if let Some(task) = self.serving.get() {
+                task.abort();
+            }
+            return;
+        }
+        if self.write_timer.deadline() != due {
+            self.write_timer.as_mut().reset(due);
+        }
+        if self.write_timer.as_mut().poll(cx).is_ready() {
+            cx.waker().wake_by_ref();
+        }
     }
 }
 
@@ -332,6 +441,15 @@ where
         this.write.reserve(4 + bytes.len());
         this.write.put_u32(len);
         this.write.extend_from_slice(&bytes);
+        // The request's hold (its bytes and its reply's) ends; the bytes to write are counted
+        // instead, until written.
+        this.holds.remove(&reply.request_id);
+        let written = this.account.force(4 + bytes.len());
+        match &mut this.unwritten {
+            Some(unwritten) => unwritten.absorb(written),
+            None => this.unwritten = Some(written),
+        }
+        this.forget_expired();
         Ok(())
     }
 
@@ -344,27 +462,4 @@ where
         ready!(self.as_mut().poll_flush(cx))?;
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
-}
-
-/// Runs one request's task with the hold of its request: the bytes and the place in flight are
-/// given back when the task ends (the reply handed to the writer, or the request cancelled).
-pub(super) fn with_hold<F: Future>(
-    holds: &Holds,
-    task: F,
-) -> impl Future<Output = F::Output> + use<F> {
-    let hold = holds.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
-    HOLD.scope(std::cell::RefCell::new(hold), task)
-}
-
-tokio::task_local! {
-    static HOLD: std::cell::RefCell<Option<Hold>>;
-}
-
-/// Counts a reply of `bytes` against the connection of the request being served, if any.
-pub(super) fn count_reply(bytes: usize) {
-    let _ = HOLD.try_with(|hold| {
-        if let Some(hold) = hold.borrow_mut().as_mut() {
-            hold.add_reply(bytes);
-        }
-    });
 }

@@ -21,7 +21,7 @@ use tokio_rustls::TlsAcceptor;
 use super::budget::{Account, Budget, ConnectionLimits};
 use super::channel;
 use super::established::{Established, Full, Peer};
-use super::frames::{FrameLimits, Frames, count_reply, with_hold};
+use super::frames::{FrameLimits, Frames};
 use super::opening::{OpeningSlot, Openings};
 use crate::error::Reason;
 use crate::rate_limited::RateLimited;
@@ -35,8 +35,8 @@ use crate::transport::wire::{Reply, v1, v2};
 /// How long a new connection has to say how it opens (a handshake, or a wire 1 frame).
 const OPENING_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Replies a connection's handlers may have handed to tarpc before they wait for the writer.
-/// A reply's bytes are counted until then ([`super::budget`]); these few are not.
+/// Replies a connection's handlers may have handed to tarpc before they wait for the writer
+/// (their bytes are counted until written, [`super::budget`]).
 const PENDING_REPLIES: usize = 8;
 
 /// What the listener needs to know to serve connections.
@@ -216,13 +216,12 @@ async fn refuse_plaintext(
 macro_rules! run {
     ($frames:expr, $serving:expr, $serve:expr) => {{
         let frames = $frames;
-        let holds = frames.holds();
         let mut tarpc_config = tarpc::server::Config::default();
         tarpc_config.pending_response_buffer = PENDING_REPLIES;
         BaseChannel::new(tarpc_config, channel::guard(frames, $serving))
             .execute($serve)
             .for_each(|call| {
-                tokio::spawn(with_hold(&holds, call));
+                tokio::spawn(call);
                 std::future::ready(())
             })
             .await;
@@ -291,6 +290,7 @@ async fn opened<S>(
             let server = V2 {
                 dispatcher: shared.dispatcher.clone(),
                 peer: Arc::from(verified.unwrap_or(hello.node).as_str()),
+                account: account.clone(),
             };
             let frames = Frames::new(
                 stream,
@@ -298,6 +298,7 @@ async fn opened<S>(
                 account,
                 config.limits,
                 shared.warnings.clone(),
+                serving.clone(),
                 &[],
             );
             run!(frames, serving, server.serve());
@@ -322,6 +323,7 @@ async fn opened<S>(
             let server = V1 {
                 dispatcher: shared.dispatcher.clone(),
                 versions: config.versions.clone(),
+                account: account.clone(),
             };
             // The four bytes read to tell the two apart begin the peer's first frame.
             let frames = Frames::new(
@@ -330,6 +332,7 @@ async fn opened<S>(
                 account,
                 config.limits,
                 shared.warnings.clone(),
+                serving.clone(),
                 &first,
             );
             run!(frames, serving, server.serve());
@@ -368,6 +371,8 @@ struct V2 {
     /// The node that opened the connection, as its handshake named it: the caller of every
     /// request on it.
     peer: Arc<str>,
+    /// The connection's account, which counts each reply until it is written.
+    account: Arc<Account>,
 }
 
 impl v2::Wire for V2 {
@@ -384,11 +389,14 @@ impl v2::Wire for V2 {
         if let Some(request) = Arc::get_mut(&mut request) {
             request.head.caller = Some(self.peer);
         }
+        let frame = request.head.frame_id;
         // Only what the handler needs goes into every request's task.
-        let dispatcher = self.dispatcher;
+        let (dispatcher, account) = (self.dispatcher, self.account);
         async move {
             let reply = dispatcher.handle(request, deadline).await;
-            count_reply(reply.size());
+            if let Some(frame) = frame {
+                account.add_reply(frame, reply.size());
+            }
             v2::ReplyFrame(reply)
         }
     }
@@ -398,6 +406,7 @@ impl v2::Wire for V2 {
 struct V1 {
     dispatcher: Arc<Dispatcher>,
     versions: RangeInclusive<u32>,
+    account: Arc<Account>,
 }
 
 impl v1::Wire for V1 {
@@ -418,12 +427,15 @@ impl v1::Wire for V1 {
                 ),
             )
         });
+        let frame = request.request.head.frame_id;
         async move {
             let reply = match refusal {
                 Some(refused) => refused,
                 None => self.dispatcher.handle(request.request, deadline).await,
             };
-            count_reply(reply.size());
+            if let Some(frame) = frame {
+                self.account.add_reply(frame, reply.size());
+            }
             reply.into()
         }
     }

@@ -439,3 +439,89 @@ async fn a_provider_that_stalls_inside_a_reply_frame_loses_the_connection_at_the
     );
     stalling.abort();
 }
+
+/// A connection from 127.0.0.1 with a small receive buffer: its replies back up at once.
+async fn connect_slow_reader(to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(to).await.unwrap();
+    let hello = Hello {
+        versions: (2, 2),
+        node: "raw".to_owned(),
+        max_frame: 1 << 20,
+        ..Hello::default()
+    };
+    let welcome = handshake::offer(&mut stream, &hello).await.unwrap();
+    assert_eq!(welcome.version, 2);
+    stream
+}
+
+#[tokio::test]
+async fn an_id_reused_while_its_reply_waits_closes_the_connection_and_gives_every_byte_back() {
+    let mut config = config();
+    config.max_buffered_bytes = 16 << 20;
+    config.connection.per_connection = 16 << 20;
+    let provider = provider(config).await;
+    let mut stream = connect_slow_reader(provider.addr).await;
+    // Replies of 6 × 900 KiB: more than the kernel's socket buffers take, so some wait here.
+    let mut bytes = Vec::new();
+    for id in 1..=6 {
+        bytes.extend(frame(
+            id,
+            "echo",
+            vec![7; 900 << 10],
+            Duration::from_secs(60),
+        ));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    until("six echoes ran", || {
+        provider.runs.load(Ordering::SeqCst) == 6
+    })
+    .await;
+    // tarpc still tracks id 6, whose reply waits for a reader that does not read.
+    let again = frame(6, "echo", vec![7; 100], Duration::from_secs(60));
+    let _ = stream.write_all(&again).await;
+    closed(&mut stream, Duration::from_secs(5)).await;
+    // Every byte came back: 16 requests of 900 KiB in flight at once fit the 16 MiB budget.
+    let mut big = connect(provider.addr).await;
+    let parks: Vec<u8> = (1..=16)
+        .flat_map(|id| frame(id, "park", vec![1; 900 << 10], Duration::from_secs(60)))
+        .collect();
+    big.write_all(&parks).await.unwrap();
+    until("sixteen more parked", || {
+        provider.runs.load(Ordering::SeqCst) == 22
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_peer_that_reads_none_of_its_replies_is_closed_at_the_frame_timeout() {
+    let mut config = config();
+    config.limits.frame_timeout = Duration::from_millis(300);
+    let provider = provider(config).await;
+    let mut stream = connect_slow_reader(provider.addr).await;
+    let mut bytes = Vec::new();
+    for id in 1..=8 {
+        bytes.extend(frame(
+            id,
+            "echo",
+            vec![7; 500 << 10],
+            Duration::from_secs(60),
+        ));
+    }
+    let writer = tokio::spawn(async move {
+        let _ = stream.write_all(&bytes).await;
+        stream
+    });
+    let mut stream = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the provider reads the requests")
+        .unwrap();
+    let start = Instant::now();
+    // Not reading for a while (a read would be progress), then checking it was closed: a read
+    // now drains what was sent and ends.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(start.elapsed() < Duration::from_secs(6));
+    echo_works(provider.addr).await;
+}

@@ -88,6 +88,9 @@ pub(crate) struct Head {
     /// Why a header of the request could not be read, if one could not: the provider refuses
     /// the request (and only it).
     pub(crate) invalid: Option<String>,
+    /// On the provider's side of TCP, the id of the frame it arrived in: the reply's bytes are
+    /// counted against that connection until they are written (`transport/tcp/budget.rs`).
+    pub(crate) frame_id: Option<u64>,
 }
 
 /// What a provider answers.

@@ -252,6 +252,7 @@ mod tests {
                 encoded_metadata: crate::transport::wire::encode_metadata(&metadata),
                 metadata,
                 invalid: None,
+                frame_id: None,
             },
             attempt: AtomicU32::new(3),
         })
