@@ -1,8 +1,14 @@
 //! Admission control and draining: a bound on concurrent calls, and a node that refuses new
 //! calls while it finishes those it has. Both refusals happen before the function runs, so
 //! clients retry them elsewhere, whatever the function.
+//!
+//! The last eighth of the bound is a reserve: past seven eighths, a caller (the node that opened
+//! the connection) with more than a few calls running is refused, so one caller with slow calls
+//! cannot take every place and lock the others out.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -18,10 +24,15 @@ pub(crate) struct Admission {
     running: AtomicUsize,
     draining: AtomicBool,
     idle: Notify,
+    /// Calls running, by caller.
+    by_caller: Mutex<HashMap<Arc<str>, usize>>,
 }
 
 /// One admitted call; lets the next in when dropped.
-pub(crate) struct Permit<'a>(&'a Admission);
+pub(crate) struct Permit<'a> {
+    admission: &'a Admission,
+    caller: Arc<str>,
+}
 
 impl Admission {
     pub(crate) fn new(limit: usize) -> Self {
@@ -30,11 +41,17 @@ impl Admission {
             running: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             idle: Notify::new(),
+            by_caller: Mutex::default(),
         }
     }
 
-    /// Admits a call, or says why not: the node is draining, or at its limit. Never queues.
-    pub(crate) fn admit(&self) -> Result<Permit<'_>, (Reason, String)> {
+    fn callers(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
+        self.by_caller.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admits a call of `caller`, or says why not: the node is draining, at its limit, or in its
+    /// reserve and the caller has its share running. Never queues.
+    pub(crate) fn admit(&self, caller: Option<&Arc<str>>) -> Result<Permit<'_>, (Reason, String)> {
         // Counted first, checked second: a drain that starts in between either sees this call
         // running (and waits for it) or is seen by it (and refuses it).
         let before = self.running.fetch_add(1, Ordering::SeqCst);
@@ -49,7 +66,32 @@ impl Admission {
                 format!("the node runs {} calls, its limit", self.limit),
             ));
         }
-        Ok(Permit(self))
+        let caller = caller.cloned().unwrap_or_else(|| Arc::from(""));
+        let reserve = self.limit / 8;
+        let share = (reserve / 8).max(1);
+        let mut callers = self.callers();
+        let mine = callers.entry(caller.clone()).or_default();
+        if before >= self.limit - reserve && *mine >= share {
+            let mine = *mine;
+            if mine == 0 {
+                callers.remove(&caller);
+            }
+            drop(callers);
+            self.release();
+            return Err((
+                Reason::Overloaded,
+                format!(
+                    "the node runs {before} calls, {} of them this caller's; its last {reserve} places are kept for callers with fewer than {share}",
+                    mine
+                ),
+            ));
+        }
+        *mine += 1;
+        drop(callers);
+        Ok(Permit {
+            admission: self,
+            caller,
+        })
     }
 
     fn release(&self) {
@@ -84,7 +126,16 @@ impl Admission {
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        self.0.release();
+        {
+            let mut callers = self.admission.callers();
+            if let Some(n) = callers.get_mut(&self.caller) {
+                *n -= 1;
+                if *n == 0 {
+                    callers.remove(&self.caller);
+                }
+            }
+        }
+        self.admission.release();
     }
 }
 
@@ -95,19 +146,46 @@ mod tests {
     #[test]
     fn the_limit_refuses_before_running_and_never_queues() {
         let admission = Admission::new(2);
-        let a = admission.admit().unwrap();
-        let _b = admission.admit().unwrap();
-        assert_eq!(admission.admit().err().unwrap().0, Reason::Overloaded);
+        let a = admission.admit(None).unwrap();
+        let _b = admission.admit(None).unwrap();
+        assert_eq!(admission.admit(None).err().unwrap().0, Reason::Overloaded);
         drop(a);
-        assert!(admission.admit().is_ok());
+        assert!(admission.admit(None).is_ok());
+    }
+
+    #[test]
+    fn past_seven_eighths_a_caller_with_its_share_running_is_refused_and_others_get_in() {
+        let admission = Admission::new(64);
+        let hog: Arc<str> = Arc::from("hog");
+        let other: Arc<str> = Arc::from("web-1");
+        let mut held: Vec<_> = (0..56)
+            .map(|_| admission.admit(Some(&hog)).unwrap())
+            .collect();
+        let refused = admission.admit(Some(&hog)).err().unwrap();
+        assert_eq!(refused.0, Reason::Overloaded);
+        assert!(
+            refused.1.contains("56 of them this caller's"),
+            "{}",
+            refused.1
+        );
+        // The reserve of 8 goes one each to callers with none running.
+        let a = admission.admit(Some(&other)).unwrap();
+        assert!(admission.admit(Some(&other)).is_err(), "its share is 1");
+        drop(a);
+        assert!(admission.callers().get(&other).is_none());
+        held.pop();
+        assert!(
+            admission.admit(Some(&hog)).is_ok(),
+            "back under seven eighths"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn draining_refuses_new_calls_and_waits_for_running_ones() {
         let admission = std::sync::Arc::new(Admission::new(8));
-        let permit = admission.admit().unwrap();
+        let permit = admission.admit(None).unwrap();
         admission.drain();
-        assert_eq!(admission.admit().err().unwrap().0, Reason::Draining);
+        assert_eq!(admission.admit(None).err().unwrap().0, Reason::Draining);
         assert!(!admission.idle_within(Duration::from_millis(10)).await);
         drop(permit);
         assert!(admission.idle_within(Duration::from_millis(10)).await);

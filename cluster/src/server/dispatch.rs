@@ -244,7 +244,7 @@ impl Dispatcher {
                 return Err(refuse(Reason::Unauthorized, detail));
             }
         }
-        let permit = match self.admission.admit() {
+        let permit = match self.admission.admit(request.head.caller.as_ref()) {
             Ok(permit) => permit,
             Err((reason, detail)) => return Err(refuse(reason, detail)),
         };
