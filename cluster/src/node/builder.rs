@@ -197,23 +197,25 @@ impl NodeBuilder {
 
     /// The bytes this node holds for its callers at once: frames being received, requests in
     /// flight and replies not yet sent. A connection that would pass it is not read from until
-    /// bytes come back (each may still hold 64 KiB of small requests). Raised to `max_frame`
+    /// bytes come back (each may still hold 16 KiB of small requests; one connection at most a quarter of it). Raised to `max_frame`
     /// if lower, so that one frame of the limit can always arrive.
     pub fn max_buffered_bytes(mut self, bytes: usize) -> Self {
         self.max_buffered_bytes = Some(bytes);
         self
     }
 
-    /// How long a frame that has begun to arrive may take to finish; past it, its connection
-    /// is closed.
+    /// How long a frame that has begun to arrive may take to finish, on both sides: a request
+    /// on this node as a provider, a reply on this node as a caller; past it, its connection
+    /// is closed. A peer that reads none of its replies for this long is closed too. It must
+    /// cover the largest frame at the link's speed.
     pub fn frame_timeout(mut self, timeout: Duration) -> Self {
         self.frame_timeout = Some(timeout);
         self
     }
 
     /// How long a connection with nothing in flight and nothing received stays open. The
-    /// caller's side closes its connections sooner (at three quarters of the provider's), and
-    /// opens a new one for the next call.
+    /// caller's side closes its connections sooner (at its own `idle_timeout` if shorter, else
+    /// three quarters of the provider's), and opens a new one for the next call.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = Some(timeout);
         self
