@@ -261,21 +261,18 @@ impl Victim {
             .unwrap();
         assert!(status.success());
         let text = Arc::new(Mutex::new(String::new()));
-        if let Some(stderr) = self.unread_stderr.take() {
+        // The reader reaches the end of stderr when the process has exited (and closed it):
+        // that is the event waited for, within `limit`.
+        let (done, ended) = std::sync::mpsc::channel();
+        let reading = self.unread_stderr.take().map(|stderr| {
             let text = text.clone();
-            std::thread::spawn(move || keep(stderr, &text));
-        }
-        let start = Instant::now();
-        let mut exited = false;
-        while start.elapsed() < limit {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                exited = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // What was written before the exit has reached the pipe; give the reader a moment.
-        std::thread::sleep(Duration::from_millis(200));
+            std::thread::spawn(move || {
+                keep(stderr, &text);
+                let _ = done.send(());
+            })
+        });
+        let read_to_end = reading.is_none() || ended.recv_timeout(limit).is_ok();
+        let exited = read_to_end && self.child.wait().is_ok();
         let text = text.lock().unwrap().clone();
         (text, exited)
     }
