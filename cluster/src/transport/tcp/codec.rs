@@ -158,7 +158,8 @@ mod tests {
             panic!("not a request")
         };
         assert_eq!((read.id, read.message), (7, 42));
-        // The nanoseconds are left as sent: under a second more.
+        // The nanoseconds are left as sent: a u32, so at most 4.3 s more than a year, which tarpc
+        // still represents (its limit is about two years). This frame sent a real, small one.
         let latest = std::time::Instant::now() + MAX_DEADLINE + Duration::from_secs(1);
         assert!(read.context.deadline <= latest);
     }
