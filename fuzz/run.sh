@@ -2,6 +2,7 @@
 # Builds every fuzz target and runs each for SECONDS (20 unless told), one after the other:
 #
 #   fuzz/run.sh [SECONDS] [TARGET...]
+#   FUZZ_RUNS=N fuzz/run.sh      N inputs per target from seed 1: the same run everywhere (CI)
 #
 # On stable Rust: libFuzzer through cargo-fuzz with `--sanitizer none` (installed from
 # crates.io when missing, in about a minute). FUZZ_SANITIZER=address uses AddressSanitizer,
@@ -43,9 +44,16 @@ for target in "${targets[@]}"; do
     mkdir -p "fuzz/work/$target"
     echo "fuzz: $target for ${seconds}s"
     # -timeout: an input that takes over 10 s is a hang, reported like a crash.
+    # FUZZ_RUNS=N: that many inputs from a fixed seed instead of a time, so that a run is the
+    # same on every machine (CI: a new crash fails it because the code changed, not by luck).
+    if [ -n "${FUZZ_RUNS:-}" ]; then
+        budget=(-runs="$FUZZ_RUNS" -seed=1)
+    else
+        budget=(-max_total_time="$seconds")
+    fi
     if "${cargo[@]}" fuzz run --sanitizer "$sanitizer" "$target" \
         "fuzz/work/$target" "fuzz/corpus/$target" -- \
-        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        "${budget[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         >"fuzz/work/$target.log" 2>&1; then
         grep -E '^#[0-9]+.*DONE' "fuzz/work/$target.log" | tail -1 || true
         passed=$((passed + 1))
