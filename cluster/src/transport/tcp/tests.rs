@@ -109,7 +109,11 @@ async fn provider(config: ServeConfig) -> Provider {
 async fn connect_from(to: SocketAddr, from: [u8; 4]) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket.bind((from, 0).into()).unwrap();
-    let mut stream = socket.connect(to).await.unwrap();
+    handshaken(socket.connect(to).await.unwrap()).await
+}
+
+/// `stream` after a wire 2 handshake, which must be agreed.
+async fn handshaken(mut stream: TcpStream) -> TcpStream {
     let hello = Hello {
         versions: (2, 2),
         node: "raw".to_owned(),
@@ -444,16 +448,7 @@ async fn a_provider_that_stalls_inside_a_reply_frame_loses_the_connection_at_the
 async fn connect_slow_reader(to: SocketAddr) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
-    let mut stream = socket.connect(to).await.unwrap();
-    let hello = Hello {
-        versions: (2, 2),
-        node: "raw".to_owned(),
-        max_frame: 1 << 20,
-        ..Hello::default()
-    };
-    let welcome = handshake::offer(&mut stream, &hello).await.unwrap();
-    assert_eq!(welcome.version, 2);
-    stream
+    handshaken(socket.connect(to).await.unwrap()).await
 }
 
 #[tokio::test]
