@@ -5,13 +5,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::time::{Instant, sleep};
 use tracing::Instrument;
 
 use super::Client;
 use super::failure::{Failure, Verdict};
-use super::peers::InFlight;
+use super::pauses::Pauses;
+use super::peers::{InFlight, Seen};
 use super::report::{call_name, early_error, provider_ref};
 use super::select::{Chosen, Miss, choose};
 use crate::context::{Context, Metadata, RequestId};
@@ -145,7 +145,12 @@ struct Attempts<'a> {
     retry: RetryPolicy,
     // The budget as the report states it: its length and the layer it came from.
     budget: Option<(Duration, Source)>,
-    pauses: backon::ExponentialBackoff,
+    pauses: Pauses,
+    // Until when a miss waits for a provider to register: the call's start plus
+    // `wait_for_provider`, within the budget.
+    wait_until: Instant,
+    // `Overloaded` refusals so far.
+    overloaded: u32,
     // Providers that failed in this call: the next attempt prefers others.
     failed: Vec<Arc<ServiceEntry>>,
     // Nodes that refused for a wire reason: not tried again in this call.
@@ -173,7 +178,7 @@ impl<'a> Attempts<'a> {
         let first = choose(client, function, &[], &[], overrides);
         // The retry policy and budget are fixed once, from the first provider found (or, with
         // none yet, from the client's layers), so the budget cannot move under a running call.
-        let options = merged(client, first.as_ref().ok(), overrides);
+        let options = merged(client, function, first.as_ref().ok(), overrides);
         let retry = options.retry;
         let mut deadline = later(
             start,
@@ -200,14 +205,7 @@ impl<'a> Attempts<'a> {
                 budget = Some((cut - start, Source::Caller));
             }
         }
-        let mut pauses = ExponentialBuilder::default()
-            .with_min_delay(retry.after)
-            .with_max_delay(retry.max_after)
-            .with_factor(retry.factor as f32)
-            .without_max_times();
-        if retry.jitter {
-            pauses = pauses.with_jitter();
-        }
+        let wait_until = later(start, options.wait_for_provider).min(deadline);
         Self {
             client,
             function,
@@ -216,7 +214,9 @@ impl<'a> Attempts<'a> {
             deadline,
             retry,
             budget,
-            pauses: pauses.build(),
+            pauses: Pauses::new(&retry),
+            wait_until,
+            overloaded: 0,
             failed: Vec::new(),
             excluded: Vec::new(),
             untrusted: None,
@@ -265,7 +265,7 @@ impl<'a> Attempts<'a> {
             // The per-attempt timeout follows the provider actually chosen, cut to what is left.
             let options = match self.first_options.take() {
                 Some(options) => options,
-                None => merged(self.client, Some(&chosen), self.overrides),
+                None => merged(self.client, self.function, Some(&chosen), self.overrides),
             };
             let attempt_deadline = later(now, options.timeout).min(self.deadline);
             if let Some(limit) = chosen.entry.node.max_frame
@@ -301,15 +301,14 @@ impl<'a> Attempts<'a> {
                 .await;
             let failure = match Failure::of(reply) {
                 Ok(bytes) => {
-                    peers.restore(in_flight.peer());
+                    peers.saw(in_flight.peer(), Seen::Answered);
                     return Ok(bytes);
                 }
                 Err(failure) => failure,
             };
+            // Failure accrual: what the attempt says of the provider's health.
+            peers.saw(in_flight.peer(), failure.seen());
             drop(in_flight);
-            if failure.is_connection_failure() {
-                peers.eject(addr);
-            }
             if failure.excludes_node() && !self.excluded.contains(&chosen.entry.node.name) {
                 self.excluded.push(chosen.entry.node.name.clone());
             }
@@ -325,6 +324,14 @@ impl<'a> Attempts<'a> {
             if !self.retry.enabled || !failure.retryable(idempotent) {
                 return Err(self.fail(failure, &chosen.entry));
             }
+            // A provider that sheds load is sent the call again elsewhere, a bounded number of
+            // times: every caller multiplying its load by its attempts is how a storm starts.
+            if matches!(failure, Failure::Refused(Reason::Overloaded, _)) {
+                self.overloaded += 1;
+                if self.overloaded > self.retry.overloaded {
+                    return Err(self.fail(failure, &chosen.entry));
+                }
+            }
             // A node passed over for the rest of the call is not a reason to wait: the next
             // attempt goes to another node at once.
             if failure.excludes_node() {
@@ -334,7 +341,7 @@ impl<'a> Attempts<'a> {
                 continue;
             }
             // Step 3: a pause that would reach the deadline ends the call; no "one last try".
-            let pause = self.pauses.next().unwrap_or(self.retry.max_after);
+            let pause = self.pauses.next();
             if later(Instant::now(), pause) >= self.deadline {
                 return Err(self.fail(failure, &chosen.entry));
             }
@@ -345,25 +352,33 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// No provider fits: wait for the registry to change (a replacement registering during a
-    /// deploy), within the budget; with retries off, fail at once.
+    /// No provider fits: fail at once with the reason, unless the call waits for one
+    /// (`wait_for_provider`): then wait for the registry to change (a replacement registering
+    /// during a deploy) until the call's start plus that wait, within the budget.
     async fn wait_for_provider(&mut self, miss: Miss) -> Result<(), CallError<Infallible>> {
         // Providers that speak no common wire version do not change their minds: no wait.
-        let worth_waiting = self.retry.enabled && miss.reason != Reason::WireVersion;
-        if worth_waiting {
-            let changed = tokio::time::timeout_at(self.deadline, self.changes.changed()).await;
+        let worth_waiting = miss.reason != Reason::WireVersion;
+        let waits = worth_waiting && self.wait_until > self.start;
+        if waits && Instant::now() < self.wait_until {
+            let changed = tokio::time::timeout_at(self.wait_until, self.changes.changed()).await;
             if let Ok(Ok(())) = changed {
                 self.changes.borrow_and_update();
                 return Ok(());
             }
         }
         let mut detail = miss.detail;
-        if worth_waiting {
-            let waited = format!("waited {} for one to register", Human(self.start.elapsed()));
+        let said = if waits {
+            format!("waited {} for one to register", Human(self.start.elapsed()))
+        } else if worth_waiting {
+            "not waited for: the call's wait_for_provider is 0".to_owned()
+        } else {
+            String::new()
+        };
+        if !said.is_empty() {
             detail = if detail.is_empty() {
-                waited
+                said
             } else {
-                format!("{detail}; {waited}")
+                format!("{detail}; {said}")
             };
         }
         let report = self.report(None);
@@ -421,8 +436,15 @@ impl<'a> Attempts<'a> {
     }
 }
 
-/// Step 2: library default < provider service < provider function < client < this call.
-fn merged(client: &Client, chosen: Option<&Chosen>, overrides: &CallOptions) -> ResolvedOptions {
+/// Step 2: library default < provider service < provider function < client < this call. With
+/// no provider known, the service's and function's options as the client's own build declares
+/// them stand in for the provider's.
+fn merged(
+    client: &Client,
+    function: usize,
+    chosen: Option<&Chosen>,
+    overrides: &CallOptions,
+) -> ResolvedOptions {
     match chosen {
         Some(c) => ResolvedOptions::merge(&[
             (Source::ProviderService, &c.entry.description.options),
@@ -434,6 +456,11 @@ fn merged(client: &Client, chosen: Option<&Chosen>, overrides: &CallOptions) -> 
             (Source::Call, overrides),
         ]),
         None => ResolvedOptions::merge(&[
+            (Source::DeclaredService, &client.description.options),
+            (
+                Source::DeclaredFunction,
+                &client.description.functions[function].options,
+            ),
             (Source::Client, &client.defaults),
             (Source::Call, overrides),
         ]),

@@ -78,6 +78,14 @@ impl<T, E> Call<T, E> {
         self
     }
 
+    /// Waits up to `wait`, from the call's start and within its budget, for a provider able
+    /// to serve it to register, instead of failing at once when none is (`NoService`,
+    /// `NoVersion`, `NoFunction`): for a call made while its provider is still starting.
+    pub fn wait_for_provider(mut self, wait: Duration) -> Self {
+        self.overrides.wait_for_provider = Some(wait);
+        self
+    }
+
     /// Any fields of `options` override the merged ones for this call.
     pub fn options(mut self, options: CallOptions) -> Self {
         self.overrides = self.overrides.overlay(&options);

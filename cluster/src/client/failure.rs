@@ -1,5 +1,6 @@
 //! Step 5 of the call path: what one failed attempt means, and whether another may follow.
 
+use super::peers::Seen;
 use crate::error::{Reason, RpcErrorKind};
 use crate::transport::{Reply, TransportError};
 
@@ -72,9 +73,19 @@ impl Failure {
         }
     }
 
-    /// Whether the peer itself looks unreachable (rather than busy or wrong).
-    pub(crate) fn is_connection_failure(&self) -> bool {
-        matches!(self, Failure::NotSent(_) | Failure::Lost(_))
+    /// What the failure says of the provider's health, for failure accrual: a dead socket
+    /// ejects it at once; timeouts, panics and overload refusals count towards ejection; the
+    /// rest (draining, a stale registry entry, a wire or trust mismatch, a bad request) say
+    /// nothing of whether it serves others well.
+    pub(crate) fn seen(&self) -> Seen {
+        match self {
+            Failure::NotSent(_) | Failure::Lost(_) => Seen::Unreachable,
+            Failure::Timeout | Failure::Panicked(_) | Failure::Refused(Reason::Overloaded, _) => {
+                Seen::Failed
+            }
+            Failure::ReplyTooLarge(_) => Seen::Answered,
+            Failure::Refused(..) | Failure::Protocol(_) | Failure::Untrusted(..) => Seen::Neutral,
+        }
     }
 
     /// Whether the node should not be tried again in this call: it speaks no wire version this

@@ -5,6 +5,7 @@
 mod attempt;
 mod call;
 mod failure;
+mod pauses;
 pub(crate) mod peers;
 mod report;
 mod select;
@@ -31,7 +32,8 @@ pub struct Client {
     pub(crate) defaults: CallOptions,
     // Signature hashes of the description's functions, computed once.
     pub(crate) signatures: Arc<[u64]>,
-    // Spreads calls over equally good providers.
+    // Spreads calls over equally good providers: the node's counter for the service, shared
+    // by every client of it there.
     pub(crate) turn: Arc<AtomicUsize>,
 }
 
@@ -59,7 +61,7 @@ impl Client {
                 .iter()
                 .map(|f| signature_hash(&f.signature))
                 .collect(),
-            turn: Arc::default(),
+            turn: node.inner.peers.turn(&description.name),
         }
     }
 

@@ -1,6 +1,6 @@
-//! What this node has seen of each peer it calls: requests outstanding (for load balancing)
-//! and recent connection failures (outlier ejection). The registry says who is alive; this
-//! says who answered us lately, and is never written back to the registry.
+//! What this node has seen of each peer it calls, shared by every client on the node: requests
+//! outstanding (for load balancing) and failures in a row (failure accrual: outlier ejection). The registry says who is alive; this says who answered us
+//! lately, and is never written back to the registry. `docs/registry.md`, "Lookup and routing".
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,8 +10,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// How long a peer whose connection just failed is passed over, when others can serve.
+/// How long a peer is passed over the first time it is ejected, when others can serve.
 pub(crate) const DEFAULT_COOLDOWN: Duration = Duration::from_secs(2);
+
+/// The share of a service's replicas that may fail their health check and be passed over:
+/// past it, all are called (Envoy's healthy panic threshold is also half).
+pub(crate) const DEFAULT_PANIC_THRESHOLD: f64 = 0.5;
+
+/// Failures in a row (timeouts, panics, overload refusals) that eject a peer. A connection
+/// that fails ejects it at once: a dead socket says more than one slow answer.
+pub(crate) const EJECT_AFTER: u32 = 3;
+
+/// Each ejection in a row doubles the cool-down, up to this many doublings (2 s .. 32 s).
+const MAX_DOUBLINGS: u32 = 4;
 
 /// How many peers are remembered before idle ones are forgotten.
 const PRUNE_AT: usize = 1024;
@@ -20,29 +31,58 @@ const PRUNE_AT: usize = 1024;
 pub(crate) struct Peers {
     map: RwLock<HashMap<SocketAddr, Arc<Peer>>>,
     cooldown: Duration,
+    /// The share of a service's replicas that may fail their health check and be passed over;
+    /// past it, all are called.
+    pub(crate) panic_threshold: f64,
+    // Whose turn it is, per service: shared by every client of the service on this node, so a
+    // client made per request spreads its calls as one kept for the process does.
+    turns: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+    // When each service last had its failing replicas routed to (the panic threshold): said
+    // at WARN once per interval, not once per call.
+    panicked: Mutex<HashMap<String, Instant>>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Peer {
     outstanding: AtomicUsize,
-    ejected_until: Mutex<Option<Instant>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    ejected_until: Option<Instant>,
+    // Failures since the last success.
+    failures: u32,
+    // Ejections since the last success: the next cool-down doubles with each.
+    ejections: u32,
+}
+
+/// How an attempt to a peer ended, as failure accrual counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// An answer (the function's own error included).
+    Answered,
+    /// No connection, or it broke: ejected at once.
+    Unreachable,
+    /// A timeout, a panic or an overload refusal: [`EJECT_AFTER`] in a row eject.
+    Failed,
+    /// Says nothing about the peer's health (refused as draining, a wire mismatch).
+    Neutral,
 }
 
 impl Peers {
-    pub(crate) fn new(cooldown: Duration) -> Self {
+    pub(crate) fn new(cooldown: Duration, panic_threshold: f64) -> Self {
         Self {
             map: RwLock::default(),
             cooldown,
+            panic_threshold,
+            turns: Mutex::default(),
+            panicked: Mutex::default(),
         }
     }
 
     pub(crate) fn get(&self, addr: SocketAddr) -> Arc<Peer> {
-        if let Some(peer) = self
-            .map
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&addr)
-        {
+        if let Some(peer) = self.read().get(&addr) {
             return peer.clone();
         }
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
@@ -51,54 +91,101 @@ impl Peers {
         if map.len() >= PRUNE_AT {
             let now = Instant::now();
             map.retain(|_, peer| {
-                let ejected = peer
-                    .ejected_until
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_some_and(|u| now < u);
                 peer.outstanding.load(Ordering::Relaxed) > 0
-                    || ejected
+                    || peer.lock().ejected_until.is_some_and(|u| now < u)
                     || Arc::strong_count(peer) > 1
             });
         }
         map.entry(addr).or_default().clone()
     }
 
-    /// Requests outstanding to `addr`, without creating an entry for it.
-    pub(crate) fn outstanding(&self, addr: SocketAddr) -> usize {
-        self.map
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&addr)
-            .map_or(0, |p| p.outstanding.load(Ordering::Relaxed))
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SocketAddr, Arc<Peer>>> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether `addr` failed to connect or lost its connection within the cool-down.
-    pub(crate) fn is_ejected(&self, addr: SocketAddr) -> bool {
-        let map = self.map.read().unwrap_or_else(|p| p.into_inner());
-        let Some(peer) = map.get(&addr) else {
-            return false;
-        };
-        let until = *peer.ejected_until.lock().unwrap_or_else(|p| p.into_inner());
-        until.is_some_and(|until| Instant::now() < until)
+    /// The turn counter of `service`, for [`Client`](super::Client)s to share.
+    pub(crate) fn turn(&self, service: &str) -> Arc<AtomicUsize> {
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        // Services come from static descriptions, so this is bounded by the program's code;
+        // the bound here only guards a program that makes descriptions at run time.
+        if turns.len() >= PRUNE_AT && !turns.contains_key(service) {
+            turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+        }
+        turns.entry(service.to_owned()).or_default().clone()
     }
 
-    pub(crate) fn eject(&self, addr: SocketAddr) {
-        // A cool-down too long for the clock means "for good", never an overflow.
-        let until = crate::deadline::later(Instant::now(), self.cooldown);
-        *self
-            .get(addr)
-            .ejected_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(until);
-    }
-
-    pub(crate) fn restore(&self, peer: &Peer) {
-        let mut until = peer.ejected_until.lock().unwrap_or_else(|p| p.into_inner());
-        if until.is_some() {
-            *until = None;
+    /// Whether a line about `service` routing to failing replicas is due (one per
+    /// [`LOG_EVERY`](crate::rate_limited::LOG_EVERY)).
+    pub(crate) fn panic_line_due(&self, service: &str) -> bool {
+        let now = Instant::now();
+        let mut said = self.panicked.lock().unwrap_or_else(|p| p.into_inner());
+        if said.len() >= PRUNE_AT && !said.contains_key(service) {
+            said.retain(|_, at| now.duration_since(*at) < crate::rate_limited::LOG_EVERY);
+        }
+        match said.get(service) {
+            Some(at) if now.duration_since(*at) < crate::rate_limited::LOG_EVERY => false,
+            _ => {
+                said.insert(service.to_owned(), now);
+                true
+            }
         }
     }
+
+    /// Requests outstanding to `addr`, and the instant its ejection ends if it is ejected.
+    pub(crate) fn load(&self, addr: SocketAddr) -> Load {
+        let map = self.read();
+        let Some(peer) = map.get(&addr) else {
+            return Load::default();
+        };
+        let now = Instant::now();
+        Load {
+            outstanding: peer.outstanding.load(Ordering::Relaxed),
+            ejected_until: peer.lock().ejected_until.filter(|until| now < *until),
+        }
+    }
+
+    /// Counts how an attempt to `peer` ended.
+    pub(crate) fn saw(&self, peer: &Peer, seen: Seen) {
+        let now = Instant::now();
+        let mut state = peer.lock();
+        match seen {
+            Seen::Answered => {
+                state.failures = 0;
+                state.ejections = 0;
+                state.ejected_until = None;
+            }
+            Seen::Failed => {
+                state.failures = state.failures.saturating_add(1);
+                if state.failures >= EJECT_AFTER {
+                    self.eject(&mut state, now);
+                }
+            }
+            Seen::Unreachable => self.eject(&mut state, now),
+            Seen::Neutral => {}
+        }
+    }
+
+    fn eject(&self, state: &mut State, now: Instant) {
+        let doublings = state.ejections.min(MAX_DOUBLINGS);
+        let cooldown = self.cooldown.saturating_mul(1 << doublings);
+        // A cool-down too long for the clock means "for good", never an overflow.
+        state.ejected_until = Some(crate::deadline::later(now, cooldown));
+        state.ejections = state.ejections.saturating_add(1);
+        state.failures = 0;
+    }
+}
+
+impl Peer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A peer's standing for one choice.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Load {
+    pub(crate) outstanding: usize,
+    pub(crate) ejected_until: Option<Instant>,
 }
 
 /// Counts one request outstanding to a peer while it lives.
@@ -125,19 +212,77 @@ impl Drop for InFlight {
 mod tests {
     use super::*;
 
+    fn addr(i: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], i))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn idle_peers_are_forgotten_and_busy_or_ejected_ones_kept() {
-        let peers = Peers::new(DEFAULT_COOLDOWN);
-        let addr = |i: u16| SocketAddr::from(([127, 0, 0, 1], i));
+        let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
         let busy = InFlight::start(peers.get(addr(1)));
-        peers.eject(addr(2));
+        peers.saw(&peers.get(addr(2)), Seen::Unreachable);
         for i in 3..3000 {
             drop(peers.get(addr(i)));
         }
-        let len = peers.map.read().unwrap().len();
+        let len = peers.read().len();
         assert!(len <= PRUNE_AT + 1, "{len} peers remembered");
-        assert_eq!(peers.outstanding(addr(1)), 1, "a busy peer is kept");
-        assert!(peers.is_ejected(addr(2)), "an ejected peer is kept");
+        assert_eq!(peers.load(addr(1)).outstanding, 1, "a busy peer is kept");
+        assert!(
+            peers.load(addr(2)).ejected_until.is_some(),
+            "an ejected peer is kept"
+        );
         drop(busy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_in_a_row_eject_for_a_doubling_cooldown_and_an_answer_forgives() {
+        let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
+        let peer = peers.get(addr(1));
+        for _ in 1..EJECT_AFTER {
+            peers.saw(&peer, Seen::Failed);
+        }
+        assert_eq!(peers.load(addr(1)).ejected_until, None, "not yet");
+        peers.saw(&peer, Seen::Answered);
+        for _ in 1..EJECT_AFTER {
+            peers.saw(&peer, Seen::Failed);
+        }
+        assert_eq!(
+            peers.load(addr(1)).ejected_until,
+            None,
+            "an answer restarts the count"
+        );
+        let mut cooldowns = Vec::new();
+        for _ in 0..6 {
+            for _ in 0..EJECT_AFTER {
+                peers.saw(&peer, Seen::Failed);
+            }
+            let until = peers.load(addr(1)).ejected_until.expect("ejected");
+            cooldowns.push((until - Instant::now()).as_secs());
+            tokio::time::advance(until - Instant::now()).await;
+            assert_eq!(peers.load(addr(1)).ejected_until, None, "back after it");
+        }
+        assert_eq!(cooldowns, [2, 4, 8, 16, 32, 32]);
+        peers.saw(&peer, Seen::Unreachable);
+        assert_eq!(
+            (peers.load(addr(1)).ejected_until.unwrap() - Instant::now()).as_secs(),
+            32,
+            "a dead socket ejects at once, and the streak goes on"
+        );
+        peers.saw(&peer, Seen::Answered);
+        peers.saw(&peer, Seen::Unreachable);
+        assert_eq!(
+            (peers.load(addr(1)).ejected_until.unwrap() - Instant::now()).as_secs(),
+            2,
+            "an answer resets the cool-down"
+        );
+    }
+
+    #[test]
+    fn clients_of_one_service_share_its_turn() {
+        let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
+        let (a, b) = (peers.turn("search"), peers.turn("search"));
+        a.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(b.load(Ordering::Relaxed), 1);
+        assert_eq!(peers.turn("orders").load(Ordering::Relaxed), 0);
     }
 }

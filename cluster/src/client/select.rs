@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use semver::Version;
 
 use super::Client;
+use super::peers::Load;
 use crate::error::Reason;
 use crate::options::CallOptions;
 use crate::registry::ServiceEntry;
@@ -23,16 +24,31 @@ pub(crate) struct Miss {
     pub(crate) available: Vec<Version>,
 }
 
+/// At most this share of a service's replicas is passed over for being ejected; past it, those
+/// whose ejection ends soonest are called again. Never all of them.
+const MAX_EJECTED_SHARE: f64 = 0.5;
+
+/// One provider a call could go to, and what this node has seen of it.
+struct Candidate<'e> {
+    entry: &'e Arc<ServiceEntry>,
+    function: usize,
+    load: Load,
+    failed_here: bool,
+}
+
 /// Picks a provider of the client's service for `function` from the local registry copy.
 ///
 /// Eligible: version within the client's requirement, the function present with the same
 /// signature, a wire version in common with this node, not `excluded` in this call (it refused
-/// for a wire reason), and, with `newest_only`, the newest such version. Among those it prefers, in
-/// this order, providers that have neither failed in this call (`avoid`) nor lost a connection
-/// lately (outlier ejection), then those that have not failed in this call, then any. Within
-/// the preferred ones it takes two in turn and sends to the one with fewer requests
-/// outstanding (power of two choices; turns rather than random picks, so that a quiet client
-/// spreads its calls exactly evenly).
+/// for a wire reason), and, with `newest_only`, the newest such version. Replicas failing their
+/// health check are passed over, unless more than half the eligible ones fail (the panic
+/// threshold, `NodeBuilder::panic_threshold`: then all are called, and a WARN says so). Among those it prefers, in this order,
+/// providers that have neither failed in this call (`avoid`) nor been ejected lately (failure
+/// accrual, at most half of them), then those that have not failed in this call, then any.
+/// Within the preferred ones it takes two in turn, the turn shared by every client of the
+/// service on this node, and sends to the one with fewer requests outstanding (power of two
+/// choices; turns rather than random picks, so that a quiet client spreads its calls exactly
+/// evenly).
 pub(crate) fn choose(
     client: &Client,
     function: usize,
@@ -42,20 +58,19 @@ pub(crate) fn choose(
 ) -> Result<Chosen, Miss> {
     let wanted = &client.description.functions[function];
     let entries = client.node.registry.lookup(&client.description.name);
-    // Each entry is judged once: (entry, its index of the function, preference rank 0..=2).
-    let mut eligible: Vec<(&Arc<ServiceEntry>, usize, u8)> = entries
+    let peers = &client.node.peers;
+    let mut candidates: Vec<Candidate<'_>> = entries
         .iter()
         .filter(|e| client.requirement.matches(&e.description.version))
         .filter(|e| speaks_with(client, e) && !excluded.contains(&e.node.name))
         .filter_map(|e| {
             let (index, _) = e.description.function(&wanted.name, &wanted.signature)?;
-            let failed_here = avoid.iter().any(|a| a.node == e.node);
-            let rank = match (failed_here, client.node.peers.is_ejected(e.node.addr)) {
-                (false, false) => 0,
-                (false, true) => 1,
-                (true, _) => 2,
-            };
-            Some((e, index, rank))
+            Some(Candidate {
+                entry: e,
+                function: index,
+                load: peers.load(e.node.addr),
+                failed_here: avoid.iter().any(|a| a.node == e.node),
+            })
         })
         .collect();
     let newest_only = overrides
@@ -63,34 +78,78 @@ pub(crate) fn choose(
         .or(client.defaults.newest_only)
         .unwrap_or(false);
     if newest_only
-        && let Some(newest) = eligible
+        && let Some(newest) = candidates
             .iter()
-            .map(|(e, ..)| e.description.version.clone())
+            .map(|c| c.entry.description.version.clone())
             .max()
     {
-        eligible.retain(|(e, ..)| e.description.version == newest);
+        candidates.retain(|c| c.entry.description.version == newest);
     }
-    let Some(best) = eligible.iter().map(|(.., rank)| *rank).min() else {
+    pass_over_failing(client, &mut candidates);
+    cap_ejections(&mut candidates);
+    let rank = |c: &Candidate<'_>| match (c.failed_here, c.load.ejected_until.is_some()) {
+        (false, false) => 0,
+        (false, true) => 1,
+        (true, _) => 2,
+    };
+    let Some(best) = candidates.iter().map(rank).min() else {
         return Err(miss(client, &entries, function, excluded));
     };
-    eligible.retain(|(.., rank)| *rank == best);
+    candidates.retain(|c| rank(c) == best);
 
-    let count = eligible.len();
+    let count = candidates.len();
     let turn = client.turn.fetch_add(1, Ordering::Relaxed) % count;
-    let first = eligible[turn];
-    let second = eligible[(turn + 1) % count];
-    let peers = &client.node.peers;
-    let (entry, index, _) = if count > 1
-        && peers.outstanding(second.0.node.addr) < peers.outstanding(first.0.node.addr)
-    {
+    let first = &candidates[turn];
+    let second = &candidates[(turn + 1) % count];
+    let chosen = if second.load.outstanding < first.load.outstanding {
         second
     } else {
         first
     };
     Ok(Chosen {
-        entry: entry.clone(),
-        function: index,
+        entry: chosen.entry.clone(),
+        function: chosen.function,
     })
+}
+
+/// Drops the replicas that fail their health check, unless more than the panic threshold's
+/// share of them do (`NodeBuilder::panic_threshold`, half by default).
+fn pass_over_failing(client: &Client, candidates: &mut Vec<Candidate<'_>>) {
+    let failing = candidates.iter().filter(|c| c.entry.failing).count();
+    if failing == 0 {
+        return;
+    }
+    let threshold = client.node.peers.panic_threshold;
+    if failing as f64 <= candidates.len() as f64 * threshold {
+        candidates.retain(|c| !c.entry.failing);
+        return;
+    }
+    let service = &client.description.name;
+    if client.node.peers.panic_line_due(service) {
+        tracing::warn!(
+            "{failing} of {} replicas of {service} fail their health check: more than the panic \
+             threshold ({:.0} %), so all are called; a check that fails everywhere at once is \
+             more often a shared dependency or the check itself than every replica",
+            candidates.len(),
+            threshold * 100.0
+        );
+    }
+}
+
+/// Calls again, as if not ejected, the replicas ejected past [`MAX_EJECTED_SHARE`] whose
+/// ejection ends soonest.
+fn cap_ejections(candidates: &mut [Candidate<'_>]) {
+    let allowed = (candidates.len() as f64 * MAX_EJECTED_SHARE).floor() as usize;
+    let mut ejected: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].load.ejected_until.is_some())
+        .collect();
+    if ejected.len() <= allowed {
+        return;
+    }
+    ejected.sort_by_key(|&i| candidates[i].load.ejected_until);
+    for &i in &ejected[..ejected.len() - allowed] {
+        candidates[i].load.ejected_until = None;
+    }
 }
 
 /// Whether the entry's node and this one have a wire version in common.
@@ -142,6 +201,18 @@ fn miss(
         return Miss {
             reason: Reason::NoFunction,
             detail: format!("wanted `{}`", wanted.signature),
+            available,
+        };
+    }
+    if serving.iter().all(|e| e.failing) {
+        return Miss {
+            reason: Reason::NoService,
+            detail: format!(
+                "all {} providers of `{}` fail their health check, and this node's \
+                 panic_threshold passes every one over",
+                serving.len(),
+                wanted.name
+            ),
             available,
         };
     }

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 use super::{Listener, Node, NodeInner};
-use crate::client::peers::{DEFAULT_COOLDOWN, Peers};
+use crate::client::peers::{DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD, Peers};
 use crate::layer::{ClientLayer, ProviderLayer};
 use crate::registry::{MemoryRegistry, NodeInfo, Registry, RegistryError};
 use crate::security::Identity;
@@ -55,7 +55,8 @@ const MIN_FRAME: usize = 4 << 10;
 /// | `registry` | a private [`MemoryRegistry`]: the node sees only itself |
 /// | `memory` | off: real TCP |
 /// | `max_frame` | 8 MiB (4 KiB to 1 GiB) |
-/// | `outlier_cooldown` | 2 s |
+/// | `outlier_cooldown` | 2 s, doubling with each ejection in a row up to 32 s |
+/// | `panic_threshold` | 0.5: when more than half a service's replicas fail their health check, all are called |
 /// | `max_concurrent_calls` | 1024: more are refused before they run, never queued |
 /// | `drain_timeout` | 30 s: how long a shutdown waits for running calls |
 /// | `connect_timeout` | 1 s: opening a connection, TCP and handshake |
@@ -89,6 +90,7 @@ pub struct NodeBuilder {
     memory: Option<MemoryNetwork>,
     max_frame: Option<usize>,
     outlier_cooldown: Option<Duration>,
+    panic_threshold: Option<f64>,
     max_concurrent_calls: Option<usize>,
     drain_timeout: Option<Duration>,
 }
@@ -145,9 +147,20 @@ impl NodeBuilder {
         self
     }
 
-    /// How long a peer whose connection failed is passed over while others can serve.
+    /// How long a peer is passed over, while others can serve, the first time it is ejected
+    /// (its connection failed, or it timed out, panicked or refused as overloaded 3 times in
+    /// a row); each ejection in a row doubles it, up to 16 times.
     pub fn outlier_cooldown(mut self, cooldown: Duration) -> Self {
         self.outlier_cooldown = Some(cooldown);
+        self
+    }
+
+    /// The share of a service's replicas (0 to 1) that may fail their health check and be
+    /// passed over by this node's calls; when more fail at once, every replica is called
+    /// again, with a WARN. 1 passes over every failing replica, even the last; 0 never
+    /// passes one over.
+    pub fn panic_threshold(mut self, share: f64) -> Self {
+        self.panic_threshold = Some(share);
         self
     }
 
@@ -445,7 +458,12 @@ impl NodeBuilder {
                 registry,
                 connector,
                 max_frame,
-                peers: Peers::new(self.outlier_cooldown.unwrap_or(DEFAULT_COOLDOWN)),
+                peers: Peers::new(
+                    self.outlier_cooldown.unwrap_or(DEFAULT_COOLDOWN),
+                    self.panic_threshold
+                        .filter(|share| share.is_finite())
+                        .map_or(DEFAULT_PANIC_THRESHOLD, |share| share.clamp(0.0, 1.0)),
+                ),
                 dispatcher,
                 supervisors: Mutex::default(),
                 stopped: Default::default(),

@@ -126,7 +126,9 @@ pub enum ServiceStatus {
     Starting,
     /// Registered: clients are routed to it.
     Up,
-    /// Its health check failed: withdrawn until it passes again.
+    /// Its health check failed: marked failing in the registry until it passes again, so
+    /// that clients pass it over (unless more than their panic threshold's share of the
+    /// service's replicas fail at once: `NodeBuilder::panic_threshold`).
     Down,
     /// Deregistered for good.
     Stopped,

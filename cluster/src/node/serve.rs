@@ -152,7 +152,7 @@ async fn supervise(
         if let Some(probe) = &startup {
             wait_for_startup(&node, &name, probe).await;
         }
-        register(&node, &name, &entry, &status).await;
+        register(&node, &name, &entry, &status, ServiceStatus::Up).await;
         let Some(check) = check else {
             return std::future::pending().await;
         };
@@ -170,7 +170,7 @@ async fn supervise(
                             "service {name} on node {} passes its health check again",
                             node.info
                         );
-                        register(&node, &name, &entry, &status).await;
+                        register(&node, &name, &entry, &status, ServiceStatus::Up).await;
                     }
                 }
                 outcome => {
@@ -184,15 +184,15 @@ async fn supervise(
                         node.info
                     );
                     if failures >= down_after && *status.borrow() == ServiceStatus::Up {
+                        // Marked failing rather than deregistered: clients pass it over, unless
+                        // so many replicas fail at once that the panic threshold has them
+                        // called anyway (`client/select.rs`).
                         tracing::warn!(
-                            "service {name} on node {} is down: withdrawn from the registry",
+                            "service {name} on node {} is down: marked failing in the registry",
                             node.info
                         );
-                        let _ = node
-                            .registry
-                            .deregister(&node.info.name, &entry.description.name)
-                            .await;
-                        status.send_replace(ServiceStatus::Down);
+                        let failing = entry.clone().with_failing(true);
+                        register(&node, &name, &failing, &status, ServiceStatus::Down).await;
                     }
                 }
             }
@@ -235,6 +235,7 @@ async fn register(
     name: &str,
     entry: &ServiceEntry,
     status: &watch::Sender<ServiceStatus>,
+    then: ServiceStatus,
 ) {
     let mut pauses = ExponentialBuilder::default()
         .with_max_delay(Duration::from_secs(5))
@@ -243,7 +244,7 @@ async fn register(
     loop {
         match node.registry.register(entry.clone()).await {
             Ok(()) => {
-                status.send_replace(ServiceStatus::Up);
+                status.send_replace(then);
                 return;
             }
             Err(e) => {

@@ -49,6 +49,17 @@ pub struct CallOptions {
     /// provider's options are known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub newest_only: Option<bool>,
+    /// How long a call that finds no provider able to serve it waits for one to register,
+    /// counted from the call's start and within its budget. Zero (the default) fails at once
+    /// with the reason (`NoService`, `NoVersion`, `NoFunction`), as gRPC does without
+    /// wait-for-ready: a miss under load does not hold thousands of calls for the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_provider: Option<Duration>,
+    /// How many times a call refused as `Overloaded` is sent again, each time to another
+    /// replica if there is one. One by default: a provider that sheds load is not answered
+    /// with a storm of retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overloaded_retries: Option<u32>,
 }
 
 /// Only the fields set: `timeout 5s, retry after 200ms, budget 30s`; `(none)` for an empty layer.
@@ -88,6 +99,12 @@ impl std::fmt::Display for CallOptions {
         if let Some(true) = self.newest_only {
             parts.push("newest version only".to_owned());
         }
+        if let Some(d) = self.wait_for_provider {
+            parts.push(format!("wait {} for a provider", Human(d)));
+        }
+        if let Some(n) = self.overloaded_retries {
+            parts.push(format!("{n} retries when overloaded"));
+        }
         if parts.is_empty() {
             f.write_str("(none)")
         } else {
@@ -108,6 +125,8 @@ impl CallOptions {
             retry_jitter: None,
             retry_budget: None,
             newest_only: None,
+            wait_for_provider: None,
+            overloaded_retries: None,
         }
     }
 
@@ -117,22 +136,26 @@ impl CallOptions {
     /// |---|---|
     /// | `timeout` | 10 s per attempt |
     /// | `retry_enabled` | true |
-    /// | `retry_after` | 250 ms |
-    /// | `retry_max_after` | 10 s |
-    /// | `retry_factor` | 1.0 (constant pauses, as the seed) |
-    /// | `retry_jitter` | false |
+    /// | `retry_after` | 100 ms: the first pause is at most this |
+    /// | `retry_max_after` | 5 s |
+    /// | `retry_factor` | 2.0: each pause's ceiling doubles |
+    /// | `retry_jitter` | true: full jitter, each pause drawn between 10 ms and its ceiling, so that clients that failed together do not retry together |
     /// | `retry_budget` | 30 s for the whole call |
     /// | `newest_only` | false: every compatible version gets calls, so a rolling deploy does not pile them onto the first upgraded node |
+    /// | `wait_for_provider` | 0: a call that finds no provider fails at once |
+    /// | `overloaded_retries` | 1: an `Overloaded` refusal is retried once, elsewhere |
     pub const fn library_default() -> Self {
         Self {
             timeout: Some(Duration::from_secs(10)),
             retry_enabled: Some(true),
-            retry_after: Some(Duration::from_millis(250)),
-            retry_max_after: Some(Duration::from_secs(10)),
-            retry_factor: Some(1.0),
-            retry_jitter: Some(false),
+            retry_after: Some(Duration::from_millis(100)),
+            retry_max_after: Some(Duration::from_secs(5)),
+            retry_factor: Some(2.0),
+            retry_jitter: Some(true),
             retry_budget: Some(Duration::from_secs(30)),
             newest_only: Some(false),
+            wait_for_provider: Some(Duration::ZERO),
+            overloaded_retries: Some(1),
         }
     }
 
@@ -189,6 +212,18 @@ impl CallOptions {
         self
     }
 
+    /// Sets how long a call that finds no provider waits for one to register.
+    pub const fn wait_for_provider(mut self, wait: Duration) -> Self {
+        self.wait_for_provider = Some(wait);
+        self
+    }
+
+    /// Sets how often a call refused as `Overloaded` is sent again.
+    pub const fn overloaded_retries(mut self, retries: u32) -> Self {
+        self.overloaded_retries = Some(retries);
+        self
+    }
+
     /// This layer with every field that `over` sets replaced by `over`'s value.
     pub fn overlay(self, over: &CallOptions) -> Self {
         Self {
@@ -200,6 +235,8 @@ impl CallOptions {
             retry_jitter: over.retry_jitter.or(self.retry_jitter),
             retry_budget: over.retry_budget.or(self.retry_budget),
             newest_only: over.newest_only.or(self.newest_only),
+            wait_for_provider: over.wait_for_provider.or(self.wait_for_provider),
+            overloaded_retries: over.overloaded_retries.or(self.overloaded_retries),
         }
     }
 }

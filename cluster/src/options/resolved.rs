@@ -13,6 +13,12 @@ pub enum Source {
     ProviderService,
     /// The provider's `#[call(...)]` attribute on the function.
     ProviderFunction,
+    /// The service-level options of the trait this client was built from: used, with
+    /// [`DeclaredFunction`](Self::DeclaredFunction), while no provider is known, so that a
+    /// call that waits for one runs on the budget its service declares, not the library's.
+    DeclaredService,
+    /// The function-level options of the trait this client was built from.
+    DeclaredFunction,
     /// The client's defaults (`with_options`).
     Client,
     /// The override on this one call.
@@ -28,6 +34,8 @@ impl fmt::Display for Source {
             Source::Library => "the library default",
             Source::ProviderService => "the provider's service options",
             Source::ProviderFunction => "the provider's function options",
+            Source::DeclaredService => "the service's options in this client's build",
+            Source::DeclaredFunction => "the function's options in this client's build",
             Source::Client => "the client's defaults",
             Source::Call => "this call",
             Source::Caller => "the calling handler's deadline",
@@ -51,6 +59,8 @@ pub struct RetryPolicy {
     pub jitter: bool,
     /// The whole call's budget, from its start.
     pub budget: Duration,
+    /// How often an `Overloaded` refusal is sent again.
+    pub overloaded: u32,
 }
 
 /// Call options after the merge: every field set, each with the layer it came from.
@@ -61,9 +71,12 @@ pub struct ResolvedOptions {
     pub timeout: Duration,
     /// The retry policy.
     pub retry: RetryPolicy,
+    /// How long a call that finds no provider waits for one, from its start.
+    pub wait_for_provider: Duration,
     /// Where each field came from, in the order of [`CallOptions`]' fields: timeout,
-    /// retry_enabled, retry_after, retry_max_after, retry_factor, retry_jitter, retry_budget.
-    pub sources: [Source; 7],
+    /// retry_enabled, retry_after, retry_max_after, retry_factor, retry_jitter, retry_budget,
+    /// wait_for_provider, overloaded_retries.
+    pub sources: [Source; 9],
 }
 
 // A pause factor outside this range is treated as a misconfiguration (it may come from another
@@ -79,7 +92,7 @@ impl ResolvedOptions {
     /// Merges `layers` (lowest first) over the library default, field by field.
     pub fn merge(layers: &[(Source, &CallOptions)]) -> Self {
         let base = CallOptions::library_default();
-        let mut sources = [Source::Library; 7];
+        let mut sources = [Source::Library; 9];
         let mut merged = base;
         for (source, layer) in layers {
             let set = [
@@ -90,6 +103,8 @@ impl ResolvedOptions {
                 layer.retry_factor.is_some(),
                 layer.retry_jitter.is_some(),
                 layer.retry_budget.is_some(),
+                layer.wait_for_provider.is_some(),
+                layer.overloaded_retries.is_some(),
             ];
             for (slot, is_set) in sources.iter_mut().zip(set) {
                 if is_set {
@@ -127,7 +142,9 @@ impl ResolvedOptions {
                 factor,
                 jitter: merged.retry_jitter.unwrap_or(false),
                 budget,
+                overloaded: merged.overloaded_retries.unwrap_or(1),
             },
+            wait_for_provider: merged.wait_for_provider.unwrap_or_default(),
             sources,
         }
     }
@@ -169,7 +186,7 @@ mod tests {
         // filled the budget from the client's compiled-in default. Here the budget stays.
         assert_eq!(r.retry.budget, 30 * S);
         assert_eq!(r.budget_source(), Source::ProviderService);
-        assert_eq!(r.retry.factor, 1.0);
+        assert_eq!(r.retry.factor, 2.0);
         assert_eq!(r.sources[4], Source::Library);
     }
 

@@ -83,12 +83,28 @@ pub struct ServiceEntry {
     pub node: NodeInfo,
     /// What it provides and how it wants to be called.
     pub description: Arc<ServiceDescription>,
+    /// Its health check fails. It stays in the registry, and clients pass it over, unless more
+    /// than half the replicas a call could go to fail at once: then they are all called (the
+    /// panic threshold: a check that fails everywhere at once is more likely wrong, or a
+    /// shared dependency down, than every replica broken).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failing: bool,
 }
 
 impl ServiceEntry {
     /// An entry.
     pub fn new(node: NodeInfo, description: Arc<ServiceDescription>) -> Self {
-        Self { node, description }
+        Self {
+            node,
+            description,
+            failing: false,
+        }
+    }
+
+    /// The entry, marked as failing its health check or not.
+    pub fn with_failing(mut self, failing: bool) -> Self {
+        self.failing = failing;
+        self
     }
 }
 

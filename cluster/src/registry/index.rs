@@ -112,11 +112,18 @@ impl Index {
     /// down), then arrivals (nodes up, then services up): a consumer applying them in order
     /// never holds a service whose node it has dropped, and a node restarted under the same
     /// name goes down (old generation) before it comes up (new one). An entry that changed
-    /// (another description, a new generation) goes down and up.
+    /// (another description, a new generation) goes down and up. An entry marked failing its
+    /// health check counts as down: it goes down when marked, up when it passes again.
     pub(crate) fn changes_to(&self, next: &Index) -> Vec<RegistryEvent> {
         let key = |e: &Arc<ServiceEntry>| (e.node.name.clone(), e.description.name.clone());
-        let old: HashMap<_, _> = self.entries().map(|e| (key(e), e)).collect();
-        let new: HashMap<_, _> = next.entries().map(|e| (key(e), e)).collect();
+        let serving = |index: &Index| -> HashMap<_, _> {
+            index
+                .entries()
+                .filter(|e| !e.failing)
+                .map(|e| (key(e), e.clone()))
+                .collect()
+        };
+        let (old, new) = (serving(self), serving(next));
         let mut down: Vec<_> = old
             .iter()
             .filter(|(k, e)| new.get(*k).is_none_or(|n| n != *e))

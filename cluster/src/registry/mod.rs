@@ -109,12 +109,13 @@ pub trait Registry: Send + Sync + 'static {
             .collect()
     }
 
-    /// The entries named `service` whose version meets `requirement`, newest first.
+    /// The entries named `service` whose version meets `requirement` and that do not fail
+    /// their health check, newest first.
     fn find(&self, service: &str, requirement: &VersionReq) -> Vec<Arc<ServiceEntry>> {
         let mut found: Vec<_> = self
             .lookup(service)
             .iter()
-            .filter(|e| requirement.matches(&e.description.version))
+            .filter(|e| !e.failing && requirement.matches(&e.description.version))
             .cloned()
             .collect();
         found.sort_by(|a, b| b.description.version.cmp(&a.description.version));

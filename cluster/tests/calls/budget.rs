@@ -233,7 +233,9 @@ fn the_options_on_the_attribute_are_in_the_description() {
         .timeout(6 * S)
         .retry_enabled(true)
         .retry_after(S)
-        .retry_budget(21 * S);
+        .retry_budget(21 * S)
+        .retry_factor(1.0)
+        .retry_jitter(false);
     assert_eq!(d.options, declared);
     assert_eq!(d.version, semver::Version::new(2, 1, 0));
     let search = &d.functions[0];

@@ -18,6 +18,7 @@ async fn rendered() -> (String, String, String) {
     provider.shutdown().await;
     let none = client
         .search("rust".into())
+        .wait_for_provider(Duration::from_secs(5))
         .budget(Duration::from_secs(5))
         .await
         .unwrap_err()

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster::{CallError, Reason};
+use cluster::{CallError, Reason, Source};
 use tokio::time::Instant;
 
 use crate::support::{Cluster, Hit, Mode, SearchClient, SearchError};
@@ -75,20 +75,44 @@ async fn no_provider_with_retries_off_is_no_service_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn no_provider_waits_for_one_within_the_budget_then_says_no_service() {
+async fn no_provider_fails_at_once_by_default_and_reports_the_services_declared_budget() {
     let cluster = Cluster::memory();
     let client = SearchClient::new(&cluster.node("client").await);
     let start = Instant::now();
-    let e = service_error(
-        client
-            .search("rust".into())
-            .budget(Duration::from_secs(3))
-            .await
-            .unwrap_err(),
-    );
+    let e = service_error(client.search("rust".into()).await.unwrap_err());
     assert_eq!(e.reason(), Reason::NoService);
-    assert_eq!(start.elapsed(), Duration::from_secs(3));
-    assert!(e.detail().contains("waited"), "{}", e.detail());
+    assert_eq!(start.elapsed(), Duration::ZERO, "fails fast");
+    assert!(
+        e.detail().contains("wait_for_provider is 0"),
+        "{}",
+        e.detail()
+    );
+    // No provider is known, so the budget is the one the trait declares (21 s), not the
+    // library's 30 s.
+    assert_eq!(
+        e.report().budget,
+        Some((Duration::from_secs(21), Source::DeclaredService))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_waits_for_a_provider_waits_that_long_within_its_budget() {
+    let cluster = Cluster::memory();
+    let client = SearchClient::new(&cluster.node("client").await);
+    for (wait, budget, waited) in [(2, 3, 2), (10, 3, 3)] {
+        let start = Instant::now();
+        let e = service_error(
+            client
+                .search("rust".into())
+                .wait_for_provider(Duration::from_secs(wait))
+                .budget(Duration::from_secs(budget))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(e.reason(), Reason::NoService);
+        assert_eq!(start.elapsed(), Duration::from_secs(waited));
+        assert!(e.detail().contains("waited"), "{}", e.detail());
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -103,6 +127,7 @@ async fn a_provider_that_registers_during_the_call_gets_it() {
     let start = Instant::now();
     let hits = client
         .search("rust".into())
+        .wait_for_provider(Duration::from_secs(10))
         .await
         .expect("served by the late provider");
     assert_eq!(hits[0].title, "rust from search-2");

@@ -37,11 +37,23 @@ async fn calls_beyond_the_limit_are_refused_before_they_run_and_retried() {
         "{err:?}"
     );
     assert!(!err.may_have_run());
-    // With retries, a refused non-idempotent call waits its turn: refused calls never ran.
+    // With retries, a refused call is sent again once by default (elsewhere if there were
+    // another replica), then the refusal is the answer: a provider shedding load is not met
+    // with a storm of retries.
+    let err = client
+        .reindex(true)
+        .retry_after(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    let report = err.report().expect("a report");
+    assert_eq!(report.attempts.len(), 2, "{err}");
+    assert!(!err.may_have_run());
+    // Told to, a refused non-idempotent call waits its turn: refused calls never ran.
     assert_eq!(
         client
             .reindex(true)
             .retry_after(Duration::from_millis(50))
+            .options(cluster::CallOptions::new().overloaded_retries(1000))
             .await
             .unwrap(),
         42

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cluster::registry::RegistryEvent;
-use cluster::{Health, ServiceStatus};
+use cluster::{Health, Node, ServiceStatus};
 use tokio::time::Instant;
 
 use crate::support::{Cluster, Engine, Mode, SearchClient, SearchServer, providers};
@@ -74,11 +74,29 @@ async fn a_failing_health_check_takes_the_service_down_everywhere_and_back_up() 
         "two failed checks, a second apart"
     );
     assert_eq!(providers(&node), 0);
-    let client = SearchClient::new(&cluster.node("client").await);
-    let err = client.search("rust".into()).no_retry().await.unwrap_err();
+    // A node that passes over every failing replica, even the last, finds none...
+    let strict = Node::builder()
+        .name("strict")
+        .registry(cluster.registry.clone())
+        .memory(cluster.memory.as_ref().unwrap())
+        .panic_threshold(1.0)
+        .start()
+        .await
+        .unwrap();
+    let err = SearchClient::new(&strict)
+        .search("rust".into())
+        .await
+        .unwrap_err();
     assert!(
-        matches!(err, cluster::CallError::Service(ref e) if e.reason() == cluster::Reason::NoService)
+        matches!(err, cluster::CallError::Service(ref e) if e.reason() == cluster::Reason::NoService
+            && e.detail().contains("fail their health check")),
+        "{err}"
     );
+    // ...while by default the only replica, failing, is still called: the panic threshold
+    // (more than half the replicas fail) keeps a check that fails everywhere from emptying the
+    // service.
+    let client = SearchClient::new(&cluster.node("client").await);
+    assert_eq!(client.search("rust".into()).await.unwrap().len(), 1);
 
     healthy.store(true, Ordering::SeqCst);
     registration.wait_for(ServiceStatus::Up).await;
@@ -111,4 +129,84 @@ async fn when_the_task_serving_a_service_ends_its_registration_goes_with_it() {
     drop(stop);
     registration.wait_for(ServiceStatus::Stopped).await;
     assert_eq!(providers(&node), 0);
+}
+
+/// A replica: the flag its check reads, its engine, its registration and its node.
+type Replica = (Arc<AtomicBool>, Arc<Engine>, cluster::Registration, Node);
+
+/// A service of four replicas whose checks a flag fails, replica by replica.
+async fn four_replicas(cluster: &Cluster) -> Vec<Replica> {
+    let mut replicas = Vec::new();
+    for i in 0..4 {
+        let name = format!("search-{i}");
+        let node = cluster.node(&name).await;
+        let healthy = Arc::new(AtomicBool::new(true));
+        let check = {
+            let healthy = healthy.clone();
+            move || {
+                let ok = healthy.load(Ordering::SeqCst);
+                async move {
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err("the shared cache is down")
+                    }
+                }
+            }
+        };
+        let engine = Arc::new(Engine::new(&name, Mode::Answer));
+        let health = Health::new()
+            .check(check)
+            .every(Duration::from_secs(1))
+            .down_after(1);
+        let mut registration = node.serve_with(SearchServer::new(engine.clone()), health);
+        registration.wait_for(ServiceStatus::Up).await;
+        replicas.push((healthy, engine, registration, node));
+    }
+    replicas
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_replicas_are_passed_over_until_more_than_half_fail_then_all_are_called() {
+    let cluster = Cluster::memory();
+    let mut replicas = four_replicas(&cluster).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    let calls_to = |replicas: &[Replica]| {
+        replicas
+            .iter()
+            .map(|(_, e, ..)| e.counters.started())
+            .collect::<Vec<_>>()
+    };
+    let mut before = calls_to(&replicas);
+    for failing in 1..=4 {
+        let (healthy, _, registration, _) = &mut replicas[failing - 1];
+        healthy.store(false, Ordering::SeqCst);
+        registration.wait_for(ServiceStatus::Down).await;
+        for _ in 0..40 {
+            client.search("rust".into()).await.unwrap();
+        }
+        let after = calls_to(&replicas);
+        let got: Vec<usize> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        before = after;
+        let expected: Vec<usize> = match failing {
+            // Up to half failing: the others take every call, evenly.
+            1 => vec![0, 14, 13, 13],
+            2 => vec![0, 0, 20, 20],
+            // Three of four, then all four: more than half, so all are called.
+            _ => vec![10, 10, 10, 10],
+        };
+        let mut got_sorted = got.clone();
+        let mut expected_sorted = expected.clone();
+        got_sorted.sort_unstable();
+        expected_sorted.sort_unstable();
+        assert_eq!(got_sorted, expected_sorted, "{failing} failing: {got:?}");
+        for (i, n) in got.iter().enumerate() {
+            if i < failing && failing <= 2 {
+                assert_eq!(
+                    *n, 0,
+                    "{failing} failing: replica {i} is passed over: {got:?}"
+                );
+            }
+        }
+    }
 }

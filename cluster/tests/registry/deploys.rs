@@ -8,6 +8,10 @@ use crate::support::{Mode, SearchClient, gossip_node, gossip_provider, providers
 
 const SEC: Duration = Duration::from_secs(1);
 
+/// How long the load's calls wait for a provider: a service of one replica has none between the
+/// old one's withdrawal and the new one's registration, and a call fails at once by default.
+const WAIT: Duration = Duration::from_secs(10);
+
 /// A failed call of the load: the function, whether it may have run, the message.
 type Failed = (&'static str, bool, String);
 
@@ -36,6 +40,7 @@ impl Load {
                             client
                                 .search("rust".into())
                                 .retry_after(Duration::from_millis(20))
+                                .wait_for_provider(WAIT)
                                 .await
                                 .map(|_| ()),
                         )
@@ -45,6 +50,7 @@ impl Load {
                             client
                                 .reindex(true)
                                 .retry_after(Duration::from_millis(20))
+                                .wait_for_provider(WAIT)
                                 .await
                                 .map(|_| ()),
                         )
@@ -152,7 +158,15 @@ async fn row_3_already_gone_from_the_registry_the_call_waits_for_the_replacement
         "the entry is gone before the call"
     );
     let client = SearchClient::new(&client_node);
-    let call = tokio::spawn(async move { client.reindex(true).await });
+    // By default a call that finds no provider fails at once, with the reason...
+    let e = client.reindex(true).await.unwrap_err();
+    assert!(
+        matches!(&e, cluster::CallError::Service(e) if e.reason() == cluster::Reason::NoService),
+        "{e}"
+    );
+    assert!(!e.may_have_run());
+    // ...and one that says it waits gets the replacement.
+    let call = tokio::spawn(async move { client.reindex(true).wait_for_provider(WAIT).await });
     let (_new, engine, _) = gossip_provider("search-1", &[seed], Mode::Answer).await;
     assert_eq!(
         call.await

@@ -20,12 +20,13 @@ pub enum SearchError {
     BadQuery(String),
 }
 
-/// The seed's numbers at 1/10 scale: timeout 6 s, pause 1 s, budget 21 s.
+/// The seed's numbers at 1/10 scale: timeout 6 s, pause 1 s, budget 21 s; constant pauses with no
+/// jitter, as the seed's.
 #[cluster::service(
     name = "search",
     version = "2.1.0",
     timeout = "6s",
-    retry(after = "1s", budget = "21s")
+    retry(after = "1s", budget = "21s", factor = 1.0, jitter = false)
 )]
 pub trait Search {
     /// Safe to run twice.
@@ -321,8 +322,10 @@ pub async fn seen(
 }
 
 /// How many providers of `search` `node` sees.
+/// Providers of `search` in the node's registry that pass their health check.
 pub fn providers(node: &Node) -> usize {
-    node.registry().lookup("search").len()
+    let entries = node.registry().lookup("search");
+    entries.iter().filter(|e| !e.failing).count()
 }
 
 /// Installs a log subscriber once, for `RUST_LOG=debug cargo test`.

@@ -73,6 +73,11 @@ pub fn entry_instance(entry: &ServiceEntry, lease: (u64, u64)) -> Instance {
         serde_json::to_string(d.as_ref()).unwrap_or_default(),
     );
     i.vip_address = Some(d.name.clone());
+    // A replica failing its health check is DOWN, as Eureka's own clients report it; ours
+    // still read it, marked failing, for the panic threshold.
+    if entry.failing {
+        i.status = Status::Down;
+    }
     i
 }
 
@@ -106,17 +111,20 @@ pub fn instance_node(i: &Instance) -> Option<NodeInfo> {
     node_of(i)
 }
 
-/// The service entry an instance stands for, if it is one of ours and UP. Instances that other
-/// clients registered (a Spring or Python service) have no description and are not callable
-/// through the framework: they are skipped.
+/// The service entry an instance stands for, if it is one of ours and UP (or DOWN: failing its
+/// health check, [`ServiceEntry::failing`]). Instances that other clients registered (a Spring
+/// or Python service) have no description and are not callable through the framework: they
+/// are skipped.
 pub fn instance_entry(i: &Instance) -> Option<ServiceEntry> {
-    if i.status != Status::Up {
-        return None;
-    }
+    let failing = match i.status {
+        Status::Up => false,
+        Status::Down => true,
+        _ => return None,
+    };
     let description: ServiceDescription =
         serde_json::from_str(i.metadata.get(keys::DESCRIPTION)?).ok()?;
     if !description.name.eq_ignore_ascii_case(&i.app) {
         return None;
     }
-    Some(ServiceEntry::new(node_of(i)?, Arc::new(description)))
+    Some(ServiceEntry::new(node_of(i)?, Arc::new(description)).with_failing(failing))
 }

@@ -425,8 +425,15 @@ impl Registry for GossipRegistry {
             let (key, value) =
                 state::service_key_value(&entry.description, self.inner.config.max_entry_bytes)?;
             let config = &self.inner.config;
+            let failing = state::failing_key(&entry.description.name);
             self.change(|me| {
                 state::check_room(me, &key, &value, &entry.description.name, config)?;
+                if entry.failing {
+                    state::check_room(me, &failing, "1", &entry.description.name, config)?;
+                    me.set(failing, "1".to_owned());
+                } else if me.get(&failing).is_some() {
+                    me.delete(&failing);
+                }
                 me.set(key, value);
                 Ok(())
             })
@@ -440,10 +447,14 @@ impl Registry for GossipRegistry {
         service: &str,
     ) -> RegistryFuture<'_, Result<(), RegistryError>> {
         let (node, key) = (node.to_owned(), state::service_key(service));
+        let failing = state::failing_key(service);
         Box::pin(async move {
             self.own(&node)?;
             self.change(|me| {
                 me.delete(&key);
+                if me.get(&failing).is_some() {
+                    me.delete(&failing);
+                }
                 Ok(())
             })
             .await

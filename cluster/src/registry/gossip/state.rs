@@ -27,6 +27,9 @@ const LEAVING: &str = "leaving";
 const REVISION: &str = "rev";
 /// One key per service: `svc:<name>` = the description as JSON.
 const SERVICE: &str = "svc:";
+/// Set while a service fails its health check: `fail:<name>` = `1`. A key of its own, so that
+/// a node of an earlier build still reads the description (and calls the replica anyway).
+const FAILING: &str = "fail:";
 
 pub(crate) fn initial_keys(own: &NodeInfo) -> Vec<(String, String)> {
     let mut keys = vec![
@@ -45,6 +48,10 @@ pub(crate) fn initial_keys(own: &NodeInfo) -> Vec<(String, String)> {
 
 pub(super) fn service_key(service: &str) -> String {
     format!("{SERVICE}{service}")
+}
+
+pub(super) fn failing_key(service: &str) -> String {
+    format!("{FAILING}{service}")
 }
 
 /// The key and value of a description, refused if it is larger than `max` bytes.
@@ -132,7 +139,9 @@ pub(crate) fn holders(cc: &Chitchat, own: &ChitchatId) -> Vec<(ChitchatId, std::
 
 pub(super) fn mark_leaving(me: &mut NodeState) {
     me.set(STATUS, LEAVING);
-    let services: Vec<String> = me.iter_prefix(SERVICE).map(|(k, _)| k.to_owned()).collect();
+    let services: Vec<String> = (me.iter_prefix(SERVICE).chain(me.iter_prefix(FAILING)))
+        .map(|(k, _)| k.to_owned())
+        .collect();
     for key in services {
         me.delete(&key);
     }
@@ -198,7 +207,9 @@ pub(super) fn build_index_with(cc: &Chitchat, parsed: &mut Parsed) -> Index {
                 },
             };
             if let Some(d) = &description {
-                entries.push(Arc::new(ServiceEntry::new(node.clone(), d.clone())));
+                let failing = state.get(&failing_key(&d.name)).is_some();
+                let entry = ServiceEntry::new(node.clone(), d.clone()).with_failing(failing);
+                entries.push(Arc::new(entry));
             }
             now.insert(key.to_owned(), (value.version, description));
         }

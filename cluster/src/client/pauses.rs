@@ -1,0 +1,112 @@
+//! Step 3's pauses between attempts: exponential, with full jitter.
+//!
+//! Each pause has a ceiling that starts at `retry_after` and grows by `retry_factor` up to
+//! `retry_max_after`; with jitter (the default) the pause is drawn uniformly between
+//! [`MIN_RETRY_PAUSE`] and the ceiling ("full jitter", AWS's name for it). Clients that failed
+//! at the same instant then retry at scattered instants instead of in lockstep, and a provider
+//! that came back is not hit by every caller at once. Without jitter the pause is the ceiling.
+
+use std::time::Duration;
+
+use crate::options::{MIN_RETRY_PAUSE, RetryPolicy};
+
+pub(crate) struct Pauses {
+    ceiling: Duration,
+    max: Duration,
+    factor: f64,
+    jitter: bool,
+}
+
+impl Pauses {
+    pub(crate) fn new(policy: &RetryPolicy) -> Self {
+        Self {
+            ceiling: policy.after.min(policy.max_after),
+            max: policy.max_after,
+            factor: policy.factor,
+            jitter: policy.jitter,
+        }
+    }
+
+    /// The next pause.
+    pub(crate) fn next(&mut self) -> Duration {
+        let ceiling = self.ceiling;
+        // The factor is clamped to 1..=100 by the merge; a product past what a Duration holds
+        // is the maximum pause, never a panic.
+        self.ceiling = Duration::try_from_secs_f64(ceiling.as_secs_f64() * self.factor)
+            .unwrap_or(self.max)
+            .min(self.max);
+        if !self.jitter || ceiling <= MIN_RETRY_PAUSE {
+            return ceiling;
+        }
+        let span = (ceiling - MIN_RETRY_PAUSE).as_nanos();
+        let drawn = fastrand::u128(0..=span);
+        MIN_RETRY_PAUSE + Duration::from_nanos(u64::try_from(drawn).unwrap_or(u64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::{CallOptions, ResolvedOptions, Source};
+
+    fn policy(options: CallOptions) -> RetryPolicy {
+        ResolvedOptions::merge(&[(Source::Call, &options)]).retry
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn ceilings_double_to_the_maximum_and_pauses_are_drawn_under_them() {
+        let mut pauses = Pauses::new(&policy(CallOptions::new()));
+        let ceilings = [100, 200, 400, 800, 1600, 3200, 5000, 5000];
+        let mut drawn = Vec::new();
+        for ceiling in ceilings {
+            let pause = pauses.next();
+            assert!(
+                (MIN_RETRY_PAUSE..=ceiling * MS).contains(&pause),
+                "{pause:?} over {ceiling} ms"
+            );
+            drawn.push(pause);
+        }
+        drawn.dedup();
+        assert!(drawn.len() > 4, "jittered pauses differ: {drawn:?}");
+    }
+
+    #[test]
+    fn without_jitter_the_pause_is_its_ceiling_and_a_constant_policy_stays_constant() {
+        let options = CallOptions::new()
+            .retry_jitter(false)
+            .retry_factor(1.0)
+            .retry_after(250 * MS);
+        let mut pauses = Pauses::new(&policy(options));
+        let taken: Vec<_> = (0..4).map(|_| pauses.next()).collect();
+        assert_eq!(taken, [250 * MS; 4]);
+    }
+
+    #[test]
+    fn huge_values_saturate() {
+        let options = CallOptions::new()
+            .retry_after(Duration::MAX)
+            .retry_max_after(Duration::MAX)
+            .retry_factor(100.0)
+            .retry_jitter(false);
+        let mut pauses = Pauses::new(&policy(options));
+        for _ in 0..4 {
+            assert_eq!(pauses.next(), Duration::MAX);
+        }
+    }
+
+    #[test]
+    fn many_clients_that_failed_together_do_not_retry_together() {
+        // 1,000 clients' first pauses, in 10 ms buckets over the 100 ms ceiling.
+        let mut buckets = [0u32; 10];
+        for _ in 0..1000 {
+            let pause = Pauses::new(&policy(CallOptions::new())).next();
+            buckets[((pause.as_millis() as usize) / 10).min(9)] += 1;
+        }
+        assert!(
+            buckets.iter().all(|&n| n < 200),
+            "no 10 ms holds a fifth of the retries: {buckets:?}"
+        );
+    }
+}
