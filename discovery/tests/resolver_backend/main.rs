@@ -13,6 +13,7 @@ use cluster::{Node, Registry, RpcErrorKind};
 use cluster_discovery::backend::{ResolverRegistry, ResolverRegistryConfig};
 use cluster_discovery::resolve::{Endpoint, Resolve, ResolveError, ResolveFuture, Static};
 
+/// A service whose description carries a timeout of its own.
 #[cluster::service(
     name = "greet",
     version = "1.2.0",
