@@ -168,3 +168,85 @@ async fn describe(
     described.node.addr = addr;
     Ok(described)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::CallOptions;
+    use crate::server::{DispatchFuture, Provide, dispatch_with};
+    use crate::service::{FunctionDescription, ServiceDescription};
+    use crate::{MemoryNetwork, MemoryRegistry};
+
+    struct Echo;
+
+    impl Provide for Echo {
+        fn description(&self) -> &'static ServiceDescription {
+            static DESCRIPTION: std::sync::OnceLock<ServiceDescription> =
+                std::sync::OnceLock::new();
+            DESCRIPTION.get_or_init(|| {
+                let echo = FunctionDescription {
+                    name: "echo".to_owned(),
+                    signature: "echo(u32) -> u32".to_owned(),
+                    idempotent: true,
+                    options: CallOptions::default(),
+                };
+                ServiceDescription::new(
+                    "echo",
+                    semver::Version::new(1, 4, 0),
+                    None,
+                    CallOptions::default(),
+                    vec![echo],
+                )
+            })
+        }
+
+        fn dispatch(&self, _: usize, args: Vec<u8>) -> DispatchFuture {
+            dispatch_with(args, |(n,): (u32,)| async move { n })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_describes_what_it_registered_and_nothing_once_withdrawn() {
+        let network = MemoryNetwork::new();
+        let start = |name: &str| {
+            Node::builder()
+                .name(name)
+                .memory(&network)
+                .registry(MemoryRegistry::new())
+                .start()
+        };
+        let (provider, asker) = (
+            start("echo-1").await.unwrap(),
+            start("web-1").await.unwrap(),
+        );
+        let registration = provider.serve(Echo).await.unwrap();
+        let timeout = Duration::from_secs(1);
+
+        let described = asker.describe_peer(provider.addr(), timeout).await.unwrap();
+        assert_eq!(described.node.name, "echo-1");
+        assert_eq!(described.node.generation, provider.info().generation);
+        assert!(!described.draining);
+        let names: Vec<_> = described.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["echo"]);
+        assert_eq!(described.services[0].version, semver::Version::new(1, 4, 0));
+
+        registration.deregister().await.unwrap();
+        let described = asker.describe_peer(provider.addr(), timeout).await.unwrap();
+        assert!(described.services.is_empty());
+
+        provider.serve(Echo).await.unwrap();
+        provider.inner.dispatcher.admission.drain();
+        let described = asker.describe_peer(provider.addr(), timeout).await.unwrap();
+        assert!(described.draining && described.services.is_empty());
+
+        let nobody = std::net::SocketAddr::from(([127, 0, 0, 1], 60999));
+        let missing = asker.describe_peer(nobody, timeout).await;
+        assert!(
+            matches!(missing, Err(DescribeError::Unreachable { .. })),
+            "{missing:?}"
+        );
+        asker.kill().await;
+        let stopped = asker.describe_peer(provider.addr(), timeout).await;
+        assert_eq!(stopped, Err(DescribeError::Stopped));
+    }
+}
