@@ -43,7 +43,9 @@ impl Inner {
             .iter()
             .any(|(_, a)| matches!(a, Err(DescribeError::Stopped)))
         {
-            // The node is going: what it last read stays, and nothing more is asked.
+            // The node is gone or stopping: what it last read stays, and nothing more is
+            // asked (the refresh task ends).
+            self.stop();
             return;
         }
         self.fold(&addrs, answers);
