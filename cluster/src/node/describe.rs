@@ -234,7 +234,7 @@ mod tests {
         let described = asker.describe_peer(provider.addr(), timeout).await.unwrap();
         assert!(described.services.is_empty());
 
-        provider.serve(Echo).await.unwrap();
+        let _served = provider.serve(Echo).await.unwrap();
         provider.inner.dispatcher.admission.drain();
         let described = asker.describe_peer(provider.addr(), timeout).await.unwrap();
         assert!(described.draining && described.services.is_empty());
