@@ -83,8 +83,8 @@ pub use context::{Context, context};
 pub use error::{CallError, Reason, RpcError, RpcErrorKind, ServiceError};
 pub use node::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_FRAME_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, Health, Node, NodeBuilder, Registration, ServiceStatus,
-    StartError,
+    DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, DescribeError, Described, Describer, Health, Node,
+    NodeBuilder, Registration, ServiceStatus, StartError,
 };
 pub use options::{CallOptions, Source};
 pub use registry::{MemoryRegistry, Registry};

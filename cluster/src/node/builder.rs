@@ -446,6 +446,11 @@ impl NodeBuilder {
             ),
             None => {}
         }
+        let describe = crate::server::describe::Source {
+            info: info.clone(),
+            registry: registry.clone(),
+        };
+        let _ = dispatcher.describe.set(describe);
         registry.join(info.clone()).await?;
         tracing::info!("node {info} started");
         Ok(Node {

@@ -1,6 +1,7 @@
 //! A node: serves its own services, calls others', and holds the registry copy both use.
 
 mod builder;
+mod describe;
 mod health;
 mod serve;
 mod shutdown;
@@ -14,6 +15,7 @@ pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_FRAME_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, NodeBuilder, StartError,
 };
+pub use describe::{DescribeError, Described, Describer};
 pub use health::{Health, ServiceStatus};
 pub use serve::Registration;
 use serve::Supervisor;

@@ -104,6 +104,11 @@ impl Admission {
         self.running.load(Ordering::SeqCst)
     }
 
+    /// Whether new calls are refused with `Draining`.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
     /// From now on every new call is refused with `Draining`.
     pub(crate) fn drain(&self) {
         self.draining.store(true, Ordering::SeqCst);

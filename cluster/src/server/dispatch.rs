@@ -2,12 +2,13 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::admission::{Admission, Permit};
+use super::describe;
 use super::{DispatchError, DispatchFuture, Provide};
 use crate::context::{Context, Received};
 use crate::error::Reason;
@@ -21,6 +22,8 @@ pub(crate) struct Dispatcher {
     max_reply: usize,
     pub(crate) admission: Admission,
     layers: Arc<[Arc<dyn ProviderLayer>]>,
+    /// What the describe request answers; set once the node knows its own address.
+    pub(crate) describe: OnceLock<describe::Source>,
 }
 
 struct Hosted {
@@ -80,6 +83,7 @@ impl Dispatcher {
             max_reply,
             admission: Admission::new(max_concurrent),
             layers,
+            describe: OnceLock::new(),
         }
     }
 
@@ -211,6 +215,14 @@ impl Dispatcher {
                 Reason::BadArguments,
                 format!("a header of the request cannot be read: {problem}"),
             ));
+        }
+        if request.service == describe::SERVICE
+            && let Some(source) = self.describe.get()
+        {
+            let limit = request.head.reply_limit.map_or(self.max_reply, |theirs| {
+                usize::try_from(theirs).map_or(self.max_reply, |t| t.min(self.max_reply))
+            });
+            return Err(source.answer(self.admission.is_draining(), limit));
         }
         let Some(hosted) = self.read().get(request.service.as_ref()).cloned() else {
             return Err(refuse(

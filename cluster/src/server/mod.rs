@@ -3,6 +3,7 @@
 //! over the concurrency limit), catches panics and enforces the deadline each request carries.
 
 mod admission;
+pub(crate) mod describe;
 mod dispatch;
 mod provide;
 

@@ -49,6 +49,27 @@ impl Connector {
         }
     }
 
+    /// Sends `request` to whatever node is at `addr`, on a connection of its own: the node's
+    /// name as the connection proved it (`None` in memory, where nothing proves it), and its
+    /// reply. Returns by `deadline`.
+    pub(crate) async fn ask_unnamed(
+        &self,
+        addr: std::net::SocketAddr,
+        request: Arc<Request>,
+        deadline: Instant,
+    ) -> Result<(Option<String>, Reply), TransportError> {
+        match self {
+            Connector::Tcp(tcp) => tcp
+                .ask_unnamed(addr, request, deadline)
+                .await
+                .map(|(name, reply)| (Some(name), reply)),
+            Connector::Memory(network) => network
+                .send(addr, request, deadline)
+                .await
+                .map(|reply| (None, reply)),
+        }
+    }
+
     /// Closes every connection this node opened; later sends open new ones.
     pub(crate) fn close(&self) {
         if let Connector::Tcp(tcp) = self {

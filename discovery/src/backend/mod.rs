@@ -3,6 +3,7 @@
 //! lookups from a local copy of the registry that a background task refreshes.
 
 mod mapping;
+mod resolver;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +16,7 @@ use cluster::registry::{
 use tokio::sync::Mutex as AsyncMutex;
 
 pub use mapping::{NODE_APP, entry_instance, instance_entry, instance_node, keys, node_instance};
+pub use resolver::{ResolverRegistry, ResolverRegistryConfig};
 
 use crate::client::{EurekaClient, Heartbeat};
 use crate::model::Instance;

@@ -248,6 +248,51 @@ impl TcpConnector {
     }
 }
 
+impl TcpConnector {
+    /// Sends `request` on a connection of its own (never pooled) to `addr`, whose node is not
+    /// known yet, and closes it. Returns the name of the node there (its certificate's under
+    /// TLS, its welcome's in plaintext) and its reply. Returns by `deadline`.
+    pub(crate) async fn ask_unnamed(
+        &self,
+        addr: SocketAddr,
+        request: Arc<Request>,
+        deadline: Instant,
+    ) -> Result<(String, Reply), TransportError> {
+        let to = NodeInfo::new("(being described)", addr, 0)
+            .with_wire(Some(self.config.versions.clone()));
+        let version = *self.config.versions.end();
+        let opening = deadline.min(Instant::now() + self.config.connect_timeout);
+        let (name, conn) =
+            match tokio::time::timeout_at(opening, connect_as(&self.config, &to, version, false))
+                .await
+            {
+                Ok(opened) => opened?,
+                Err(_) => {
+                    return Err(TransportError::NotSent(format!(
+                        "connecting to {addr} took too long"
+                    )));
+                }
+            };
+        let WireClient::V2(client) = &conn.client else {
+            conn.dispatch.abort();
+            return Err(TransportError::WireVersion(format!(
+                "{addr} speaks wire 1, which has no describe request"
+            )));
+        };
+        let mut ctx = tarpc::context::current();
+        let left = deadline.saturating_duration_since(Instant::now());
+        ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
+        let call = client.call(ctx, v2::RequestFrame(request));
+        let result = tokio::time::timeout_at(deadline, call).await;
+        conn.dispatch.abort();
+        match result {
+            Ok(Ok(reply)) => Ok((name, reply.0)),
+            Ok(Err(e)) => Err(TransportError::Lost(format!("{addr}: {e}"))),
+            Err(_) => Err(TransportError::Timeout),
+        }
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -291,12 +336,26 @@ async fn connect(
     to: &NodeInfo,
     version: u32,
 ) -> Result<Connection, TransportError> {
+    connect_as(config, to, version, true)
+        .await
+        .map(|(_, conn)| conn)
+}
+
+/// A connection to `to`, and the name of the node there: its certificate's under TLS, its
+/// welcome's in plaintext. `named`: whether `to.name` is the node expected there (a registry
+/// entry's; another is refused) or a placeholder (a peer being described, named here).
+async fn connect_as(
+    config: &ConnectConfig,
+    to: &NodeInfo,
+    version: u32,
+    named: bool,
+) -> Result<(String, Connection), TransportError> {
     let stream = TcpStream::connect(to.addr)
         .await
         .map_err(|e| TransportError::NotSent(format!("cannot connect to {to}: {e}")))?;
     let _ = stream.set_nodelay(true);
     let Some(tls) = &config.tls else {
-        return opened(config, to, version, stream).await;
+        return opened(config, to, version, stream, named).await;
     };
     let stream = TlsConnector::from(tls.client.clone())
         .connect(tls::server_name(&to.name, to.addr), stream)
@@ -314,6 +373,14 @@ async fn connect(
     let names = tls
         .peer_of(stream.get_ref().1.peer_certificates())
         .map_err(|why| TransportError::Untrusted(format!("{to}: {why}")))?;
+    if !named {
+        // The certificate names the node: its welcome must say the same name.
+        let to = NodeInfo {
+            name: names,
+            ..to.clone()
+        };
+        return opened(config, &to, version, stream, true).await;
+    }
     if names != to.name {
         // Once per address per interval: every call to that entry meets it.
         static WARNED: std::sync::LazyLock<RateLimited> =
@@ -330,7 +397,7 @@ async fn connect(
             to.addr, to.name
         )));
     }
-    opened(config, to, version, stream).await
+    opened(config, to, version, stream, true).await
 }
 
 /// A connection past TLS (or plaintext, on an insecure node): the handshake (wire 2 and
@@ -340,11 +407,19 @@ async fn opened<S>(
     to: &NodeInfo,
     version: u32,
     mut stream: S,
-) -> Result<Connection, TransportError>
+    named: bool,
+) -> Result<(String, Connection), TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut idle = config.idle_timeout;
+    let mut name = to.name.clone();
+    if !named && version < 2 {
+        return Err(TransportError::WireVersion(format!(
+            "{} speaks wire 1, whose connections do not say which node they reach",
+            to.addr
+        )));
+    }
     if version >= 2 {
         let hello = Hello {
             versions: (2.max(*config.versions.start()), *config.versions.end()),
@@ -389,7 +464,9 @@ where
         }
         // The address is the registry's; the name is the peer's own. They differ when the
         // entry is stale (another node took the port): the request goes elsewhere.
-        if welcome.node != to.name {
+        if !named {
+            name.clone_from(&welcome.node);
+        } else if welcome.node != to.name {
             return Err(TransportError::NotSent(format!(
                 "{} is node `{}`, not `{}`: the registry entry is stale",
                 to.addr, welcome.node, to.name
@@ -418,11 +495,14 @@ where
             v1::WireClient::new(tarpc_config, transport);
         (WireClient::V1(client), spawn_dispatch(to, dispatch, idle))
     };
-    Ok(Connection {
-        client,
-        dispatch,
-        in_flight,
-    })
+    Ok((
+        name,
+        Connection {
+            client,
+            dispatch,
+            in_flight,
+        },
+    ))
 }
 
 /// When a pooled connection is closed for idling.
