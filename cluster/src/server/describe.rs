@@ -12,7 +12,9 @@
 //!    to the caller's reply limit like any reply: a node whose descriptions do not fit answers
 //!    `TooLarge`.
 //! 4. The services are the node's own registry entries, as the node registered them: a service
-//!    withdrawn by its health check, or by a draining shutdown, is not in the answer.
+//!    deregistered, or withdrawn by a draining shutdown, is not in the answer; one failing its
+//!    health check is, named in [`Described::failing`] (callers pass it over unless too many
+//!    replicas fail at once: the panic threshold).
 
 use std::sync::Arc;
 
@@ -42,6 +44,9 @@ pub struct Described {
     /// Whether the node is shutting down: it refuses new calls with `Draining`.
     #[serde(default)]
     pub draining: bool,
+    /// The names of the services in `services` that fail their health check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<String>,
 }
 
 /// Where a node's answer comes from: its own identity and its registry's entries of it.
@@ -54,19 +59,20 @@ impl Source {
     /// The encoded answer, or `TooLarge` if it is longer than `limit` bytes (the caller's
     /// reply limit or this node's frame limit, the lower).
     pub(crate) fn answer(&self, draining: bool, limit: usize) -> Reply {
-        let services = if draining {
+        let entries = if draining {
             Vec::new()
         } else {
-            self.registry
-                .services_on(&self.info.name)
-                .iter()
-                .map(|e| (*e.description).clone())
-                .collect()
+            self.registry.services_on(&self.info.name)
         };
         let described = Described {
             node: self.info.clone(),
-            services,
+            services: entries.iter().map(|e| (*e.description).clone()).collect(),
             draining,
+            failing: entries
+                .iter()
+                .filter(|e| e.failing)
+                .map(|e| e.description.name.clone())
+                .collect(),
         };
         match encode(&described) {
             Ok(bytes) if bytes.len() > limit => Reply::TooLarge(format!(

@@ -251,9 +251,11 @@ impl Inner {
             .values()
             .cloned()
             .chain(by_name.values().flat_map(|d| {
-                d.services
-                    .iter()
-                    .map(|s| Arc::new(ServiceEntry::new(d.node.clone(), Arc::new(s.clone()))))
+                d.services.iter().map(|s| {
+                    let failing = d.failing.contains(&s.name);
+                    let entry = ServiceEntry::new(d.node.clone(), Arc::new(s.clone()));
+                    Arc::new(entry.with_failing(failing))
+                })
             }))
             .collect();
         drop(peers);
