@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod accrual;
 mod budget;
 mod errors;
 mod lookup;

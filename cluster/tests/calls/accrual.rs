@@ -1,0 +1,77 @@
+//! Balancing and failure accrual on real sockets: the turn is the node's, and a replica that
+//! times out or panics in a row is passed over like one whose socket is dead, never all of them.
+
+use std::time::Duration;
+
+use cluster::{CallError, Reason};
+
+use crate::support::{Cluster, Mode, SearchClient};
+
+const MS: Duration = Duration::from_millis(1);
+
+#[tokio::test]
+async fn a_client_made_per_call_spreads_calls_as_evenly_as_one_kept_for_the_process() {
+    let cluster = Cluster::tcp();
+    let mut replicas = Vec::new();
+    for i in 0..4 {
+        replicas.push(cluster.provider(&format!("search-{i}"), Mode::Answer).await);
+    }
+    let node = cluster.node("client").await;
+    for _ in 0..200 {
+        // A new client per request, as a handler that builds one from the node would.
+        SearchClient::new(&node)
+            .search("rust".into())
+            .await
+            .unwrap();
+    }
+    let counts: Vec<usize> = replicas.iter().map(|(_, e)| e.counters.started()).collect();
+    assert_eq!(counts, [50, 50, 50, 50]);
+}
+
+#[tokio::test]
+async fn a_replica_that_hangs_is_ejected_after_three_timeouts_in_a_row() {
+    let cluster = Cluster::tcp();
+    let (_hung, hung) = cluster.provider("search-hung", Mode::Hang).await;
+    let (_ok, ok) = cluster.provider("search-ok", Mode::Answer).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    for _ in 0..20 {
+        // Idempotent: an attempt that times out on the hung replica is retried on the other.
+        client
+            .search("rust".into())
+            .timeout(100 * MS)
+            .retry_after(10 * MS)
+            .await
+            .unwrap();
+    }
+    // Taking turns would have sent it every other call (10); three timeouts in a row eject it
+    // for 2 s, and the rest go to the replica that answers.
+    assert_eq!(hung.counters.started(), 3);
+    assert_eq!(ok.counters.started(), 20);
+}
+
+#[tokio::test]
+async fn replicas_that_panic_are_ejected_but_never_all_of_them() {
+    let cluster = Cluster::tcp();
+    let (_a, a) = cluster.provider("search-a", Mode::Answer).await;
+    let (_b, b) = cluster.provider("search-b", Mode::Answer).await;
+    let (_c, c) = cluster.provider("search-c", Mode::Answer).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    // A panic ran the function: never retried, so each call is one attempt. Each replica is
+    // ejected on its third panic in a row, but at most half of the three (one) is passed over
+    // as ejected at a time: every call reaches a provider, none is refused for want of one.
+    for _ in 0..15 {
+        let err = client.crash("index corrupted".into()).await.unwrap_err();
+        assert!(
+            matches!(&err, CallError::Service(e) if e.reason() == Reason::Panicked),
+            "never NoService: {err}"
+        );
+    }
+    let panics = [&a, &b, &c].map(|e| e.counters.started());
+    assert_eq!(panics.iter().sum::<usize>(), 15, "{panics:?}");
+    assert!(
+        panics.iter().all(|&n| n >= 3),
+        "each was called: {panics:?}"
+    );
+    // And a function that answers still reaches the ones not passed over.
+    client.search("rust".into()).await.unwrap();
+}
