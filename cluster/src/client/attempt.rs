@@ -287,7 +287,7 @@ impl<'a> Attempts<'a> {
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt");
             let addr = chosen.entry.node.addr;
             let peers = &self.client.node.peers;
-            let in_flight = InFlight::start(peers.get(addr));
+            let in_flight = InFlight::start(peers.get(addr, chosen.entry.node.generation));
             // The attempts of one call are sequential: nothing else writes this meanwhile.
             let attempt = u32::try_from(number).unwrap_or(u32::MAX);
             request

@@ -48,8 +48,13 @@ pub(crate) struct Peer {
     state: Mutex<State>,
 }
 
+/// A peer is an address; a node restarted there is a new process, whose predecessor's
+/// failures are not its own.
+
 #[derive(Debug, Default)]
 struct State {
+    // The newest generation of the node seen at this address.
+    generation: u64,
     ejected_until: Option<Instant>,
     // Failures since the last success.
     failures: u32,
@@ -81,7 +86,22 @@ impl Peers {
         }
     }
 
-    pub(crate) fn get(&self, addr: SocketAddr) -> Arc<Peer> {
+    /// The peer at `addr`, where a node of `generation` now runs: a newer generation than seen
+    /// there before starts with a clean record.
+    pub(crate) fn get(&self, addr: SocketAddr, generation: u64) -> Arc<Peer> {
+        let peer = self.entry(addr);
+        let mut state = peer.lock();
+        if generation > state.generation {
+            *state = State {
+                generation,
+                ..State::default()
+            };
+        }
+        drop(state);
+        peer
+    }
+
+    fn entry(&self, addr: SocketAddr) -> Arc<Peer> {
         if let Some(peer) = self.read().get(&addr) {
             return peer.clone();
         }
@@ -131,16 +151,20 @@ impl Peers {
         }
     }
 
-    /// Requests outstanding to `addr`, and the instant its ejection ends if it is ejected.
-    pub(crate) fn load(&self, addr: SocketAddr) -> Load {
+    /// Requests outstanding to `addr`, and the instant its ejection ends if the node of
+    /// `generation` there is ejected (a restarted node is not: its predecessor was).
+    pub(crate) fn load(&self, addr: SocketAddr, generation: u64) -> Load {
         let map = self.read();
         let Some(peer) = map.get(&addr) else {
             return Load::default();
         };
         let now = Instant::now();
+        let state = peer.lock();
         Load {
             outstanding: peer.outstanding.load(Ordering::Relaxed),
-            ejected_until: peer.lock().ejected_until.filter(|until| now < *until),
+            ejected_until: state
+                .ejected_until
+                .filter(|until| now < *until && generation <= state.generation),
         }
     }
 
@@ -219,16 +243,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn idle_peers_are_forgotten_and_busy_or_ejected_ones_kept() {
         let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
-        let busy = InFlight::start(peers.get(addr(1)));
-        peers.saw(&peers.get(addr(2)), Seen::Unreachable);
+        let busy = InFlight::start(peers.get(addr(1), 1));
+        peers.saw(&peers.get(addr(2), 1), Seen::Unreachable);
         for i in 3..3000 {
-            drop(peers.get(addr(i)));
+            drop(peers.get(addr(i), 1));
         }
         let len = peers.read().len();
         assert!(len <= PRUNE_AT + 1, "{len} peers remembered");
-        assert_eq!(peers.load(addr(1)).outstanding, 1, "a busy peer is kept");
+        assert_eq!(peers.load(addr(1), 1).outstanding, 1, "a busy peer is kept");
         assert!(
-            peers.load(addr(2)).ejected_until.is_some(),
+            peers.load(addr(2), 1).ejected_until.is_some(),
             "an ejected peer is kept"
         );
         drop(busy);
@@ -237,17 +261,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failures_in_a_row_eject_for_a_doubling_cooldown_and_an_answer_forgives() {
         let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
-        let peer = peers.get(addr(1));
+        let peer = peers.get(addr(1), 1);
         for _ in 1..EJECT_AFTER {
             peers.saw(&peer, Seen::Failed);
         }
-        assert_eq!(peers.load(addr(1)).ejected_until, None, "not yet");
+        assert_eq!(peers.load(addr(1), 1).ejected_until, None, "not yet");
         peers.saw(&peer, Seen::Answered);
         for _ in 1..EJECT_AFTER {
             peers.saw(&peer, Seen::Failed);
         }
         assert_eq!(
-            peers.load(addr(1)).ejected_until,
+            peers.load(addr(1), 1).ejected_until,
             None,
             "an answer restarts the count"
         );
@@ -256,24 +280,47 @@ mod tests {
             for _ in 0..EJECT_AFTER {
                 peers.saw(&peer, Seen::Failed);
             }
-            let until = peers.load(addr(1)).ejected_until.expect("ejected");
+            let until = peers.load(addr(1), 1).ejected_until.expect("ejected");
             cooldowns.push((until - Instant::now()).as_secs());
             tokio::time::advance(until - Instant::now()).await;
-            assert_eq!(peers.load(addr(1)).ejected_until, None, "back after it");
+            assert_eq!(peers.load(addr(1), 1).ejected_until, None, "back after it");
         }
         assert_eq!(cooldowns, [2, 4, 8, 16, 32, 32]);
         peers.saw(&peer, Seen::Unreachable);
         assert_eq!(
-            (peers.load(addr(1)).ejected_until.unwrap() - Instant::now()).as_secs(),
+            (peers.load(addr(1), 1).ejected_until.unwrap() - Instant::now()).as_secs(),
             32,
             "a dead socket ejects at once, and the streak goes on"
         );
         peers.saw(&peer, Seen::Answered);
         peers.saw(&peer, Seen::Unreachable);
         assert_eq!(
-            (peers.load(addr(1)).ejected_until.unwrap() - Instant::now()).as_secs(),
+            (peers.load(addr(1), 1).ejected_until.unwrap() - Instant::now()).as_secs(),
             2,
             "an answer resets the cool-down"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_restarted_at_the_address_is_not_ejected_for_its_predecessor() {
+        let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
+        peers.saw(&peers.get(addr(1), 7), Seen::Unreachable);
+        assert!(peers.load(addr(1), 7).ejected_until.is_some());
+        assert_eq!(
+            peers.load(addr(1), 8).ejected_until,
+            None,
+            "generation 8 is new"
+        );
+        let restarted = peers.get(addr(1), 8);
+        for _ in 1..EJECT_AFTER {
+            peers.saw(&restarted, Seen::Failed);
+        }
+        assert_eq!(peers.load(addr(1), 8).ejected_until, None, "a clean record");
+        peers.saw(&restarted, Seen::Failed);
+        assert_eq!(
+            (peers.load(addr(1), 8).ejected_until.unwrap() - Instant::now()).as_secs(),
+            2,
+            "its own first ejection"
         );
     }
 

@@ -68,7 +68,7 @@ pub(crate) fn choose(
             Some(Candidate {
                 entry: e,
                 function: index,
-                load: peers.load(e.node.addr),
+                load: peers.load(e.node.addr, e.node.generation),
                 failed_here: avoid.iter().any(|a| a.node == e.node),
             })
         })

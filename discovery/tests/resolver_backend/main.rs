@@ -81,9 +81,6 @@ async fn client(resolver: impl Resolve) -> (Node, ResolverRegistry) {
     let node = Node::builder()
         .insecure()
         .name("web-1")
-        // A provider whose connection failed is passed over this long (2 s by default), also
-        // once it is back at the same address.
-        .outlier_cooldown(Duration::from_millis(100))
         .registry(registry.clone())
         .start()
         .await
