@@ -453,7 +453,7 @@ impl NodeBuilder {
         let _ = dispatcher.describe.set(describe);
         registry.join(info.clone()).await?;
         tracing::info!("node {info} started");
-        Ok(Node {
+        let node = Node {
             inner: Arc::new(NodeInner {
                 info,
                 name: shared_name,
@@ -475,7 +475,9 @@ impl NodeBuilder {
                 drain_timeout: self.drain_timeout.unwrap_or(Duration::from_secs(30)),
                 listener: Mutex::new(Some(listener)),
             }),
-        })
+        };
+        node.inner.registry.started(&node);
+        Ok(node)
     }
 }
 

@@ -48,6 +48,13 @@ pub trait Registry: Send + Sync + 'static {
     /// Adds a node (no services yet), so that others see it come up.
     fn join(&self, node: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>>;
 
+    /// Told once, when the node that joined has started, with the node itself: a backend that
+    /// asks peers on the node's behalf (`cluster-discovery`'s resolver backend, through
+    /// [`Node::describer`](crate::Node::describer)) starts from here. The default does nothing.
+    fn started(&self, node: &crate::Node) {
+        let _ = node;
+    }
+
     /// Removes a node and every entry of it.
     fn leave(&self, node: &str) -> RegistryFuture<'_, Result<(), RegistryError>>;
 

@@ -44,7 +44,7 @@ impl Greet for Greeter {
 const PATIENCE: Duration = Duration::from_secs(10);
 
 /// A provider: an insecure node on `addr` whose registry only records its own entries (a
-/// provider of this backend is found by being asked; it needs nothing attached).
+/// provider of this backend is found by being asked).
 async fn provider(name: &str, addr: SocketAddr) -> (Node, cluster::Registration) {
     let registry = ResolverRegistry::new(Static::new(), ResolverRegistryConfig::default());
     let node = Node::builder()
@@ -85,7 +85,6 @@ async fn client(resolver: impl Resolve) -> (Node, ResolverRegistry) {
         .start()
         .await
         .expect("the client starts");
-    registry.attach(&node);
     (node, registry)
 }
 
@@ -279,7 +278,6 @@ async fn over_mutual_tls_the_node_name_is_the_certificates() {
         .start()
         .await
         .expect("started");
-    registry.attach(&web);
     until(&registry, |r| r.lookup("greet").len() == 1).await;
     assert_eq!(registry.lookup("greet")[0].node.name, "greet-1");
     let described = web

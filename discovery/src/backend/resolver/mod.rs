@@ -5,7 +5,8 @@
 //! ([`Node::describe_peer`]).
 //!
 //! 1. [`ResolverRegistry::new`] takes the resolver and the names; the node starts with it as its
-//!    registry, then [`ResolverRegistry::attach`] gives it the node to ask with and starts the
+//!    registry, and tells it so ([`Registry::started`], which calls
+//!    [`ResolverRegistry::attach`]): the backend now has the node to ask with, and starts the
 //!    refresh task.
 //! 2. Every refresh period (`round.rs`): each name is resolved (a failure keeps that name's last
 //!    answer); every endpoint is asked to describe itself, a bounded number at once; the local
@@ -153,7 +154,8 @@ struct Peer {
 }
 
 impl ResolverRegistry {
-    /// A backend on `resolver`. It asks nothing until [`attach`](Self::attach)ed to its node.
+    /// A backend on `resolver`. It asks nothing until its node starts with it (or it is
+    /// [`attach`](Self::attach)ed to one).
     pub fn new(resolver: impl Resolve, config: ResolverRegistryConfig) -> Self {
         Self::from_arc(Arc::new(resolver), config)
     }
@@ -178,8 +180,8 @@ impl ResolverRegistry {
     }
 
     /// Asks endpoints on behalf of `node` (its identity authenticates every probe) and starts
-    /// the refresh task, whose first round runs at once. Must be called inside a tokio runtime,
-    /// once the node has started with this registry.
+    /// the refresh task, whose first round runs at once. The node calls it when it starts with
+    /// this registry ([`Registry::started`]); calling it again moves the backend to `node`.
     pub fn attach(&self, node: &Node) {
         *lock(&self.inner.describer) = Some(node.describer());
         let task = tokio::spawn(background(Arc::downgrade(&self.inner)));
@@ -275,6 +277,10 @@ impl Inner {
 }
 
 impl Registry for ResolverRegistry {
+    fn started(&self, node: &Node) {
+        self.attach(node);
+    }
+
     fn register(&self, entry: ServiceEntry) -> RegistryFuture<'_, Result<(), RegistryError>> {
         Box::pin(async move {
             self.inner.check_own(&entry.node.name)?;
