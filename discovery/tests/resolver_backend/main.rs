@@ -24,7 +24,7 @@ pub trait Greet {
     /// The provider's node name; safe to run twice.
     #[call(idempotent)]
     async fn hello(&self) -> String;
-    /// Sleeps past the declared timeout; not idempotent, so never run twice.
+    /// Never answers, past the declared timeout; not idempotent, so never run twice.
     async fn slow(&self) -> u32;
 }
 
@@ -35,8 +35,7 @@ impl Greet for Greeter {
         self.0.clone()
     }
     async fn slow(&self) -> u32 {
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        0
+        std::future::pending().await
     }
 }
 
