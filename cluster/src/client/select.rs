@@ -42,9 +42,10 @@ struct Candidate<'e> {
 /// signature, a wire version in common with this node, not `excluded` in this call (it refused
 /// for a wire reason), and, with `newest_only`, the newest such version. Replicas failing their
 /// health check are passed over, unless more than half the eligible ones fail (the panic
-/// threshold, `NodeBuilder::panic_threshold`: then all are called, and a WARN says so). Among those it prefers, in this order,
-/// providers that have neither failed in this call (`avoid`) nor been ejected lately (failure
-/// accrual, at most half of them), then those that have not failed in this call, then any.
+/// threshold, `NodeBuilder::panic_threshold`: then all are called, and a WARN says so). Among
+/// those it prefers, in this order, providers that have neither failed in this call (`avoid`)
+/// nor been ejected lately (failure accrual, at most half of them), then those that have not
+/// failed in this call, then any.
 /// Within the preferred ones it takes two in turn, the turn shared by every client of the
 /// service on this node, and sends to the one with fewer requests outstanding (power of two
 /// choices; turns rather than random picks, so that a quiet client spreads its calls exactly
