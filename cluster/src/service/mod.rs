@@ -3,6 +3,7 @@
 
 mod codec;
 mod description;
+pub mod shape;
 
 pub(crate) use codec::decode_within;
 pub use codec::{CodecError, MAX_DEPTH, decode, encode};
