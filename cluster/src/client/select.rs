@@ -48,7 +48,7 @@ pub(crate) fn choose(
         .filter(|e| client.requirement.matches(&e.description.version))
         .filter(|e| speaks_with(client, e) && !excluded.contains(&e.node.name))
         .filter_map(|e| {
-            let (index, _) = e.description.function(&wanted.name, &wanted.signature)?;
+            let (index, _) = e.description.find_compatible(wanted)?;
             let failed_here = avoid.iter().any(|a| a.node == e.node);
             let rank = match (failed_here, client.node.peers.is_ejected(e.node.addr)) {
                 (false, false) => 0,
@@ -132,16 +132,12 @@ fn miss(
     let serving: Vec<&Arc<ServiceEntry>> = entries
         .iter()
         .filter(|e| client.requirement.matches(&e.description.version))
-        .filter(|e| {
-            e.description
-                .function(&wanted.name, &wanted.signature)
-                .is_some()
-        })
+        .filter(|e| e.description.find_compatible(wanted).is_some())
         .collect();
     if serving.is_empty() {
         return Miss {
             reason: Reason::NoFunction,
-            detail: format!("wanted `{}`", wanted.signature),
+            detail: super::report::function_miss(wanted, &entries, &client.requirement),
             available,
         };
     }

@@ -12,7 +12,6 @@ use super::{DispatchError, DispatchFuture, Provide};
 use crate::context::{Context, Received};
 use crate::error::Reason;
 use crate::layer::{ProviderLayer, Served};
-use crate::service::signature_hash;
 use crate::transport::{Reply, Request};
 
 /// Routes requests to the services a node hosts.
@@ -90,7 +89,7 @@ impl Dispatcher {
             .functions
             .iter()
             .enumerate()
-            .map(|(i, f)| (f.name.clone(), (i, signature_hash(&f.signature))))
+            .map(|(i, f)| (f.name.clone(), (i, f.hash())))
             .collect();
         let hosted = Arc::new(Hosted {
             provider,

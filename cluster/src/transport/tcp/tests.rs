@@ -35,6 +35,7 @@ fn description() -> &'static ServiceDescription {
         let function = |name: &str| FunctionDescription {
             name: name.to_owned(),
             signature: format!("{name}(Vec<u8>) -> Vec<u8>"),
+            shape: None,
             idempotent: true,
             options: CallOptions::default(),
         };
