@@ -5,6 +5,7 @@
 mod support;
 
 mod budget;
+mod compat;
 mod errors;
 mod lookup;
 mod outcomes;
