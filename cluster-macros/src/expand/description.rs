@@ -6,8 +6,8 @@ use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 
 use crate::model::Service;
-use crate::signature::normalize;
 use crate::options::{Options, Retry};
+use crate::signature::normalize;
 
 /// The `description()` associated function of the client.
 pub(super) fn expand(service: &Service, p: &TokenStream) -> TokenStream {

@@ -54,11 +54,7 @@ impl Client {
             description,
             requirement: Arc::new(description.requirement()),
             defaults: CallOptions::new(),
-            signatures: description
-                .functions
-                .iter()
-                .map(|f| f.hash())
-                .collect(),
+            signatures: description.functions.iter().map(|f| f.hash()).collect(),
             turn: Arc::default(),
         }
     }

@@ -70,7 +70,11 @@ pub(super) fn function_miss(
         .iter()
         .filter(|e| requirement.matches(&e.description.version))
         .filter_map(|e| {
-            let f = e.description.functions.iter().find(|f| f.name == wanted.name)?;
+            let f = e
+                .description
+                .functions
+                .iter()
+                .find(|f| f.name == wanted.name)?;
             let part = wanted
                 .calls(f)
                 .err()

@@ -100,7 +100,10 @@ impl fmt::Display for Change {
                 "old clients require {requirement}, which excludes version {new}"
             ),
             Change::NoLongerIdempotent { function } => {
-                write!(f, "`{function}` is no longer idempotent: no retry once it may have run")
+                write!(
+                    f,
+                    "`{function}` is no longer idempotent: no retry once it may have run"
+                )
             }
         }
     }
@@ -264,7 +267,10 @@ mod tests {
         let new = function::<HitRetyped>("search", "Vec<Hit>");
         let mismatch = old.calls(&new).unwrap_err();
         assert_eq!(mismatch.at, "the result, the items, field `id`");
-        assert_eq!((mismatch.client.as_str(), mismatch.provider.as_str()), ("u64", "u32"));
+        assert_eq!(
+            (mismatch.client.as_str(), mismatch.provider.as_str()),
+            ("u64", "u32")
+        );
     }
 
     #[test]

@@ -135,8 +135,7 @@ impl FunctionShape {
             readable(client, provider).map_err(|m| m.within(&format!("argument {}", n + 1)))?;
         }
         // The result travels the other way: the provider writes it, the client reads it.
-        readable(&provider.output, &self.output)
-            .map_err(|m| m.within("the result").swapped())
+        readable(&provider.output, &self.output).map_err(|m| m.within("the result").swapped())
     }
 }
 

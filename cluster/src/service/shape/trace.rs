@@ -593,10 +593,7 @@ impl<'de> de::MapAccess<'de> for Entry<'_> {
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
         match traced_at(self.state, "{value}", self.value, seed) {
             Err(Error::Recursion(name)) => {
-                let cut = Shape::Map(
-                    Box::new(self.key.clone()),
-                    Box::new(Shape::Recursive(name)),
-                );
+                let cut = Shape::Map(Box::new(self.key.clone()), Box::new(Shape::Recursive(name)));
                 self.state.cut = Some((self.here.clone(), cut));
                 Err(Error::Restart)
             }
