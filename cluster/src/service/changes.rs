@@ -26,9 +26,9 @@ pub enum Change {
     Compatible {
         /// The function.
         function: String,
-        /// Old signature text.
+        /// Old canonical shape (the signature text without one).
         old: String,
-        /// New signature text.
+        /// New canonical shape (the signature text without one).
         new: String,
     },
     /// Clients of old cannot call providers of new.
@@ -145,8 +145,8 @@ pub fn changes(old: &ServiceDescription, new: &ServiceDescription) -> Vec<Change
         if upgrade.is_ok() && rollback.is_ok() && before.hash() != after.hash() {
             found.push(Change::Compatible {
                 function: function.clone(),
-                old: before.signature.clone(),
-                new: after.signature.clone(),
+                old: canonical(before),
+                new: canonical(after),
             });
         }
         if before.idempotent && !after.idempotent {
@@ -170,6 +170,13 @@ pub fn breaking_changes(old: &ServiceDescription, new: &ServiceDescription) -> V
         .into_iter()
         .filter(Change::is_breaking)
         .collect()
+}
+
+fn canonical(function: &FunctionDescription) -> String {
+    function
+        .shape
+        .as_ref()
+        .map_or_else(|| function.signature.clone(), ToString::to_string)
 }
 
 fn named<'a>(description: &'a ServiceDescription, name: &str) -> Option<&'a FunctionDescription> {
@@ -242,9 +249,12 @@ mod tests {
         assert_eq!(new.calls(&old), Ok(()));
         assert_ne!(old.hash(), new.hash());
         let found = changes(&service(0, vec![old]), &service(1, vec![new]));
-        assert!(
-            matches!(found.as_slice(), [Change::Compatible { .. }]),
-            "{found:?}"
+        assert_eq!(
+            found.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "compatible: `search` changed compatibly: `(str) -> [{id: u64, title: str}]` -> \
+              `(str) -> [{id: u64, title: str, score?: option<f32>}]`"
+            ]
         );
     }
 
