@@ -137,7 +137,7 @@ fn miss(
     if serving.is_empty() {
         return Miss {
             reason: Reason::NoFunction,
-            detail: super::report::function_miss(wanted, &entries, &client.requirement),
+            detail: super::report::function_miss(wanted, entries, &client.requirement),
             available,
         };
     }
