@@ -12,6 +12,7 @@ use super::{DispatchError, DispatchFuture, Provide};
 use crate::context::{Context, Received};
 use crate::error::Reason;
 use crate::layer::{ProviderLayer, Served};
+use crate::service::signature_hash;
 use crate::transport::{Reply, Request};
 
 /// Routes requests to the services a node hosts.
@@ -24,8 +25,9 @@ pub(crate) struct Dispatcher {
 
 struct Hosted {
     provider: Arc<dyn Provide>,
-    // name -> (index, signature hash): a request names the function and the signature it means.
-    functions: Names<(usize, u64)>,
+    // name -> (index, shape hash, signature text hash): a request names the function and the
+    // hash of the shape it checked; a build from before shapes sends the text's hash.
+    functions: Names<(usize, u64, u64)>,
 }
 
 /// A map from names, read on every request. FNV-1a hashes such short keys several times faster
@@ -89,7 +91,7 @@ impl Dispatcher {
             .functions
             .iter()
             .enumerate()
-            .map(|(i, f)| (f.name.clone(), (i, f.hash())))
+            .map(|(i, f)| (f.name.clone(), (i, f.hash(), signature_hash(&f.signature))))
             .collect();
         let hosted = Arc::new(Hosted {
             provider,
@@ -217,14 +219,14 @@ impl Dispatcher {
                 format!("this node does not provide `{}`", request.service),
             ));
         };
-        let Some(&(index, signature)) = hosted.functions.get(request.function.as_ref()) else {
+        let Some(&(index, shape, text)) = hosted.functions.get(request.function.as_ref()) else {
             let detail = format!(
                 "`{}` has no function `{}`",
                 request.service, request.function
             );
             return Err(refuse(Reason::NoFunction, detail));
         };
-        if signature != request.signature {
+        if request.signature != shape && request.signature != text {
             let detail = format!(
                 "`{}.{}` has another signature here",
                 request.service, request.function

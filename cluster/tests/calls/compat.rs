@@ -275,3 +275,35 @@ async fn an_added_optional_field_is_called_and_a_changed_type_is_not() {
         );
     }
 }
+
+/// A registry entry of a build from before shapes (no `shape`): the client compares the
+/// signature texts and sends the text's hash, which the provider still accepts.
+#[tokio::test(start_paused = true)]
+async fn an_entry_without_shapes_is_called_by_its_signature_text() {
+    use cluster::Registry;
+    let cluster = Cluster::memory();
+    let (_p, engine) = cluster.provider("p", Mode::Answer).await;
+    let entry = cluster.registry.lookup("search")[0].clone();
+    let mut bare = (*entry.description).clone();
+    for function in &mut bare.functions {
+        function.shape = None;
+    }
+    let bare = cluster::registry::ServiceEntry::new(entry.node.clone(), Arc::new(bare));
+    cluster.registry.register(bare).await.unwrap();
+    let client = SearchClient::new(&cluster.node("client").await);
+    until("the entry without shapes is read", || {
+        client_sees_no_shape(&cluster.registry)
+    })
+    .await;
+    let hits = client.search("rust".into()).no_retry().await.unwrap();
+    assert_eq!(hits[0].title, "rust from p");
+    assert_eq!(engine.counters.started(), 1);
+}
+
+fn client_sees_no_shape(registry: &cluster::MemoryRegistry) -> bool {
+    use cluster::Registry;
+    registry
+        .lookup("search")
+        .iter()
+        .all(|e| e.description.functions.iter().all(|f| f.shape.is_none()))
+}
