@@ -221,6 +221,13 @@ mod tests {
         title: String,
     }
 
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct HitTextId {
+        id: String,
+        title: String,
+    }
+
     fn function<T: serde::de::DeserializeOwned>(name: &str, written: &str) -> FunctionDescription {
         FunctionDescription::new(name, &format!("{name}(String) -> {written}"), true, {
             CallOptions::new()
@@ -274,12 +281,26 @@ mod tests {
     #[test]
     fn a_changed_field_type_is_incompatible_and_named() {
         let old = function::<HitV20>("search", "Vec<Hit>");
-        let new = function::<HitRetyped>("search", "Vec<Hit>");
+        let new = function::<HitTextId>("search", "Vec<Hit>");
         let mismatch = old.calls(&new).unwrap_err();
         assert_eq!(mismatch.at, "the result, the items, field `id`");
         assert_eq!(
             (mismatch.client.as_str(), mismatch.provider.as_str()),
-            ("u64", "u32")
+            ("u64", "str")
+        );
+    }
+
+    #[test]
+    fn a_wider_integer_reads_a_narrower_one_not_the_reverse() {
+        let narrow = function::<HitRetyped>("search", "Vec<Hit>");
+        let wide = function::<HitV20>("search", "Vec<Hit>");
+        // The provider writes u32 ids, the client reads u64: every value fits.
+        assert_eq!(wide.calls(&narrow), Ok(()));
+        let found = breaking_changes(&service(0, vec![narrow]), &service(1, vec![wide]));
+        // Old clients read u32 and new providers write u64: a large id would not fit.
+        assert!(
+            matches!(found.as_slice(), [Change::BreaksOldClients { .. }]),
+            "{found:?}"
         );
     }
 

@@ -185,7 +185,7 @@ async fn an_alias_calls_a_provider_that_writes_the_type_it_names() {
 }
 
 /// 2.0 providers whose `Hit` differs from the client's: one more optional field (compatible),
-/// `id` of another type (not).
+/// `id` a string (not).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScoredHit {
     pub id: u64,
@@ -194,8 +194,8 @@ pub struct ScoredHit {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NarrowHit {
-    pub id: u32,
+pub struct TextIdHit {
+    pub id: String,
     pub title: String,
 }
 
@@ -210,14 +210,14 @@ mod scored {
     }
 }
 
-mod narrow {
+mod text_id {
     #[cluster::service(name = "search", version = "2.0.0")]
     pub trait Search {
         #[call(idempotent)]
         async fn search(
             &self,
             query: String,
-        ) -> Result<Vec<super::NarrowHit>, crate::support::SearchError>;
+        ) -> Result<Vec<super::TextIdHit>, crate::support::SearchError>;
     }
 }
 
@@ -231,10 +231,10 @@ impl scored::Search for Old {
     }
 }
 
-impl narrow::Search for Old {
-    async fn search(&self, query: String) -> Result<Vec<NarrowHit>, SearchError> {
-        Ok(vec![NarrowHit {
-            id: 7,
+impl text_id::Search for Old {
+    async fn search(&self, query: String) -> Result<Vec<TextIdHit>, SearchError> {
+        Ok(vec![TextIdHit {
+            id: "7".into(),
             title: query,
         }])
     }
@@ -243,9 +243,9 @@ impl narrow::Search for Old {
 #[tokio::test(start_paused = true)]
 async fn an_added_optional_field_is_called_and_a_changed_type_is_not() {
     let cluster = Cluster::memory();
-    let node = cluster.node("narrow").await;
+    let node = cluster.node("text-id").await;
     let _n = node
-        .serve(narrow::SearchServer::new(Old("narrow")))
+        .serve(text_id::SearchServer::new(Old("text-id")))
         .await
         .unwrap();
     let client = SearchClient::new(&cluster.node("client").await);
@@ -254,9 +254,9 @@ async fn an_added_optional_field_is_called_and_a_changed_type_is_not() {
     assert_eq!(
         e.detail(),
         "wanted `search(String) -> Result<Vec<Hit>, SearchError>`; providers have \
-         `search(String) -> Result<Vec<super::NarrowHit>, crate::support::SearchError>` \
-         (2.0.0 on narrow: the result, variant `Ok`, the items, field `id`: \
-         the client has u64, the provider u32)"
+         `search(String) -> Result<Vec<super::TextIdHit>, crate::support::SearchError>` \
+         (2.0.0 on text-id: the result, variant `Ok`, the items, field `id`: \
+         the client has u64, the provider str)"
     );
 
     let node = cluster.node("scored").await;

@@ -92,7 +92,20 @@ pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
         (Shape::Recursive(w), Shape::Recursive(r)) if w == r => Ok(()),
         (Shape::Opaque(w), Shape::Opaque(r)) if w == r => Ok(()),
         (w, r) if is_primitive(w) && w == r => Ok(()),
+        (w, r) if widens(w, r) => Ok(()),
         _ => differ(),
+    }
+}
+
+/// Whether every value of `writer` fits `reader`: the codec writes an integer in the fewest
+/// bytes that hold its value and reads it into any integer type it fits, and reads an `f32`
+/// as an `f64`. Not into 128 bits, which the codec writes another way.
+fn widens(writer: &Shape, reader: &Shape) -> bool {
+    match (writer, reader) {
+        (Shape::Uint(w), Shape::Uint(r)) | (Shape::Int(w), Shape::Int(r)) => w <= r && *r <= 64,
+        (Shape::Uint(w), Shape::Int(r)) => w < r && *r <= 64,
+        (Shape::Float(32), Shape::Float(64)) => true,
+        _ => false,
     }
 }
 
