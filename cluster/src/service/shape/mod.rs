@@ -51,6 +51,10 @@ pub enum Shape {
         name: String,
         /// Its fields, in declaration order.
         fields: Vec<Field>,
+        /// Whether it refuses fields it does not know (`#[serde(deny_unknown_fields)]`), as
+        /// probed by decoding it with one field more.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        closed: bool,
     },
     /// An enum; `name` is for people, the variants are what counts.
     Enum {
@@ -152,7 +156,8 @@ impl fmt::Display for FunctionShape {
     }
 }
 
-/// The canonical text: `{id: u64, score?: option<f32>}`, `map<str, u64>`, `enum{A, B(u8)}`.
+/// The canonical text: `{id: u64, score?: option<f32>}` (`{…}!` when it denies unknown fields),
+/// `map<str, u64>`, `enum{A, B(u8)}`.
 /// Names of structs and enums are left out: they do not travel.
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -173,7 +178,13 @@ impl fmt::Display for Shape {
                 list(f, items)?;
                 f.write_str(")")
             }
-            Shape::Struct { fields, .. } => fields_text(f, fields),
+            Shape::Struct { fields, closed, .. } => {
+                fields_text(f, fields)?;
+                if *closed {
+                    f.write_str("!")?;
+                }
+                Ok(())
+            }
             Shape::Enum { variants, .. } => {
                 f.write_str("enum{")?;
                 for (n, variant) in variants.iter().enumerate() {

@@ -74,7 +74,19 @@ pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
             }
             Ok(())
         }
-        (Shape::Struct { fields: w, .. }, Shape::Struct { fields: r, .. }) => fields(w, r),
+        (
+            Shape::Struct { fields: w, .. },
+            Shape::Struct {
+                fields: r, closed, ..
+            },
+        ) => {
+            if *closed && let Some(extra) = w.iter().find(|w| !r.iter().any(|r| r.name == w.name)) {
+                let at = format!("field `{}`", extra.name);
+                let refused = "none, and it denies unknown fields".to_owned();
+                return Err(Mismatch::new(&at, extra.shape.to_string(), refused));
+            }
+            fields(w, r)
+        }
         (Shape::Enum { variants: w, .. }, Shape::Enum { variants: r, .. }) => {
             // Each variant the writer may send must be known to the reader; the reader may know
             // more.

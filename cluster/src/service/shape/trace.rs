@@ -55,16 +55,20 @@ fn traced<T: DeserializeOwned>() -> Result<Shape, Error> {
         }
     }
     let mut shape = shape.ok_or_else(|| Error::Unsupported("no run completed".to_owned()))?;
-    // One run per field of each struct met, with that field left out.
+    // One run per field of each struct met, with that field left out; one with a field more.
     for (key, prefix, fields) in state.structs.clone() {
         for (n, field) in fields.iter().enumerate() {
-            state.begin(prefix.clone(), Some((key.clone(), n)));
+            state.begin(prefix.clone(), Some((key.clone(), Probe::Omit(n))));
             let mut slot = Shape::Unit;
             let omitted = T::deserialize(Tracer::new(&mut state, &mut slot)).is_ok();
             state
                 .optional
                 .insert((key.clone(), (*field).to_owned()), omitted);
         }
+        state.begin(prefix.clone(), Some((key.clone(), Probe::Extra)));
+        let mut slot = Shape::Unit;
+        let refused = T::deserialize(Tracer::new(&mut state, &mut slot)).is_err();
+        state.closed.insert(key, refused);
     }
     finish(&mut shape, &state, &mut Vec::new())?;
     Ok(shape)
@@ -84,9 +88,14 @@ fn finish(shape: &mut Shape, state: &State, open: &mut Vec<String>) -> Result<()
                 finish(item, state, open)?;
             }
         }
-        Shape::Struct { name, fields } => {
+        Shape::Struct {
+            name,
+            fields,
+            closed,
+        } => {
             let key = std::mem::take(name);
             *name = display_name(&key).to_owned();
+            *closed = state.closed.get(&key).copied().unwrap_or(false);
             for field in fields.iter_mut() {
                 field.optional = state
                     .optional
@@ -166,14 +175,28 @@ struct State {
     replay: Vec<usize>,
     /// Every struct met: key, the picks that led to it, its fields.
     structs: Vec<(String, Vec<usize>, &'static [&'static str])>,
-    /// This run leaves out field `n` of the first struct with this key.
-    probe: Option<(String, usize)>,
+    /// This run changes the first struct with this key.
+    probe: Option<(String, Probe)>,
     /// (struct key, field) -> whether the struct decoded without it.
     optional: HashMap<(String, String), bool>,
+    /// Struct key -> whether it refused a field more.
+    closed: HashMap<String, bool>,
 }
 
+/// How a probe run changes a struct.
+#[derive(Clone, Copy)]
+enum Probe {
+    /// Leaves this field out.
+    Omit(usize),
+    /// Adds a field it does not have.
+    Extra,
+}
+
+/// The field a probe adds: no struct has it.
+const EXTRA_FIELD: &str = "__cluster_shape_probe";
+
 impl State {
-    fn begin(&mut self, replay: Vec<usize>, probe: Option<(String, usize)>) {
+    fn begin(&mut self, replay: Vec<usize>, probe: Option<(String, Probe)>) {
         self.stack.clear();
         self.path.clear();
         self.cut = None;
@@ -419,15 +442,20 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
             let picks = self.state.picks.clone();
             self.state.structs.push((key.clone(), picks, fields));
         }
-        let omit = match &self.state.probe {
-            Some((probed, n)) if *probed == key => {
-                let n = *n;
-                // Only the first one met in the run.
+        let probe = match &self.state.probe {
+            // Only the first one met in the run.
+            Some((probed, probe)) if *probed == key => {
+                let probe = *probe;
                 self.state.probe = None;
-                Some(n)
+                Some(probe)
             }
             _ => None,
         };
+        let omit = match probe {
+            Some(Probe::Omit(n)) => Some(n),
+            _ => None,
+        };
+        let extra = matches!(probe, Some(Probe::Extra));
         self.state.stack.push(key.clone());
         let mut shapes = vec![Shape::Unit; fields.len()];
         let value = visitor.visit_map(Fields {
@@ -436,11 +464,13 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
             shapes: &mut shapes,
             next: 0,
             omit,
+            extra,
         });
         self.state.stack.pop();
         *self.out = Shape::Struct {
             name: key,
             fields: fields_of(fields, shapes),
+            closed: false,
         };
         value
     }
@@ -602,13 +632,14 @@ impl<'de> de::MapAccess<'de> for Entry<'_> {
     }
 }
 
-/// The fields of a struct, by name, maybe less the one being probed.
+/// The fields of a struct, by name, maybe less one or plus one for a probe.
 struct Fields<'s> {
     state: &'s mut State,
     names: &'static [&'static str],
     shapes: &'s mut [Shape],
     next: usize,
     omit: Option<usize>,
+    extra: bool,
 }
 
 impl<'de> de::MapAccess<'de> for Fields<'_> {
@@ -621,8 +652,10 @@ impl<'de> de::MapAccess<'de> for Fields<'_> {
         if Some(self.next) == self.omit {
             self.next += 1;
         }
-        let Some(name) = self.names.get(self.next) else {
-            return Ok(None);
+        let name = match self.names.get(self.next) {
+            Some(name) => *name,
+            None if self.next == self.names.len() && self.extra => EXTRA_FIELD,
+            None => return Ok(None),
         };
         seed.deserialize(name.into_deserializer()).map(Some)
     }
@@ -630,8 +663,11 @@ impl<'de> de::MapAccess<'de> for Fields<'_> {
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
         let n = self.next;
         self.next += 1;
-        let (name, out) = (self.names[n], &mut self.shapes[n]);
-        traced_at(self.state, name, out, seed)
+        let mut ignored = Shape::Unit;
+        match (self.names.get(n), self.shapes.get_mut(n)) {
+            (Some(name), Some(out)) => traced_at(self.state, name, out, seed),
+            _ => traced_at(self.state, EXTRA_FIELD, &mut ignored, seed),
+        }
     }
 }
 
@@ -713,6 +749,7 @@ impl<'de> de::VariantAccess<'de> for Choice<'_> {
             shapes: &mut shapes,
             next: 0,
             omit: None,
+            extra: false,
         });
         self.state.path.pop();
         let value = value?;
@@ -770,6 +807,28 @@ mod tests {
         assert_eq!(
             trace::<Hit>("Hit").to_string(),
             "{id: u64, title: str, score?: option<f32>, tags?: [str]}"
+        );
+    }
+
+    #[test]
+    fn a_struct_that_denies_unknown_fields_is_closed() {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Strict {
+            id: u64,
+        }
+        assert_eq!(trace::<Strict>("Strict").to_string(), "{id: u64}!");
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct Wider {
+            id: u64,
+            extra: Option<u8>,
+        }
+        let mismatch = super::super::readable(&trace::<Wider>("W"), &trace::<Strict>("S"));
+        assert_eq!(
+            mismatch.unwrap_err().to_string(),
+            "field `extra`: the client has option<u8>, the provider none, and it denies unknown fields"
         );
     }
 
