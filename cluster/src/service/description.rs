@@ -50,6 +50,9 @@ pub struct FunctionDescription {
     /// (`docs/compatibility.md`); `None` in entries of builds that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shape: Option<FunctionShape>,
+    /// [`hash`](Self::hash), computed on first use: a client takes it on every attempt.
+    #[serde(skip)]
+    pub(crate) cached_hash: HashCache,
     /// Whether running it twice is harmless, so it may be retried after it may have run.
     #[serde(default)]
     pub idempotent: bool,
@@ -129,6 +132,7 @@ impl FunctionDescription {
             name: name.to_owned(),
             signature: signature.to_owned(),
             shape: None,
+            cached_hash: HashCache::default(),
             idempotent,
             options,
         }
@@ -137,6 +141,7 @@ impl FunctionDescription {
     /// The same, with the wire shape `#[service]` traced.
     pub fn with_shape(mut self, shape: FunctionShape) -> Self {
         self.shape = Some(shape);
+        self.cached_hash = HashCache::default();
         self
     }
 
@@ -160,6 +165,13 @@ impl FunctionDescription {
     /// provider's function it chose (after checking it [`calls`](Self::calls) it), so the
     /// provider refuses only a client that judged another build than the one it reached.
     pub fn hash(&self) -> u64 {
+        // Not cached for a description whose fields are changed after the first call (they
+        // are public): only the registry's and the macro's, which nobody changes, are hashed
+        // on the call path.
+        *self.cached_hash.0.get_or_init(|| self.compute_hash())
+    }
+
+    fn compute_hash(&self) -> u64 {
         match &self.shape {
             Some(shape) => {
                 use std::fmt::Write;
@@ -204,6 +216,23 @@ fn same_major(v: &Version) -> VersionReq {
             patch: None,
             pre: Prerelease::EMPTY,
         }],
+    }
+}
+
+/// A cached hash that takes no part in comparisons, clones or encodings of the description.
+#[derive(Debug, Default)]
+pub(crate) struct HashCache(std::sync::OnceLock<u64>);
+
+impl Clone for HashCache {
+    fn clone(&self) -> Self {
+        // A clone may be changed: it computes its own.
+        Self::default()
+    }
+}
+
+impl PartialEq for HashCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 

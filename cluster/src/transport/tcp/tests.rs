@@ -36,6 +36,7 @@ fn description() -> &'static ServiceDescription {
             name: name.to_owned(),
             signature: format!("{name}(Vec<u8>) -> Vec<u8>"),
             shape: None,
+            cached_hash: Default::default(),
             idempotent: true,
             options: CallOptions::default(),
         };
