@@ -304,6 +304,35 @@ mod tests {
         );
     }
 
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    enum StateV1 {
+        Idle,
+        Busy,
+    }
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    enum StateV2 {
+        Idle,
+        Busy,
+        Draining,
+    }
+
+    #[test]
+    fn a_variant_added_to_a_result_breaks_old_clients_not_a_rollback() {
+        let old = function::<StateV1>("state", "Vec<State>");
+        let new = function::<StateV2>("state", "Vec<State>");
+        let found = breaking_changes(&service(0, vec![old]), &service(1, vec![new]));
+        let [Change::BreaksOldClients { mismatch, .. }] = found.as_slice() else {
+            panic!("{found:?}");
+        };
+        assert_eq!(
+            mismatch.to_string(),
+            "the result, the items, variant `Draining`: the client has none, the provider it"
+        );
+    }
+
     #[test]
     fn removed_and_added_functions_and_the_version() {
         let old = service(0, vec![function::<HitV20>("search", "Vec<Hit>")]);
