@@ -102,6 +102,10 @@ pub use transport::{DEFAULT_MAX_FRAME, MAX_FRAME_LIMIT, MemoryNetwork, WIRE_VERS
 struct CallsDoc;
 
 #[cfg(doctest)]
+#[doc = include_str!("../../docs/compatibility.md")]
+struct CompatibilityDoc;
+
+#[cfg(doctest)]
 #[doc = include_str!("../../docs/errors.md")]
 struct ErrorsDoc;
 

@@ -10,4 +10,5 @@ pub use crate::client::{Call, Client};
 pub use crate::node::Node;
 pub use crate::options::CallOptions;
 pub use crate::server::{DispatchFuture, Provide, dispatch_with, unknown_function};
+pub use crate::service::shape::{FunctionShape, trace};
 pub use crate::service::{FunctionDescription, ServiceDescription, version};

@@ -2,11 +2,12 @@
 //! their options), built once in a `LazyLock`.
 
 use proc_macro2::{Literal, TokenStream};
-use quote::quote;
+use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 
 use crate::model::Service;
 use crate::options::{Options, Retry};
+use crate::signature::normalize;
 
 /// The `description()` associated function of the client.
 pub(super) fn expand(service: &Service, p: &TokenStream) -> TokenStream {
@@ -28,8 +29,21 @@ pub(super) fn expand(service: &Service, p: &TokenStream) -> TokenStream {
         let signature = &method.signature;
         let idempotent = method.idempotent;
         let function_options = options(&method.options, p);
+        // The wire shape is traced from the real types when the description is first read:
+        // aliases are expanded by then. A type that cannot be traced keeps its text.
+        let args = method.args.iter().map(|arg| {
+            let ty = &arg.ty;
+            let text = normalize(ty.to_token_stream());
+            quote!(#p::trace::<#ty>(#text))
+        });
+        let output = &method.output;
+        let output_text = normalize(output.to_token_stream());
         quote! {
             #p::FunctionDescription::new(#name, #signature, #idempotent, #function_options)
+                .with_shape(#p::FunctionShape::new(
+                    ::std::vec![#(#args),*],
+                    #p::trace::<#output>(#output_text),
+                ))
         }
     });
     let vis = &service.item.vis;

@@ -231,7 +231,7 @@ impl<'a> Attempts<'a> {
     /// Runs the attempts of `request`, which takes `size` bytes in a frame.
     async fn run(
         &mut self,
-        request: Arc<Request>,
+        mut request: Arc<Request>,
         size: usize,
     ) -> Result<Vec<u8>, CallError<Infallible>> {
         loop {
@@ -290,6 +290,15 @@ impl<'a> Attempts<'a> {
             let in_flight = InFlight::start(peers.get(addr, chosen.entry.node.generation));
             // The attempts of one call are sequential: nothing else writes this meanwhile.
             let attempt = u32::try_from(number).unwrap_or(u32::MAX);
+            // The provider checks the hash of its own function, which `choose` found this client
+            // can call: a provider of another, compatible shape is sent its own (a copy, then).
+            let expected = chosen.entry.description.functions[chosen.function].hash();
+            if request.signature != expected {
+                request = Arc::new(Request {
+                    signature: expected,
+                    ..Request::clone(&request)
+                });
+            }
             request
                 .attempt
                 .store(attempt, std::sync::atomic::Ordering::Relaxed);

@@ -21,7 +21,7 @@ pub use call::{Call, CallFuture};
 
 use crate::node::{Node, NodeInner};
 use crate::options::CallOptions;
-use crate::service::{ServiceDescription, encode, signature_hash};
+use crate::service::{ServiceDescription, encode};
 
 /// The untyped client a generated `XClient` wraps: one service, through one node.
 #[derive(Clone)]
@@ -56,11 +56,7 @@ impl Client {
             description,
             requirement: Arc::new(description.requirement()),
             defaults: CallOptions::new(),
-            signatures: description
-                .functions
-                .iter()
-                .map(|f| signature_hash(&f.signature))
-                .collect(),
+            signatures: description.functions.iter().map(|f| f.hash()).collect(),
             turn: node.inner.peers.turn(&description.name),
         }
     }
@@ -72,7 +68,7 @@ impl Client {
         self
     }
 
-    /// Replaces the requirement put on providers' versions (default: caret on the client's
+    /// Replaces the requirement put on providers' versions (default: the client's major
     /// version, or the `compat` of `#[service]`).
     pub fn require(mut self, requirement: VersionReq) -> Self {
         self.requirement = Arc::new(requirement);

@@ -8,6 +8,7 @@ use crate::error::{
     CallError, CallReport, ProviderRef, Reason, RpcError, RpcErrorKind, ServiceError,
 };
 use crate::registry::ServiceEntry;
+use crate::service::FunctionDescription;
 
 pub(super) fn provider_ref(entry: &ServiceEntry) -> ProviderRef {
     ProviderRef {
@@ -54,5 +55,47 @@ fn empty_report(client: &Client, function: usize) -> CallReport {
         elapsed: Duration::ZERO,
         budget: None,
         retries_off: false,
+    }
+}
+
+/// The detail of `NoFunction`: what the client wanted, what each provider in range has under
+/// that name, and where the shapes part: `wanted `count(Tags) -> u64`; providers have
+/// `count(Vec<u8>) -> u64` (2.0.0 on node-a: argument 1: …)`.
+pub(super) fn function_miss(
+    wanted: &FunctionDescription,
+    entries: &[std::sync::Arc<ServiceEntry>],
+    requirement: &semver::VersionReq,
+) -> String {
+    let have: Vec<String> = entries
+        .iter()
+        .filter(|e| requirement.matches(&e.description.version))
+        .filter_map(|e| {
+            let f = e
+                .description
+                .functions
+                .iter()
+                .find(|f| f.name == wanted.name)?;
+            let part = wanted
+                .calls(f)
+                .err()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            Some(format!(
+                "`{}` ({} on {}{part})",
+                f.signature, e.description.version, e.node.name
+            ))
+        })
+        .collect();
+    if have.is_empty() {
+        format!(
+            "wanted `{}`; no provider in range has `{}`",
+            wanted.signature, wanted.name
+        )
+    } else {
+        format!(
+            "wanted `{}`; providers have {}",
+            wanted.signature,
+            have.join(", ")
+        )
     }
 }

@@ -65,7 +65,7 @@ pub(crate) fn choose(
         .filter(|e| client.requirement.matches(&e.description.version))
         .filter(|e| speaks_with(client, e) && !excluded.contains(&e.node.name))
         .filter_map(|e| {
-            let (index, _) = e.description.function(&wanted.name, &wanted.signature)?;
+            let (index, _) = e.description.find_compatible(wanted)?;
             Some(Candidate {
                 entry: e,
                 function: index,
@@ -192,16 +192,12 @@ fn miss(
     let serving: Vec<&Arc<ServiceEntry>> = entries
         .iter()
         .filter(|e| client.requirement.matches(&e.description.version))
-        .filter(|e| {
-            e.description
-                .function(&wanted.name, &wanted.signature)
-                .is_some()
-        })
+        .filter(|e| e.description.find_compatible(wanted).is_some())
         .collect();
     if serving.is_empty() {
         return Miss {
             reason: Reason::NoFunction,
-            detail: format!("wanted `{}`", wanted.signature),
+            detail: super::report::function_miss(wanted, entries, &client.requirement),
             available,
         };
     }

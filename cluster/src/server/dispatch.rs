@@ -28,8 +28,9 @@ pub(crate) struct Dispatcher {
 
 struct Hosted {
     provider: Arc<dyn Provide>,
-    // name -> (index, signature hash): a request names the function and the signature it means.
-    functions: Names<(usize, u64)>,
+    // name -> (index, shape hash, signature text hash): a request names the function and the
+    // hash of the shape it checked; a build from before shapes sends the text's hash.
+    functions: Names<(usize, u64, u64)>,
 }
 
 /// A map from names, read on every request. FNV-1a hashes such short keys several times faster
@@ -94,7 +95,7 @@ impl Dispatcher {
             .functions
             .iter()
             .enumerate()
-            .map(|(i, f)| (f.name.clone(), (i, signature_hash(&f.signature))))
+            .map(|(i, f)| (f.name.clone(), (i, f.hash(), signature_hash(&f.signature))))
             .collect();
         let hosted = Arc::new(Hosted {
             provider,
@@ -230,14 +231,14 @@ impl Dispatcher {
                 format!("this node does not provide `{}`", request.service),
             ));
         };
-        let Some(&(index, signature)) = hosted.functions.get(request.function.as_ref()) else {
+        let Some(&(index, shape, text)) = hosted.functions.get(request.function.as_ref()) else {
             let detail = format!(
                 "`{}` has no function `{}`",
                 request.service, request.function
             );
             return Err(refuse(Reason::NoFunction, detail));
         };
-        if signature != request.signature {
+        if request.signature != shape && request.signature != text {
             let detail = format!(
                 "`{}.{}` has another signature here",
                 request.service, request.function

@@ -1,6 +1,7 @@
 use semver::{BuildMetadata, Prerelease, Version, VersionReq};
 use serde::{Deserialize, Serialize};
 
+use super::shape::{FunctionShape, Mismatch};
 use crate::options::CallOptions;
 
 /// The newest version of the framework's wire protocol this build speaks (the handshake and the
@@ -21,7 +22,8 @@ pub struct ServiceDescription {
     pub name: String,
     /// The provider's version.
     pub version: Version,
-    /// The requirement a client of this build puts on providers, if not caret on `version`.
+    /// The requirement a client of this build puts on providers, if not the same major version
+    /// (the same minor for `0.x`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compat: Option<String>,
     /// Service-level call options: the provider's defaults for every function.
@@ -40,9 +42,17 @@ pub struct ServiceDescription {
 pub struct FunctionDescription {
     /// The function's name.
     pub name: String,
-    /// `name(Type, …) -> Ret`, types as written in the trait. Two functions with the same name
-    /// but another signature are different functions: a client is never routed to the other one.
+    /// `name(Type, …) -> Ret`, types as written in the trait: for people and messages. What
+    /// decides whether a client may call it is [`shape`](Self::shape), or this text where
+    /// either side has no shape.
     pub signature: String,
+    /// The wire shape of the arguments and result, traced from the real types at run time
+    /// (`docs/compatibility.md`); `None` in entries of builds that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<FunctionShape>,
+    /// [`hash`](Self::hash), computed on first use: a client takes it on every attempt.
+    #[serde(skip)]
+    pub(crate) cached_hash: HashCache,
     /// Whether running it twice is harmless, so it may be retried after it may have run.
     #[serde(default)]
     pub idempotent: bool,
@@ -71,21 +81,47 @@ impl ServiceDescription {
     }
 
     /// The requirement a client built from this description puts on providers: `compat` if
-    /// given, else caret on the version (`^2.1.0`: a 2.1 client is never sent to a 2.0 provider,
-    /// which may lack what 2.1 added).
+    /// given, else the same major version (`>=2.0.0, <3.0.0`; for `0.x` the same minor, as
+    /// semver has it). Within it, whether a provider has the function with a shape the client
+    /// can call decides ([`find_compatible`](Self::find_compatible)): a 2.1 client calls 2.0
+    /// providers for what 2.0 has.
     pub fn requirement(&self) -> VersionReq {
         self.compat
             .as_deref()
             .and_then(|c| VersionReq::parse(c).ok())
-            .unwrap_or_else(|| caret(&self.version))
+            .unwrap_or_else(|| same_major(&self.version))
     }
 
-    /// The function with this name and signature, and its index.
+    /// The function with this name and signature text, and its index.
     pub fn function(&self, name: &str, signature: &str) -> Option<(usize, &FunctionDescription)> {
         self.functions
             .iter()
             .enumerate()
             .find(|(_, f)| f.name == name && f.signature == signature)
+    }
+
+    /// The function a client that wants `wanted` may call here, and its index: the same name
+    /// and a compatible shape ([`FunctionDescription::calls`]).
+    pub fn find_compatible(
+        &self,
+        wanted: &FunctionDescription,
+    ) -> Option<(usize, &FunctionDescription)> {
+        self.functions
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.name == wanted.name && wanted.calls(f).is_ok())
+    }
+
+    /// The description as pretty JSON, to keep in a repository and compare in CI with
+    /// [`breaking_changes`](crate::service::breaking_changes).
+    pub fn to_json(&self) -> String {
+        // A description has only strings, numbers and maps with string keys: it always encodes.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// A description from what [`to_json`](Self::to_json) wrote.
+    pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(json)
     }
 }
 
@@ -95,8 +131,56 @@ impl FunctionDescription {
         Self {
             name: name.to_owned(),
             signature: signature.to_owned(),
+            shape: None,
+            cached_hash: HashCache::default(),
             idempotent,
             options,
+        }
+    }
+
+    /// The same, with the wire shape `#[service]` traced.
+    pub fn with_shape(mut self, shape: FunctionShape) -> Self {
+        self.shape = Some(shape);
+        self.cached_hash = HashCache::default();
+        self
+    }
+
+    /// Whether a client that wants this function can call `provider`'s (of the same name): the
+    /// provider reads the client's arguments and the client the provider's result. Compared by
+    /// shape when both sides have one, else by signature text.
+    pub fn calls(&self, provider: &FunctionDescription) -> Result<(), Mismatch> {
+        match (&self.shape, &provider.shape) {
+            (Some(client), Some(provider)) => client.calls(provider),
+            _ if self.signature == provider.signature => Ok(()),
+            _ => Err(Mismatch::new(
+                "the signature",
+                format!("`{}`", self.signature),
+                format!("`{}`", provider.signature),
+            )),
+        }
+    }
+
+    /// The hash a request for this function carries, which the provider checks: of the
+    /// canonical shape, or of the signature text without one. A client sends the hash of the
+    /// provider's function it chose (after checking it [`calls`](Self::calls) it), so the
+    /// provider refuses only a client that judged another build than the one it reached.
+    pub fn hash(&self) -> u64 {
+        // Not cached for a description whose fields are changed after the first call (they
+        // are public): only the registry's and the macro's, which nobody changes, are hashed
+        // on the call path.
+        *self.cached_hash.0.get_or_init(|| self.compute_hash())
+    }
+
+    fn compute_hash(&self) -> u64 {
+        match &self.shape {
+            Some(shape) => {
+                use std::fmt::Write;
+                let mut hash = Fnv(signature_hash("shape "));
+                // Writing to a hash cannot fail.
+                let _ = write!(hash, "{shape}");
+                hash.0
+            }
+            None => signature_hash(&self.signature),
         }
     }
 
@@ -122,15 +206,46 @@ impl FunctionDescription {
     }
 }
 
-fn caret(v: &Version) -> VersionReq {
+/// `^2` (`>=2.0.0, <3.0.0`), or `^0.3` (`>=0.3.0, <0.4.0`) for `0.x`.
+fn same_major(v: &Version) -> VersionReq {
     VersionReq {
         comparators: vec![semver::Comparator {
             op: semver::Op::Caret,
             major: v.major,
-            minor: Some(v.minor),
-            patch: Some(v.patch),
-            pre: v.pre.clone(),
+            minor: (v.major == 0).then_some(v.minor),
+            patch: None,
+            pre: Prerelease::EMPTY,
         }],
+    }
+}
+
+/// A cached hash that takes no part in comparisons, clones or encodings of the description.
+#[derive(Debug, Default)]
+pub(crate) struct HashCache(std::sync::OnceLock<u64>);
+
+impl Clone for HashCache {
+    fn clone(&self) -> Self {
+        // A clone may be changed: it computes its own.
+        Self::default()
+    }
+}
+
+impl PartialEq for HashCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// FNV-1a over what is written to it, without building the string.
+struct Fnv(u64);
+
+impl std::fmt::Write for Fnv {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        for byte in s.bytes() {
+            self.0 ^= byte as u64;
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        Ok(())
     }
 }
 
@@ -180,15 +295,21 @@ mod tests {
     }
 
     #[test]
-    fn the_default_requirement_is_caret_on_the_version() {
+    fn the_default_requirement_is_the_major_version() {
         let req = search(None).requirement();
         assert!(req.matches(&Version::new(2, 1, 0)));
         assert!(req.matches(&Version::new(2, 9, 3)));
         assert!(
-            !req.matches(&Version::new(2, 0, 9)),
-            "a 2.1 client must not reach a 2.0 provider"
+            req.matches(&Version::new(2, 0, 9)),
+            "a 2.1 client may reach a 2.0 provider: the shapes decide"
         );
+        assert!(!req.matches(&Version::new(1, 9, 0)));
         assert!(!req.matches(&Version::new(3, 0, 0)));
+        let mut zero = search(None);
+        zero.version = Version::new(0, 3, 1);
+        let req = zero.requirement();
+        assert!(req.matches(&Version::new(0, 3, 0)) && req.matches(&Version::new(0, 3, 9)));
+        assert!(!req.matches(&Version::new(0, 4, 0)) && !req.matches(&Version::new(0, 2, 0)));
         assert!(
             search(Some("=2.1.0"))
                 .requirement()

@@ -1,9 +1,12 @@
 //! What a provider is: its description (data that travels with its registry entry) and the codec
 //! its arguments and results are carried in.
 
+mod changes;
 mod codec;
 mod description;
+pub mod shape;
 
+pub use changes::{Change, breaking_changes, changes};
 pub(crate) use codec::decode_within;
 pub use codec::{CodecError, MAX_DEPTH, decode, encode};
 pub use description::{

@@ -6,6 +6,7 @@ mod support;
 
 mod accrual;
 mod budget;
+mod compat;
 mod errors;
 mod lookup;
 mod outcomes;

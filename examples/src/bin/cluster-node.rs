@@ -7,7 +7,12 @@
 //! cluster-node key                                      a new gossip key, in hex, for rotation
 //! cluster-node [run] --name NAME --certs DIR [--seed HOST:PORT]...
 //! cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...
+//! cluster-node compat OLD.json NEW.json                 what breaks clients between two descriptions
 //! ```
+//!
+//! `compat` reads two service descriptions written by `ServiceDescription::to_json`, prints each
+//! change (`breaking: …` or `compatible: …`, `docs/compatibility.md`) and exits 1 when one
+//! breaks clients of OLD on NEW providers or clients of NEW on a rollback to OLD.
 //!
 //! `run` prints `gossip=<addr> rpc=<addr>` on its first line of stdout, then serves until
 //! SIGTERM or ctrl-c (a clean leave) or SIGKILL (a crash). `--probe` serves the `probe` service
@@ -17,7 +22,7 @@
 use std::path::PathBuf;
 
 use cluster::registry::{GossipConfig, GossipRegistry};
-use cluster::{Identity, Keyring, Node};
+use cluster::{Identity, Keyring, Node, ServiceDescription};
 use examples::{Counter, DROPPED_REPORT_PERIOD, GreeterServer, Host, ProbeServer};
 
 const USAGE: &str = "usage:
@@ -26,7 +31,8 @@ const USAGE: &str = "usage:
   cluster-node key                 (prints a new gossip key: a line for gossip.key)
   cluster-node [run] --name NAME --certs DIR [--seed HOST:PORT]...
   cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...
-  run also takes --probe: serve the `probe` service beside `greeter` (for tests)";
+  run also takes --probe: serve the `probe` service beside `greeter` (for tests)
+  cluster-node compat OLD.json NEW.json   (exits 1 on a breaking change)";
 
 #[derive(Default)]
 struct Args {
@@ -88,9 +94,17 @@ fn parse(mut args: impl Iterator<Item = String>) -> Args {
 async fn main() {
     let mut args = std::env::args().skip(1).peekable();
     let command = match args.peek().map(String::as_str) {
-        Some("init" | "issue" | "run" | "key") => args.next().unwrap_or_default(),
+        Some("init" | "issue" | "run" | "key" | "compat") => args.next().unwrap_or_default(),
         _ => "run".to_owned(),
     };
+    if command == "compat" {
+        // Two paths, not flags: parsed here rather than by `parse`.
+        let files: Vec<String> = args.collect();
+        let [old, new] = files.as_slice() else {
+            fail("compat takes two files: OLD.json NEW.json");
+        };
+        std::process::exit(compat(old, new));
+    }
     let parsed = parse(args);
     let done = match command.as_str() {
         "init" => {
@@ -128,6 +142,29 @@ async fn main() {
         eprintln!("cluster-node: {e}");
         std::process::exit(1);
     }
+}
+
+/// Prints the changes from the description in `old` to the one in `new`; the exit code: 0, 1
+/// when one breaks clients, 2 when a file cannot be read.
+fn compat(old: &str, new: &str) -> i32 {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|json| ServiceDescription::from_json(&json).map_err(|e| e.to_string()))
+            .unwrap_or_else(|e| {
+                eprintln!("cluster-node: cannot read a service description from {path}: {e}");
+                std::process::exit(2);
+            })
+    };
+    let (old, new) = (read(old), read(new));
+    let changes = cluster::service::changes(&old, &new);
+    if changes.is_empty() {
+        println!("no change that matters to callers");
+    }
+    for change in &changes {
+        println!("{change}");
+    }
+    i32::from(changes.iter().any(|c| c.is_breaking()))
 }
 
 async fn run(args: Args) {

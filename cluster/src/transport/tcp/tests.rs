@@ -35,6 +35,8 @@ fn description() -> &'static ServiceDescription {
         let function = |name: &str| FunctionDescription {
             name: name.to_owned(),
             signature: format!("{name}(Vec<u8>) -> Vec<u8>"),
+            shape: None,
+            cached_hash: Default::default(),
             idempotent: true,
             options: CallOptions::default(),
         };

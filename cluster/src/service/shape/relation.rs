@@ -1,0 +1,181 @@
+//! When a value written in one shape can be read in another, given how the codec behaves
+//! (`service/codec.rs`): MessagePack maps with named fields, unknown fields skipped, missing
+//! `Option` and `#[serde(default)]` fields filled, enum variants by name, `Some(x)` written as
+//! `x`.
+
+use std::fmt;
+
+use super::{Content, Field, Shape};
+
+/// Where two shapes part, and how each side has it there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Mismatch {
+    /// The place: `argument 1, field `tags``.
+    pub at: String,
+    /// The client's side there.
+    pub client: String,
+    /// The provider's side there.
+    pub provider: String,
+}
+
+impl Mismatch {
+    pub(crate) fn new(at: &str, client: String, provider: String) -> Self {
+        Self {
+            at: at.to_owned(),
+            client,
+            provider,
+        }
+    }
+
+    /// The same, one level further out: `outer, inner`.
+    pub(crate) fn within(mut self, outer: &str) -> Self {
+        self.at = if self.at.is_empty() {
+            outer.to_owned()
+        } else {
+            format!("{outer}, {}", self.at)
+        };
+        self
+    }
+
+    /// Found with the provider as the writer (the result): put each side in its place.
+    pub(crate) fn swapped(mut self) -> Self {
+        std::mem::swap(&mut self.client, &mut self.provider);
+        self
+    }
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: the client has {}, the provider {}",
+            self.at, self.client, self.provider
+        )
+    }
+}
+
+/// Whether every value the `writer` shape produces decodes in the `reader` shape. Mismatches
+/// name the writer's side as `client` (flip with [`Mismatch::swapped`]).
+pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
+    let differ = || Err(Mismatch::new("", writer.to_string(), reader.to_string()));
+    match (writer, reader) {
+        (Shape::Option(w), Shape::Option(r)) => readable(w, r),
+        // `Some(x)` is written as `x`, so a plain value reads as an option.
+        (w, Shape::Option(r)) if !matches!(w, Shape::Option(_)) => readable(w, r),
+        (Shape::Seq(w), Shape::Seq(r)) => readable(w, r).map_err(|m| m.within("the items")),
+        (Shape::Map(wk, wv), Shape::Map(rk, rv)) => {
+            readable(wk, rk).map_err(|m| m.within("the keys"))?;
+            readable(wv, rv).map_err(|m| m.within("the values"))
+        }
+        (Shape::Tuple(w), Shape::Tuple(r)) if w.len() == r.len() => {
+            for (n, (w, r)) in w.iter().zip(r).enumerate() {
+                readable(w, r).map_err(|m| m.within(&format!("item {n}")))?;
+            }
+            Ok(())
+        }
+        (
+            Shape::Struct { fields: w, .. },
+            Shape::Struct {
+                fields: r, closed, ..
+            },
+        ) => {
+            if *closed && let Some(extra) = w.iter().find(|w| !r.iter().any(|r| r.name == w.name)) {
+                let at = format!("field `{}`", extra.name);
+                let refused = "none, and it denies unknown fields".to_owned();
+                return Err(Mismatch::new(&at, extra.shape.to_string(), refused));
+            }
+            fields(w, r)
+        }
+        (Shape::Enum { variants: w, .. }, Shape::Enum { variants: r, .. }) => {
+            // Each variant the writer may send must be known to the reader; the reader may know
+            // more.
+            for variant in w {
+                let at = format!("variant `{}`", variant.name);
+                let Some(known) = r.iter().find(|v| v.name == variant.name) else {
+                    return Err(Mismatch::new(&at, "it".to_owned(), "none".to_owned()));
+                };
+                content(&variant.content, &known.content).map_err(|m| m.within(&at))?;
+            }
+            Ok(())
+        }
+        // Names of structs do not travel, but a recursive reference is only ever compared to
+        // another of the same type.
+        (Shape::Recursive(w), Shape::Recursive(r)) if w == r => Ok(()),
+        (Shape::Opaque(w), Shape::Opaque(r)) if w == r => Ok(()),
+        (w, r) if is_primitive(w) && w == r => Ok(()),
+        (w, r) if widens(w, r) => Ok(()),
+        _ => differ(),
+    }
+}
+
+/// Whether every value of `writer` fits `reader`: the codec writes an integer in the fewest
+/// bytes that hold its value and reads it into any integer type it fits, and reads an `f32`
+/// as an `f64`. Not into 128 bits, which the codec writes another way.
+fn widens(writer: &Shape, reader: &Shape) -> bool {
+    match (writer, reader) {
+        (Shape::Uint(w), Shape::Uint(r)) | (Shape::Int(w), Shape::Int(r)) => w <= r && *r <= 64,
+        (Shape::Uint(w), Shape::Int(r)) => w < r && *r <= 64,
+        (Shape::Float(32), Shape::Float(64)) => true,
+        _ => false,
+    }
+}
+
+fn is_primitive(shape: &Shape) -> bool {
+    matches!(
+        shape,
+        Shape::Bool
+            | Shape::Int(_)
+            | Shape::Uint(_)
+            | Shape::Float(_)
+            | Shape::Char
+            | Shape::Str
+            | Shape::Bytes
+            | Shape::Unit
+    )
+}
+
+fn content(writer: &Content, reader: &Content) -> Result<(), Mismatch> {
+    match (writer, reader) {
+        (Content::Unit, Content::Unit) => Ok(()),
+        (Content::Newtype(w), Content::Newtype(r)) => readable(w, r),
+        (Content::Tuple(w), Content::Tuple(r)) => {
+            readable(&Shape::Tuple(w.clone()), &Shape::Tuple(r.clone()))
+        }
+        (Content::Struct(w), Content::Struct(r)) => fields(w, r),
+        _ => Err(Mismatch::new(
+            "",
+            kind(writer).to_owned(),
+            kind(reader).to_owned(),
+        )),
+    }
+}
+
+fn kind(content: &Content) -> &'static str {
+    match content {
+        Content::Unit => "a unit variant",
+        Content::Newtype(_) => "a newtype variant",
+        Content::Tuple(_) => "a tuple variant",
+        Content::Struct(_) => "a struct variant",
+    }
+}
+
+/// Fields the writer has and the reader lacks are skipped; fields the reader has and the
+/// writer lacks must be optional to the reader; common fields must be readable.
+fn fields(writer: &[Field], reader: &[Field]) -> Result<(), Mismatch> {
+    for field in reader {
+        let at = format!("field `{}`", field.name);
+        match writer.iter().find(|w| w.name == field.name) {
+            Some(w) => readable(&w.shape, &field.shape).map_err(|m| m.within(&at))?,
+            None if field.optional => {}
+            None => {
+                return Err(Mismatch::new(
+                    &at,
+                    "none".to_owned(),
+                    format!("{} (required)", field.shape),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,879 @@
+//! Tracing a type's shape: its `Deserialize` impl is run against a deserializer that hands it
+//! made-up values (0, "", one item per sequence) and writes down what it asks for.
+//!
+//! An enum is asked for one variant per run, so the type is traced again until every variant
+//! of every enum met has been seen. A recursive type is cut where it comes round again: a
+//! sequence there is read as empty, an `Option` or a map as absent (one run more), an enum as a
+//! variant already seen. Then, for every struct, one run per field with the field left out:
+//! the struct decodes without it exactly when it is an `Option` or `#[serde(default)]`, which is
+//! what the codec does with a field that a peer lacks.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
+
+use super::{Content, Field, Shape, Variant};
+
+/// Runs at most this many times per type: enough for dozens of enums.
+const MAX_RUNS: usize = 256;
+/// Picks of one variant that failed this often end the trace (its values cannot be made up).
+const MAX_ATTEMPTS: u32 = 4;
+
+/// The shape of `T`, or `Shape::Opaque(written)` when its `Deserialize` cannot be traced (it
+/// uses `deserialize_any`, as `serde_json::Value`, untagged and internally tagged enums and
+/// `#[serde(flatten)]` do, or it refuses every made-up value).
+pub fn trace<T: DeserializeOwned>(written: &str) -> Shape {
+    traced::<T>().unwrap_or_else(|_| Shape::Opaque(written.to_owned()))
+}
+
+fn traced<T: DeserializeOwned>() -> Result<Shape, Error> {
+    let mut state = State::default();
+    let mut shape = None;
+    let mut runs = 0;
+    loop {
+        runs += 1;
+        if runs > MAX_RUNS {
+            return Err(Error::Unsupported("too many runs".to_owned()));
+        }
+        state.begin(Vec::new(), None);
+        let mut slot = Shape::Unit;
+        match T::deserialize(Tracer::new(&mut state, &mut slot)) {
+            Ok(_) => shape = Some(slot),
+            Err(Error::Restart) => {
+                if let Some((path, cut)) = state.cut.take() {
+                    state.cuts.insert(path, cut);
+                }
+                continue;
+            }
+            Err(e @ Error::Unsupported(_)) => return Err(e),
+            Err(e) if state.picks.is_empty() => return Err(e),
+            Err(_) => {}
+        }
+        if shape.is_some() && state.complete() {
+            break;
+        }
+    }
+    let mut shape = shape.ok_or_else(|| Error::Unsupported("no run completed".to_owned()))?;
+    // One run per field of each struct met, with that field left out; one with a field more.
+    for (key, prefix, fields) in state.structs.clone() {
+        for (n, field) in fields.iter().enumerate() {
+            state.begin(prefix.clone(), Some((key.clone(), Probe::Omit(n))));
+            let mut slot = Shape::Unit;
+            let omitted = T::deserialize(Tracer::new(&mut state, &mut slot)).is_ok();
+            state
+                .optional
+                .insert((key.clone(), (*field).to_owned()), omitted);
+        }
+        state.begin(prefix.clone(), Some((key.clone(), Probe::Extra)));
+        let mut slot = Shape::Unit;
+        let refused = T::deserialize(Tracer::new(&mut state, &mut slot)).is_err();
+        state.closed.insert(key, refused);
+    }
+    finish(&mut shape, &state, &mut Vec::new())?;
+    Ok(shape)
+}
+
+/// Replaces the keys the runs wrote (`name\0fields`) by names, fills in each enum's variants
+/// and each field's `optional`.
+fn finish(shape: &mut Shape, state: &State, open: &mut Vec<String>) -> Result<(), Error> {
+    match shape {
+        Shape::Option(inner) | Shape::Seq(inner) => finish(inner, state, open)?,
+        Shape::Map(key, value) => {
+            finish(key, state, open)?;
+            finish(value, state, open)?;
+        }
+        Shape::Tuple(items) => {
+            for item in items {
+                finish(item, state, open)?;
+            }
+        }
+        Shape::Struct {
+            name,
+            fields,
+            closed,
+        } => {
+            let key = std::mem::take(name);
+            *name = display_name(&key).to_owned();
+            *closed = state.closed.get(&key).copied().unwrap_or(false);
+            for field in fields.iter_mut() {
+                field.optional = state
+                    .optional
+                    .get(&(key.clone(), field.name.clone()))
+                    .copied()
+                    .unwrap_or(false);
+                finish(&mut field.shape, state, open)?;
+            }
+        }
+        Shape::Enum { name, variants } => {
+            let key = std::mem::take(name);
+            *name = display_name(&key).to_owned();
+            if open.contains(&key) {
+                *shape = Shape::Recursive(display_name(&key).to_owned());
+                return Ok(());
+            }
+            let seen = state.variants.get(&key).ok_or(Error::Restart)?;
+            open.push(key.clone());
+            for (variant, content) in state.names[&key].iter().zip(seen) {
+                let mut content = content
+                    .clone()
+                    .ok_or_else(|| Error::Unsupported(format!("variant {variant} unseen")))?;
+                match &mut content {
+                    Content::Unit => {}
+                    Content::Newtype(inner) => finish(inner, state, open)?,
+                    Content::Tuple(items) => {
+                        for item in items {
+                            finish(item, state, open)?;
+                        }
+                    }
+                    Content::Struct(fields) => {
+                        for field in fields {
+                            finish(&mut field.shape, state, open)?;
+                        }
+                    }
+                }
+                variants.push(Variant {
+                    name: (*variant).to_owned(),
+                    content,
+                });
+            }
+            open.pop();
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn display_name(key: &str) -> &str {
+    key.split('\0').next().unwrap_or(key)
+}
+
+fn container_key(name: &str, parts: &[&str]) -> String {
+    format!("{name}\0{}", parts.join(","))
+}
+
+/// What the runs have learnt so far, and the state of the current run.
+#[derive(Default)]
+struct State {
+    /// Enum key -> which variants were traced to the end, and how often each was picked.
+    progress: HashMap<String, (Vec<bool>, Vec<u32>)>,
+    /// Enum key -> what each variant carries, once seen.
+    variants: HashMap<String, Vec<Option<Content>>>,
+    /// Enum key -> its variant names.
+    names: HashMap<String, &'static [&'static str]>,
+    /// Keys of the structs and enums open in this run.
+    stack: Vec<String>,
+    /// Where this run is, as field names: where an `Option` or a map is cut.
+    path: Vec<String>,
+    /// Places read as absent, and the shape written there.
+    cuts: HashMap<String, Shape>,
+    /// A cut found in this run: the run restarts with it.
+    cut: Option<(String, Shape)>,
+    /// The variants picked in this run, in order.
+    picks: Vec<usize>,
+    /// Picks to make first (to reach a struct again for a probe).
+    replay: Vec<usize>,
+    /// Every struct met: key, the picks that led to it, its fields.
+    structs: Vec<(String, Vec<usize>, &'static [&'static str])>,
+    /// This run changes the first struct with this key.
+    probe: Option<(String, Probe)>,
+    /// (struct key, field) -> whether the struct decoded without it.
+    optional: HashMap<(String, String), bool>,
+    /// Struct key -> whether it refused a field more.
+    closed: HashMap<String, bool>,
+}
+
+/// How a probe run changes a struct.
+#[derive(Clone, Copy)]
+enum Probe {
+    /// Leaves this field out.
+    Omit(usize),
+    /// Adds a field it does not have.
+    Extra,
+}
+
+/// The field a probe adds: no struct has it.
+const EXTRA_FIELD: &str = "__cluster_shape_probe";
+
+impl State {
+    fn begin(&mut self, replay: Vec<usize>, probe: Option<(String, Probe)>) {
+        self.stack.clear();
+        self.path.clear();
+        self.cut = None;
+        self.picks.clear();
+        self.replay = replay;
+        self.probe = probe;
+    }
+
+    /// Whether every variant of every enum met has been traced.
+    fn complete(&self) -> bool {
+        self.progress
+            .values()
+            .all(|(done, _)| done.iter().all(|d| *d))
+    }
+
+    /// The variant to hand out for this enum in this run.
+    fn pick(&mut self, key: &str, on_stack: bool) -> Result<usize, Error> {
+        let turn = self.picks.len();
+        let (done, attempts) = self.progress.get_mut(key).ok_or(Error::Restart)?;
+        let pick = if let Some(&replayed) = self.replay.get(turn) {
+            replayed
+        } else if let Some(first_done) = done.iter().position(|d| *d).filter(|_| on_stack) {
+            // Inside itself: a variant known to end, so the value ends.
+            first_done
+        } else if let Some(next) = (0..done.len())
+            .filter(|&n| !done[n])
+            .min_by_key(|&n| attempts[n])
+        {
+            if attempts[next] >= MAX_ATTEMPTS {
+                return Err(Error::Unsupported(format!("variant {next} of {key}")));
+            }
+            next
+        } else {
+            0
+        };
+        attempts[pick] += 1;
+        self.picks.push(pick);
+        Ok(pick)
+    }
+
+    fn here(&self) -> String {
+        self.path.join("/")
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug)]
+enum Error {
+    /// The struct of this name is already open: the caller cuts here.
+    Recursion(String),
+    /// A cut was found; the run starts again with it.
+    Restart,
+    /// The type cannot be traced.
+    Unsupported(String),
+    /// The type refused a made-up value.
+    Custom(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Recursion(name) => write!(f, "{name} comes round again"),
+            Error::Restart => f.write_str("a cut was found"),
+            Error::Unsupported(what) | Error::Custom(what) => f.write_str(what),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl de::Error for Error {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Error::Custom(msg.to_string())
+    }
+}
+
+/// The deserializer of one value, writing its shape to `out`.
+struct Tracer<'s> {
+    state: &'s mut State,
+    out: &'s mut Shape,
+}
+
+impl<'s> Tracer<'s> {
+    fn new(state: &'s mut State, out: &'s mut Shape) -> Self {
+        Self { state, out }
+    }
+
+    fn leaf<V>(self, shape: Shape, value: Result<V, Error>) -> Result<V, Error> {
+        *self.out = shape;
+        value
+    }
+}
+
+macro_rules! primitive {
+    ($($method:ident => $shape:expr, $visit:ident($($value:expr)?);)*) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+                let value = visitor.$visit($($value)?);
+                self.leaf($shape, value)
+            }
+        )*
+    };
+}
+
+impl<'de> de::Deserializer<'de> for Tracer<'_> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
+        Err(Error::Unsupported("deserialize_any".to_owned()))
+    }
+
+    primitive! {
+        deserialize_bool => Shape::Bool, visit_bool(false);
+        deserialize_i8 => Shape::Int(8), visit_i8(0);
+        deserialize_i16 => Shape::Int(16), visit_i16(0);
+        deserialize_i32 => Shape::Int(32), visit_i32(0);
+        deserialize_i64 => Shape::Int(64), visit_i64(0);
+        deserialize_i128 => Shape::Int(128), visit_i128(0);
+        deserialize_u8 => Shape::Uint(8), visit_u8(0);
+        deserialize_u16 => Shape::Uint(16), visit_u16(0);
+        deserialize_u32 => Shape::Uint(32), visit_u32(0);
+        deserialize_u64 => Shape::Uint(64), visit_u64(0);
+        deserialize_u128 => Shape::Uint(128), visit_u128(0);
+        deserialize_f32 => Shape::Float(32), visit_f32(0.0);
+        deserialize_f64 => Shape::Float(64), visit_f64(0.0);
+        deserialize_char => Shape::Char, visit_char('a');
+        deserialize_str => Shape::Str, visit_string(String::new());
+        deserialize_string => Shape::Str, visit_string(String::new());
+        deserialize_bytes => Shape::Bytes, visit_byte_buf(Vec::new());
+        deserialize_byte_buf => Shape::Bytes, visit_byte_buf(Vec::new());
+        deserialize_unit => Shape::Unit, visit_unit();
+        deserialize_ignored_any => Shape::Unit, visit_unit();
+    }
+
+    fn deserialize_identifier<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
+        Err(Error::Unsupported("deserialize_identifier".to_owned()))
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        let value = visitor.visit_unit();
+        self.leaf(Shape::Unit, value)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        // The codec writes a newtype as what it wraps.
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        let here = self.state.here();
+        if let Some(cut) = self.state.cuts.get(&here) {
+            *self.out = cut.clone();
+            return visitor.visit_none();
+        }
+        let mut inner = Shape::Unit;
+        match visitor.visit_some(Tracer::new(self.state, &mut inner)) {
+            Err(Error::Recursion(name)) => {
+                let cut = Shape::Option(Box::new(Shape::Recursive(name)));
+                self.state.cut = Some((here, cut));
+                Err(Error::Restart)
+            }
+            value => {
+                *self.out = Shape::Option(Box::new(inner));
+                value
+            }
+        }
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        let mut item = Shape::Unit;
+        let value = visitor.visit_seq(One {
+            state: self.state,
+            item: &mut item,
+            left: true,
+        });
+        *self.out = Shape::Seq(Box::new(item));
+        value
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, Error> {
+        let mut items = vec![Shape::Unit; len];
+        let value = visitor.visit_seq(Items {
+            state: self.state,
+            items: &mut items,
+            next: 0,
+        });
+        *self.out = Shape::Tuple(items);
+        value
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_tuple(len, visitor)
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        let here = self.state.here();
+        if let Some(cut) = self.state.cuts.get(&here) {
+            *self.out = cut.clone();
+            return visitor.visit_map(Entry {
+                state: self.state,
+                key: &mut Shape::Unit,
+                value: &mut Shape::Unit,
+                left: false,
+                here,
+            });
+        }
+        let (mut key, mut value) = (Shape::Unit, Shape::Unit);
+        let read = visitor.visit_map(Entry {
+            state: self.state,
+            key: &mut key,
+            value: &mut value,
+            left: true,
+            here,
+        });
+        *self.out = Shape::Map(Box::new(key), Box::new(value));
+        read
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        let key = container_key(name, fields);
+        if self.state.stack.contains(&key) {
+            return Err(Error::Recursion(name.to_owned()));
+        }
+        if !self.state.structs.iter().any(|(k, ..)| *k == key) {
+            let picks = self.state.picks.clone();
+            self.state.structs.push((key.clone(), picks, fields));
+        }
+        let probe = match &self.state.probe {
+            // Only the first one met in the run.
+            Some((probed, probe)) if *probed == key => {
+                let probe = *probe;
+                self.state.probe = None;
+                Some(probe)
+            }
+            _ => None,
+        };
+        let omit = match probe {
+            Some(Probe::Omit(n)) => Some(n),
+            _ => None,
+        };
+        let extra = matches!(probe, Some(Probe::Extra));
+        self.state.stack.push(key.clone());
+        let mut shapes = vec![Shape::Unit; fields.len()];
+        let value = visitor.visit_map(Fields {
+            state: self.state,
+            names: fields,
+            shapes: &mut shapes,
+            next: 0,
+            omit,
+            extra,
+        });
+        self.state.stack.pop();
+        *self.out = Shape::Struct {
+            name: key,
+            fields: fields_of(fields, shapes),
+            closed: false,
+        };
+        value
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        if variants.is_empty() {
+            return Err(Error::Unsupported(format!("enum {name} has no variant")));
+        }
+        let key = container_key(name, variants);
+        let on_stack = self.state.stack.contains(&key);
+        self.state
+            .progress
+            .entry(key.clone())
+            .or_insert_with(|| (vec![false; variants.len()], vec![0; variants.len()]));
+        self.state
+            .variants
+            .entry(key.clone())
+            .or_insert_with(|| vec![None; variants.len()]);
+        self.state.names.insert(key.clone(), variants);
+        let pick = self.state.pick(&key, on_stack)?;
+        self.state.stack.push(key.clone());
+        let value = visitor.visit_enum(Choice {
+            state: &mut *self.state,
+            key: key.clone(),
+            name: variants[pick],
+            pick,
+        });
+        self.state.stack.pop();
+        *self.out = if on_stack {
+            Shape::Recursive(name.to_owned())
+        } else {
+            // Filled in from `State::variants` once every variant has been seen.
+            Shape::Enum {
+                name: key,
+                variants: Vec::new(),
+            }
+        };
+        value
+    }
+
+    fn is_human_readable(&self) -> bool {
+        // As the codec: rmp-serde's default configuration is not human-readable.
+        false
+    }
+}
+
+fn fields_of(names: &[&str], shapes: Vec<Shape>) -> Vec<Field> {
+    names
+        .iter()
+        .zip(shapes)
+        .map(|(name, shape)| Field {
+            name: (*name).to_owned(),
+            shape,
+            optional: false,
+        })
+        .collect()
+}
+
+/// Traces one value at `place` in the path.
+fn traced_at<'de, T: DeserializeSeed<'de>>(
+    state: &mut State,
+    place: &str,
+    out: &mut Shape,
+    seed: T,
+) -> Result<T::Value, Error> {
+    state.path.push(place.to_owned());
+    let value = seed.deserialize(Tracer::new(state, out));
+    state.path.pop();
+    value
+}
+
+/// A sequence of one item, or none where the item's type comes round again.
+struct One<'s> {
+    state: &'s mut State,
+    item: &'s mut Shape,
+    left: bool,
+}
+
+impl<'de> de::SeqAccess<'de> for One<'_> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        if !std::mem::take(&mut self.left) {
+            return Ok(None);
+        }
+        match traced_at(self.state, "[]", self.item, seed) {
+            Ok(value) => Ok(Some(value)),
+            Err(Error::Recursion(name)) => {
+                *self.item = Shape::Recursive(name);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The items of a tuple, each traced.
+struct Items<'s> {
+    state: &'s mut State,
+    items: &'s mut [Shape],
+    next: usize,
+}
+
+impl<'de> de::SeqAccess<'de> for Items<'_> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        let n = self.next;
+        let Some(item) = self.items.get_mut(n) else {
+            return Ok(None);
+        };
+        self.next += 1;
+        traced_at(self.state, &n.to_string(), item, seed).map(Some)
+    }
+}
+
+/// A map of one entry, or none where the value's type comes round again.
+struct Entry<'s> {
+    state: &'s mut State,
+    key: &'s mut Shape,
+    value: &'s mut Shape,
+    left: bool,
+    here: String,
+}
+
+impl<'de> de::MapAccess<'de> for Entry<'_> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        if !std::mem::take(&mut self.left) {
+            return Ok(None);
+        }
+        traced_at(self.state, "{key}", self.key, seed).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        match traced_at(self.state, "{value}", self.value, seed) {
+            Err(Error::Recursion(name)) => {
+                let cut = Shape::Map(Box::new(self.key.clone()), Box::new(Shape::Recursive(name)));
+                self.state.cut = Some((self.here.clone(), cut));
+                Err(Error::Restart)
+            }
+            value => value,
+        }
+    }
+}
+
+/// The fields of a struct, by name, maybe less one or plus one for a probe.
+struct Fields<'s> {
+    state: &'s mut State,
+    names: &'static [&'static str],
+    shapes: &'s mut [Shape],
+    next: usize,
+    omit: Option<usize>,
+    extra: bool,
+}
+
+impl<'de> de::MapAccess<'de> for Fields<'_> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        if Some(self.next) == self.omit {
+            self.next += 1;
+        }
+        let name = match self.names.get(self.next) {
+            Some(name) => *name,
+            None if self.next == self.names.len() && self.extra => EXTRA_FIELD,
+            None => return Ok(None),
+        };
+        seed.deserialize(name.into_deserializer()).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        let n = self.next;
+        self.next += 1;
+        let mut ignored = Shape::Unit;
+        match (self.names.get(n), self.shapes.get_mut(n)) {
+            (Some(name), Some(out)) => traced_at(self.state, name, out, seed),
+            _ => traced_at(self.state, EXTRA_FIELD, &mut ignored, seed),
+        }
+    }
+}
+
+/// One variant handed to an enum's visitor.
+struct Choice<'s> {
+    state: &'s mut State,
+    key: String,
+    name: &'static str,
+    pick: usize,
+}
+
+impl Choice<'_> {
+    /// The variant was traced to the end: what it carries is known.
+    fn seen(self, content: Content) {
+        if let Some(slot) = self
+            .state
+            .variants
+            .get_mut(&self.key)
+            .and_then(|v| v.get_mut(self.pick))
+            && slot.is_none()
+        {
+            *slot = Some(content);
+        }
+        if let Some((done, _)) = self.state.progress.get_mut(&self.key) {
+            done[self.pick] = true;
+        }
+    }
+}
+
+impl<'de, 's> de::EnumAccess<'de> for Choice<'s> {
+    type Error = Error;
+    type Variant = Choice<'s>;
+
+    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self), Error> {
+        let value = seed.deserialize(self.name.into_deserializer())?;
+        Ok((value, self))
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for Choice<'_> {
+    type Error = Error;
+
+    fn unit_variant(self) -> Result<(), Error> {
+        self.seen(Content::Unit);
+        Ok(())
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, Error> {
+        let mut inner = Shape::Unit;
+        let value = traced_at(self.state, self.name, &mut inner, seed)?;
+        self.seen(Content::Newtype(inner));
+        Ok(value)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, Error> {
+        let mut items = vec![Shape::Unit; len];
+        self.state.path.push(self.name.to_owned());
+        let value = visitor.visit_seq(Items {
+            state: &mut *self.state,
+            items: &mut items,
+            next: 0,
+        });
+        self.state.path.pop();
+        let value = value?;
+        self.seen(Content::Tuple(items));
+        Ok(value)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        let mut shapes = vec![Shape::Unit; fields.len()];
+        self.state.path.push(self.name.to_owned());
+        let value = visitor.visit_map(Fields {
+            state: &mut *self.state,
+            names: fields,
+            shapes: &mut shapes,
+            next: 0,
+            omit: None,
+            extra: false,
+        });
+        self.state.path.pop();
+        let value = value?;
+        self.seen(Content::Struct(fields_of(fields, shapes)));
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use serde::Deserialize;
+
+    use super::super::Shape;
+    use super::trace;
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct Hit {
+        id: u64,
+        title: String,
+        score: Option<f32>,
+        #[serde(default)]
+        tags: Vec<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    enum Color {
+        Red,
+        Rgb(u8, u8, u8),
+        Named { name: String },
+        Hit(Box<Hit>),
+    }
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct Node {
+        value: u32,
+        children: Vec<Node>,
+        next: Option<Box<Node>>,
+        by_name: HashMap<String, Node>,
+    }
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    enum List {
+        Cons(u8, Box<List>),
+        Nil,
+    }
+
+    #[test]
+    fn a_struct_is_its_fields_and_probing_finds_the_optional_ones() {
+        assert_eq!(
+            trace::<Hit>("Hit").to_string(),
+            "{id: u64, title: str, score?: option<f32>, tags?: [str]}"
+        );
+    }
+
+    #[test]
+    fn a_struct_that_denies_unknown_fields_is_closed() {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Strict {
+            id: u64,
+        }
+        assert_eq!(trace::<Strict>("Strict").to_string(), "{id: u64}!");
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct Wider {
+            id: u64,
+            extra: Option<u8>,
+        }
+        let mismatch = super::super::readable(&trace::<Wider>("W"), &trace::<Strict>("S"));
+        assert_eq!(
+            mismatch.unwrap_err().to_string(),
+            "field `extra`: the client has option<u8>, the provider none, and it denies unknown fields"
+        );
+    }
+
+    #[test]
+    fn an_alias_has_the_shape_of_what_it_names() {
+        type Tags = HashMap<String, u64>;
+        assert_eq!(
+            trace::<Tags>("Tags"),
+            trace::<HashMap<String, u64>>("HashMap<String, u64>")
+        );
+        assert_eq!(trace::<Tags>("Tags").to_string(), "map<str, u64>");
+    }
+
+    #[test]
+    fn every_variant_of_an_enum_is_traced() {
+        assert_eq!(
+            trace::<(Color, Result<u8, String>)>("x").to_string(),
+            "(enum{Red, Rgb(u8, u8, u8), Named{name: str}, \
+             Hit({id: u64, title: str, score?: option<f32>, tags?: [str]})}, \
+             enum{Ok(u8), Err(str)})"
+        );
+    }
+
+    #[test]
+    fn recursive_types_are_cut_where_they_come_round() {
+        assert_eq!(
+            trace::<Node>("Node").to_string(),
+            "{value: u32, children: [rec Node], next?: option<rec Node>, \
+             by_name: map<str, rec Node>}"
+        );
+        assert_eq!(
+            trace::<List>("List").to_string(),
+            "enum{Cons(u8, rec List), Nil}"
+        );
+    }
+
+    #[test]
+    fn a_type_read_through_deserialize_any_is_opaque() {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        #[allow(dead_code)]
+        enum Loose {
+            A(u8),
+            B(String),
+        }
+        assert_eq!(trace::<Loose>("Loose"), Shape::Opaque("Loose".to_owned()));
+    }
+}

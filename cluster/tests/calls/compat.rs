@@ -1,0 +1,309 @@
+//! Step 1 across builds: a provider is eligible when it has the function with a shape the
+//! client can call, whatever its minor version and however its types are written
+//! (docs/compatibility.md).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use cluster::{CallError, Reason};
+use serde::{Deserialize, Serialize};
+
+use crate::support::{Cluster, Hit, Mode, SearchClient, SearchError, until};
+
+/// 2.0 of the shared `search` service (2.1 in `support`): `search` and `echo` as 2.1 has them,
+/// none of 2.1's other functions.
+mod v2_0 {
+    use crate::support::{Hit, SearchError};
+    #[cluster::service(name = "search", version = "2.0.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError>;
+        #[call(idempotent)]
+        async fn echo(&self, bytes: Vec<u8>) -> Vec<u8>;
+    }
+}
+
+struct Old(&'static str);
+
+impl v2_0::Search for Old {
+    async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError> {
+        Ok(vec![Hit {
+            id: 20,
+            title: format!("{query} from {}", self.0),
+        }])
+    }
+
+    async fn echo(&self, bytes: Vec<u8>) -> Vec<u8> {
+        bytes
+    }
+}
+
+fn service_error<E: std::fmt::Debug>(e: CallError<E>) -> cluster::ServiceError {
+    match e {
+        CallError::Service(e) => e,
+        other => panic!("expected a ServiceError, got {other:?}"),
+    }
+}
+
+/// Calls `search` in a loop until stopped; counts the calls that went through and keeps the
+/// errors of those that did not.
+struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Load {
+    fn start(client: SearchClient) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn({
+            let (stop, ok) = (stop.clone(), ok.clone());
+            async move {
+                let mut failed = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    match client.search("rust".into()).await {
+                        Ok(_) => {
+                            ok.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                failed
+            }
+        });
+        Self { stop, ok, task }
+    }
+
+    async fn progress(&self, more: usize) {
+        let target = self.ok.load(Ordering::SeqCst) + more;
+        until("calls go through", || {
+            self.ok.load(Ordering::SeqCst) >= target
+        })
+        .await;
+    }
+
+    async fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let failed = self.task.await.unwrap();
+        (self.ok.load(Ordering::SeqCst), failed)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rolling_rollback_from_2_1_to_2_0_fails_no_call_of_what_both_have() {
+    let cluster = Cluster::memory();
+    let mut new = Vec::new();
+    for i in 0..3 {
+        new.push(cluster.provider(&format!("new-{i}"), Mode::Answer).await);
+    }
+    let client = SearchClient::new(&cluster.node("client").await);
+    let load = Load::start(client.clone());
+    load.progress(10).await;
+    let mut old = Vec::new();
+    // Replica by replica: the 2.0 pod starts, then the 2.1 pod it replaces drains and leaves.
+    for (i, (node, _)) in new.iter().enumerate() {
+        let name: &'static str = ["old-0", "old-1", "old-2"][i];
+        let pod = cluster.node(name).await;
+        let _registration = pod.serve(v2_0::SearchServer::new(Old(name))).await.unwrap();
+        old.push(pod);
+        load.progress(10).await;
+        // A function only 2.1 has goes to 2.1 providers only: without retries, one sent to a
+        // 2.0 provider would fail.
+        let left: usize = new[i..].iter().map(|(_, e)| e.counters.started()).sum();
+        for _ in 0..6 {
+            assert_eq!(client.reindex(true).no_retry().await.unwrap(), 42);
+        }
+        let now: usize = new[i..].iter().map(|(_, e)| e.counters.started()).sum();
+        assert!(now >= left + 6, "reindex reached the 2.1 providers left");
+        node.shutdown().await;
+        load.progress(10).await;
+    }
+    let (ok, failed) = load.finish().await;
+    assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
+    assert!(ok >= 70, "{ok}");
+    let hits = client.search("rust".into()).no_retry().await.unwrap();
+    assert!(hits[0].title.starts_with("rust from old-"), "{hits:?}");
+
+    // No 2.1 provider is left: `reindex` is NoFunction, saying what is missing.
+    let e = service_error(client.reindex(true).no_retry().await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoFunction);
+    assert_eq!(
+        e.detail(),
+        "wanted `reindex(bool) -> Result<u64, SearchError>`; no provider in range has `reindex`"
+    );
+}
+
+/// The same service written with an alias on one side and the type it names on the other.
+mod tags_client {
+    pub type Tags = std::collections::HashMap<String, u64>;
+    #[cluster::service(name = "tags", version = "1.0.0")]
+    pub trait Count {
+        async fn count(&self, t: Tags) -> u64;
+    }
+}
+
+mod tags_provider {
+    use std::collections::HashMap;
+    #[cluster::service(name = "tags", version = "1.0.0")]
+    pub trait Count {
+        async fn count(&self, t: HashMap<String, u64>) -> u64;
+    }
+}
+
+struct Counter;
+
+impl tags_provider::Count for Counter {
+    async fn count(&self, t: HashMap<String, u64>) -> u64 {
+        t.values().sum()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_alias_calls_a_provider_that_writes_the_type_it_names() {
+    let (wanted, provided) = (
+        &tags_client::CountClient::description().functions[0],
+        &tags_provider::CountClient::description().functions[0],
+    );
+    assert_eq!(wanted.signature, "count(Tags) -> u64");
+    assert_eq!(provided.signature, "count(HashMap<String, u64>) -> u64");
+    assert_eq!(wanted.shape, provided.shape);
+    assert_eq!(wanted.hash(), provided.hash());
+
+    let cluster = Cluster::memory();
+    let node = cluster.node("p").await;
+    let _r = node
+        .serve(tags_provider::CountServer::new(Counter))
+        .await
+        .unwrap();
+    let client = tags_client::CountClient::new(&cluster.node("client").await);
+    let tags = HashMap::from([("a".to_owned(), 2), ("b".to_owned(), 3)]);
+    assert_eq!(client.count(tags).await.unwrap(), 5);
+}
+
+/// 2.0 providers whose `Hit` differs from the client's: one more optional field (compatible),
+/// `id` a string (not).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScoredHit {
+    pub id: u64,
+    pub title: String,
+    pub score: Option<f32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TextIdHit {
+    pub id: String,
+    pub title: String,
+}
+
+mod scored {
+    #[cluster::service(name = "search", version = "2.0.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(
+            &self,
+            query: String,
+        ) -> Result<Vec<super::ScoredHit>, crate::support::SearchError>;
+    }
+}
+
+mod text_id {
+    #[cluster::service(name = "search", version = "2.0.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(
+            &self,
+            query: String,
+        ) -> Result<Vec<super::TextIdHit>, crate::support::SearchError>;
+    }
+}
+
+impl scored::Search for Old {
+    async fn search(&self, query: String) -> Result<Vec<ScoredHit>, SearchError> {
+        Ok(vec![ScoredHit {
+            id: 7,
+            title: query,
+            score: Some(0.5),
+        }])
+    }
+}
+
+impl text_id::Search for Old {
+    async fn search(&self, query: String) -> Result<Vec<TextIdHit>, SearchError> {
+        Ok(vec![TextIdHit {
+            id: "7".into(),
+            title: query,
+        }])
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_added_optional_field_is_called_and_a_changed_type_is_not() {
+    let cluster = Cluster::memory();
+    let node = cluster.node("text-id").await;
+    let _n = node
+        .serve(text_id::SearchServer::new(Old("text-id")))
+        .await
+        .unwrap();
+    let client = SearchClient::new(&cluster.node("client").await);
+    let e = service_error(client.search("rust".into()).no_retry().await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoFunction);
+    assert_eq!(
+        e.detail(),
+        "wanted `search(String) -> Result<Vec<Hit>, SearchError>`; providers have \
+         `search(String) -> Result<Vec<super::TextIdHit>, crate::support::SearchError>` \
+         (2.0.0 on text-id: the result, variant `Ok`, the items, field `id`: \
+         the client has u64, the provider str)"
+    );
+
+    let node = cluster.node("scored").await;
+    let _s = node
+        .serve(scored::SearchServer::new(Old("scored")))
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        let hits = client.search("rust".into()).no_retry().await.unwrap();
+        assert_eq!(
+            hits,
+            [Hit {
+                id: 7,
+                title: "rust".into()
+            }]
+        );
+    }
+}
+
+/// A registry entry of a build from before shapes (no `shape`): the client compares the
+/// signature texts and sends the text's hash, which the provider still accepts.
+#[tokio::test(start_paused = true)]
+async fn an_entry_without_shapes_is_called_by_its_signature_text() {
+    use cluster::Registry;
+    let cluster = Cluster::memory();
+    let (_p, engine) = cluster.provider("p", Mode::Answer).await;
+    let entry = cluster.registry.lookup("search")[0].clone();
+    let mut bare = (*entry.description).clone();
+    for function in &mut bare.functions {
+        function.shape = None;
+    }
+    let bare = cluster::registry::ServiceEntry::new(entry.node.clone(), Arc::new(bare));
+    cluster.registry.register(bare).await.unwrap();
+    let client = SearchClient::new(&cluster.node("client").await);
+    until("the entry without shapes is read", || {
+        client_sees_no_shape(&cluster.registry)
+    })
+    .await;
+    let hits = client.search("rust".into()).no_retry().await.unwrap();
+    assert_eq!(hits[0].title, "rust from p");
+    assert_eq!(engine.counters.started(), 1);
+}
+
+fn client_sees_no_shape(registry: &cluster::MemoryRegistry) -> bool {
+    use cluster::Registry;
+    registry
+        .lookup("search")
+        .iter()
+        .all(|e| e.description.functions.iter().all(|f| f.shape.is_none()))
+}
