@@ -184,12 +184,12 @@ mod tests {
             static DESCRIPTION: std::sync::OnceLock<ServiceDescription> =
                 std::sync::OnceLock::new();
             DESCRIPTION.get_or_init(|| {
-                let echo = FunctionDescription {
-                    name: "echo".to_owned(),
-                    signature: "echo(u32) -> u32".to_owned(),
-                    idempotent: true,
-                    options: CallOptions::default(),
-                };
+                let echo = FunctionDescription::new(
+                    "echo",
+                    "echo(u32) -> u32",
+                    true,
+                    CallOptions::default(),
+                );
                 ServiceDescription::new(
                     "echo",
                     semver::Version::new(1, 4, 0),

@@ -133,7 +133,7 @@ async fn a_rolling_rollback_from_2_1_to_2_0_fails_no_call_of_what_both_have() {
     assert_eq!(e.reason(), Reason::NoFunction);
     assert_eq!(
         e.detail(),
-        "wanted `reindex(bool) -> Result<u64, SearchError>`; no provider in range has `reindex`"
+        "wanted `reindex(bool) -> Result<u64, SearchError>`; no provider in range has `reindex`; not waited for: the call's wait_for_provider is 0"
     );
 }
 
@@ -256,7 +256,7 @@ async fn an_added_optional_field_is_called_and_a_changed_type_is_not() {
         "wanted `search(String) -> Result<Vec<Hit>, SearchError>`; providers have \
          `search(String) -> Result<Vec<super::TextIdHit>, crate::support::SearchError>` \
          (2.0.0 on text-id: the result, variant `Ok`, the items, field `id`: \
-         the client has u64, the provider str)"
+         the client has u64, the provider str); not waited for: the call's wait_for_provider is 0"
     );
 
     let node = cluster.node("scored").await;

@@ -190,7 +190,8 @@ async fn a_provider_without_the_function_or_with_another_signature_is_not_eligib
     assert_eq!(
         e.detail(),
         "wanted `search(String) -> Result<Vec<Hit>, SearchError>`; providers have \
-         `search(u32) -> Vec<String>` (2.2.0 on p: argument 1: the client has str, the provider u32)"
+         `search(u32) -> Vec<String>` (2.2.0 on p: argument 1: the client has str, the provider u32); \
+         not waited for: the call's wait_for_provider is 0"
     );
 
     // Next to it, a provider that has both takes every call.
