@@ -287,7 +287,8 @@ impl<'a> Attempts<'a> {
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt");
             let addr = chosen.entry.node.addr;
             let peers = &self.client.node.peers;
-            let in_flight = InFlight::start(peers.get(addr, chosen.entry.node.generation));
+            let generation = chosen.entry.node.generation;
+            let in_flight = InFlight::start(peers.get(addr, generation));
             // The attempts of one call are sequential: nothing else writes this meanwhile.
             let attempt = u32::try_from(number).unwrap_or(u32::MAX);
             // The provider checks the hash of its own function, which `choose` found this client
@@ -310,13 +311,13 @@ impl<'a> Attempts<'a> {
                 .await;
             let failure = match Failure::of(reply) {
                 Ok(bytes) => {
-                    peers.saw(in_flight.peer(), Seen::Answered);
+                    peers.saw(in_flight.peer(), generation, Seen::Answered);
                     return Ok(bytes);
                 }
                 Err(failure) => failure,
             };
             // Failure accrual: what the attempt says of the provider's health.
-            peers.saw(in_flight.peer(), failure.seen());
+            peers.saw(in_flight.peer(), generation, failure.seen());
             drop(in_flight);
             if failure.excludes_node() && !self.excluded.contains(&chosen.entry.node.name) {
                 self.excluded.push(chosen.entry.node.name.clone());
@@ -349,13 +350,28 @@ impl<'a> Attempts<'a> {
                 }
                 continue;
             }
+            if !self.failed.iter().any(|f| Arc::ptr_eq(f, &chosen.entry)) {
+                self.failed.push(chosen.entry.clone());
+            }
+            // One that never ran goes to a replica not yet tried in this call at once, if there
+            // is one: nothing is gained by waiting (Finagle requeues these without backoff).
+            if failure.never_ran()
+                && let Ok(next) = choose(
+                    self.client,
+                    self.function,
+                    &self.failed,
+                    &self.excluded,
+                    self.overrides,
+                )
+                && !self.failed.iter().any(|f| f.node == next.entry.node)
+            {
+                self.first = Some(Ok(next));
+                continue;
+            }
             // Step 3: a pause that would reach the deadline ends the call; no "one last try".
             let pause = self.pauses.next();
             if later(Instant::now(), pause) >= self.deadline {
                 return Err(self.fail(failure, &chosen.entry));
-            }
-            if !self.failed.iter().any(|f| Arc::ptr_eq(f, &chosen.entry)) {
-                self.failed.push(chosen.entry);
             }
             sleep(pause).await;
         }

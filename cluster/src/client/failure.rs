@@ -73,18 +73,29 @@ impl Failure {
         }
     }
 
-    /// What the failure says of the provider's health, for failure accrual: a dead socket
-    /// ejects it at once; timeouts, panics and overload refusals count towards ejection; the
-    /// rest (draining, a stale registry entry, a wire or trust mismatch, a bad request) say
+    /// What the failure says of the provider's health, for failure accrual: a dead socket or a
+    /// draining node ejects it at once; timeouts, panics and overload refusals count towards
+    /// ejection; the rest (a stale registry entry, a wire or trust mismatch, a bad request) say
     /// nothing of whether it serves others well.
     pub(crate) fn seen(&self) -> Seen {
         match self {
-            Failure::NotSent(_) | Failure::Lost(_) => Seen::Unreachable,
+            Failure::NotSent(_) | Failure::Lost(_) | Failure::Refused(Reason::Draining, _) => {
+                Seen::Unreachable
+            }
             Failure::Timeout | Failure::Panicked(_) | Failure::Refused(Reason::Overloaded, _) => {
                 Seen::Failed
             }
             Failure::ReplyTooLarge(_) => Seen::Answered,
             Failure::Refused(..) | Failure::Protocol(_) | Failure::Untrusted(..) => Seen::Neutral,
+        }
+    }
+
+    /// Whether it provably never ran: another replica may take it at once, without a pause.
+    pub(crate) fn never_ran(&self) -> bool {
+        match self {
+            Failure::NotSent(_) => true,
+            Failure::Refused(reason, _) => reason.never_ran(),
+            _ => false,
         }
     }
 

@@ -67,11 +67,12 @@ struct State {
 pub(crate) enum Seen {
     /// An answer (the function's own error included).
     Answered,
-    /// No connection, or it broke: ejected at once.
+    /// No connection, it broke, or the node is draining: ejected at once (a draining node
+    /// will not serve again; its successor is a new generation, with a clean record).
     Unreachable,
     /// A timeout, a panic or an overload refusal: [`EJECT_AFTER`] in a row eject.
     Failed,
-    /// Says nothing about the peer's health (refused as draining, a wire mismatch).
+    /// Says nothing about the peer's health (a stale registry entry, a wire mismatch).
     Neutral,
 }
 
@@ -168,10 +169,14 @@ impl Peers {
         }
     }
 
-    /// Counts how an attempt to `peer` ended.
-    pub(crate) fn saw(&self, peer: &Peer, seen: Seen) {
+    /// Counts how an attempt to `peer`, to the node of `generation` there, ended. An attempt to
+    /// a node since restarted at the address says nothing of its successor.
+    pub(crate) fn saw(&self, peer: &Peer, generation: u64, seen: Seen) {
         let now = Instant::now();
         let mut state = peer.lock();
+        if generation < state.generation {
+            return;
+        }
         match seen {
             Seen::Answered => {
                 state.failures = 0;
@@ -244,7 +249,7 @@ mod tests {
     async fn idle_peers_are_forgotten_and_busy_or_ejected_ones_kept() {
         let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
         let busy = InFlight::start(peers.get(addr(1), 1));
-        peers.saw(&peers.get(addr(2), 1), Seen::Unreachable);
+        peers.saw(&peers.get(addr(2), 1), 1, Seen::Unreachable);
         for i in 3..3000 {
             drop(peers.get(addr(i), 1));
         }
@@ -263,12 +268,12 @@ mod tests {
         let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
         let peer = peers.get(addr(1), 1);
         for _ in 1..EJECT_AFTER {
-            peers.saw(&peer, Seen::Failed);
+            peers.saw(&peer, 1, Seen::Failed);
         }
         assert_eq!(peers.load(addr(1), 1).ejected_until, None, "not yet");
-        peers.saw(&peer, Seen::Answered);
+        peers.saw(&peer, 1, Seen::Answered);
         for _ in 1..EJECT_AFTER {
-            peers.saw(&peer, Seen::Failed);
+            peers.saw(&peer, 1, Seen::Failed);
         }
         assert_eq!(
             peers.load(addr(1), 1).ejected_until,
@@ -278,7 +283,7 @@ mod tests {
         let mut cooldowns = Vec::new();
         for _ in 0..6 {
             for _ in 0..EJECT_AFTER {
-                peers.saw(&peer, Seen::Failed);
+                peers.saw(&peer, 1, Seen::Failed);
             }
             let until = peers.load(addr(1), 1).ejected_until.expect("ejected");
             cooldowns.push((until - Instant::now()).as_secs());
@@ -286,14 +291,14 @@ mod tests {
             assert_eq!(peers.load(addr(1), 1).ejected_until, None, "back after it");
         }
         assert_eq!(cooldowns, [2, 4, 8, 16, 32, 32]);
-        peers.saw(&peer, Seen::Unreachable);
+        peers.saw(&peer, 1, Seen::Unreachable);
         assert_eq!(
             (peers.load(addr(1), 1).ejected_until.unwrap() - Instant::now()).as_secs(),
             32,
             "a dead socket ejects at once, and the streak goes on"
         );
-        peers.saw(&peer, Seen::Answered);
-        peers.saw(&peer, Seen::Unreachable);
+        peers.saw(&peer, 1, Seen::Answered);
+        peers.saw(&peer, 1, Seen::Unreachable);
         assert_eq!(
             (peers.load(addr(1), 1).ejected_until.unwrap() - Instant::now()).as_secs(),
             2,
@@ -304,7 +309,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_node_restarted_at_the_address_is_not_ejected_for_its_predecessor() {
         let peers = Peers::new(DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD);
-        peers.saw(&peers.get(addr(1), 7), Seen::Unreachable);
+        peers.saw(&peers.get(addr(1), 7), 7, Seen::Unreachable);
         assert!(peers.load(addr(1), 7).ejected_until.is_some());
         assert_eq!(
             peers.load(addr(1), 8).ejected_until,
@@ -313,15 +318,19 @@ mod tests {
         );
         let restarted = peers.get(addr(1), 8);
         for _ in 1..EJECT_AFTER {
-            peers.saw(&restarted, Seen::Failed);
+            peers.saw(&restarted, 8, Seen::Failed);
         }
         assert_eq!(peers.load(addr(1), 8).ejected_until, None, "a clean record");
-        peers.saw(&restarted, Seen::Failed);
+        peers.saw(&restarted, 8, Seen::Failed);
         assert_eq!(
             (peers.load(addr(1), 8).ejected_until.unwrap() - Instant::now()).as_secs(),
             2,
             "its own first ejection"
         );
+        // A call to the predecessor that ends only now is not held against the successor.
+        let fresh = peers.get(addr(2), 8);
+        peers.saw(&fresh, 7, Seen::Unreachable);
+        assert_eq!(peers.load(addr(2), 8).ejected_until, None);
     }
 
     #[test]

@@ -99,7 +99,13 @@ pub(crate) fn choose(
     candidates.retain(|c| rank(c) == best);
 
     let count = candidates.len();
-    let turn = client.turn.fetch_add(1, Ordering::Relaxed) % count;
+    // A call's first choice takes the next turn; its retries read the turn without moving it,
+    // so a replica that refuses every call does not get the next call's first attempt too.
+    let turn = if avoid.is_empty() && excluded.is_empty() {
+        client.turn.fetch_add(1, Ordering::Relaxed)
+    } else {
+        client.turn.load(Ordering::Relaxed)
+    } % count;
     let first = &candidates[turn];
     let second = &candidates[(turn + 1) % count];
     let chosen = if second.load.outstanding < first.load.outstanding {

@@ -1,8 +1,10 @@
 //! Balancing and failure accrual on real sockets: the turn is the node's, and a replica that
 //! times out or panics in a row is passed over like one whose socket is dead, never all of them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use cluster::registry::{Registry, ServiceEntry};
 use cluster::{CallError, Reason};
 
 use crate::support::{Cluster, Mode, SearchClient};
@@ -74,4 +76,44 @@ async fn replicas_that_panic_are_ejected_but_never_all_of_them() {
     );
     // And a function that answers still reaches the ones not passed over.
     client.search("rust".into()).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_a_replica_refuses_before_running_goes_to_another_at_once() {
+    let cluster = Cluster::memory();
+    let (_ok, ok) = cluster.provider("search-ok", Mode::Answer).await;
+    // A stale entry: the registry says `empty` serves `search`; `empty` says it does not.
+    let empty = cluster.node("empty").await;
+    let stale = ServiceEntry::new(
+        empty.info().clone(),
+        Arc::new(SearchClient::description().clone()),
+    );
+    cluster.registry.register(stale).await.unwrap();
+    let client = SearchClient::new(&cluster.node("client").await);
+    for _ in 0..40 {
+        let start = tokio::time::Instant::now();
+        // Not idempotent: a refusal before running may still go elsewhere.
+        client.reindex(true).await.unwrap();
+        // At once: with a replica not yet tried in the call, a refusal that never ran waits
+        // for nothing (before, each paid the retry pause).
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+    assert_eq!(ok.counters.started(), 40);
+    // Without another replica, it still waits its pause.
+    let only = Cluster::memory();
+    let empty = only.node("empty").await;
+    let stale = ServiceEntry::new(
+        empty.info().clone(),
+        Arc::new(SearchClient::description().clone()),
+    );
+    only.registry.register(stale).await.unwrap();
+    let client = SearchClient::new(&only.node("client").await);
+    let start = tokio::time::Instant::now();
+    let err = client
+        .reindex(true)
+        .budget(Duration::from_secs(3))
+        .await
+        .unwrap_err();
+    assert!(start.elapsed() >= Duration::from_secs(1), "{err}");
+    assert!(err.report().unwrap().attempts.len() > 1, "{err}");
 }
