@@ -11,8 +11,8 @@ use syn::{Attribute, Meta, Path};
 use crate::errors::Errors;
 use crate::options::{Options, Seen, key_name, skip_value, string, unknown_key};
 
-const SERVICE_KEYS: &str = "name, version, compat, timeout, retry, crate";
-const CALL_KEYS: &str = "idempotent, timeout, retry";
+const SERVICE_KEYS: &str = "name, version, compat, timeout, retry, wait_for_provider, crate";
+const CALL_KEYS: &str = "idempotent, timeout, retry, wait_for_provider";
 
 /// What `#[service(...)]` said. Missing or invalid values are `None`; their errors are reported.
 #[derive(Default)]

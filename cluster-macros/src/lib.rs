@@ -1,7 +1,8 @@
 //! The `#[service]` attribute of the `cluster` framework; use it as `cluster::service`.
 //!
-//! The attribute takes `name`, `version`, `compat`, `timeout`, `retry` and `crate`; functions
-//! may carry `#[call(idempotent, timeout = "…", retry …)]`. It emits the trait rewritten so
+//! The attribute takes `name`, `version`, `compat`, `timeout`, `retry`, `wait_for_provider`
+//! and `crate`; functions may carry `#[call(idempotent, timeout = "…", retry …,
+//! wait_for_provider = "…")]`. It emits the trait rewritten so
 //! providers can be spawned, a typed `{Trait}Client` and a `{Trait}Server<T>` adapter, all
 //! reaching the runtime only through `cluster::__private`. When anything is wrong it emits the
 //! user's trait unchanged (minus `#[call]`) and every error found, each at the offending token.

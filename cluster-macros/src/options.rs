@@ -1,4 +1,5 @@
-//! The call options shared by `#[service(...)]` and `#[call(...)]`: `timeout` and `retry`,
+//! The call options shared by `#[service(...)]` and `#[call(...)]`: `timeout`, `retry` and
+//! `wait_for_provider`,
 //! plus the small value readers every key uses.
 //!
 //! Readers report a wrong value to [`Errors`] and return `Ok(None)`, so the parse goes on and the
@@ -21,6 +22,9 @@ pub(crate) struct Options {
     pub(crate) timeout: Option<u64>,
     /// `retry = bool` or `retry(...)`.
     pub(crate) retry: Option<Retry>,
+    /// `wait_for_provider = "dur"`, in milliseconds: how long a call that finds no provider
+    /// waits for one (read from the client's own build while no provider is known).
+    pub(crate) wait_for_provider: Option<u64>,
     /// Which form of `retry` was seen first (`true` = the list form), to refuse mixing them.
     retry_form: Option<bool>,
 }
@@ -46,7 +50,7 @@ pub(crate) struct RetrySettings {
 const RETRY_KEYS: &str = "after, budget, max_after, factor, jitter";
 
 impl Options {
-    /// Parses `timeout` or `retry`; returns `Ok(false)` for any other key so the caller can
+    /// Parses `timeout`, `retry` or `wait_for_provider`; returns `Ok(false)` for any other key so the caller can
     /// try its own keys.
     pub(crate) fn parse_key(
         &mut self,
@@ -64,6 +68,13 @@ impl Options {
                 }
             }
             "retry" => self.parse_retry(meta, seen, errors)?,
+            "wait_for_provider" => {
+                let fresh = seen.first(key, meta.path.span(), errors);
+                let value = duration(meta, key, false, errors)?;
+                if fresh {
+                    self.wait_for_provider = value;
+                }
+            }
             _ => return Ok(false),
         }
         Ok(true)

@@ -75,6 +75,10 @@ fn options(options: &Options, p: &TokenStream) -> TokenStream {
         let timeout = millis(timeout);
         chain.extend(quote!(.timeout(#timeout)));
     }
+    if let Some(wait) = options.wait_for_provider {
+        let wait = millis(wait);
+        chain.extend(quote!(.wait_for_provider(#wait)));
+    }
     match &options.retry {
         None => {}
         Some(Retry::Enabled(enabled)) => chain.extend(quote!(.retry_enabled(#enabled))),

@@ -201,3 +201,30 @@ async fn a_provider_without_the_function_or_with_another_signature_is_not_eligib
     }
     assert_eq!(engine.counters.started(), 4);
 }
+
+/// A service whose clients wait for a provider: declared once, in the trait.
+#[cluster::service(name = "patient", version = "1.0.0", wait_for_provider = "2s")]
+pub trait Patient {
+    async fn ping(&self) -> u32;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_declared_in_the_trait_applies_to_its_clients() {
+    let cluster = Cluster::memory();
+    let client = PatientClient::new(&cluster.node("client").await);
+    let start = Instant::now();
+    let e = service_error(client.ping().await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoService);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    // A call's own setting wins.
+    let start = Instant::now();
+    let e = service_error(
+        client
+            .ping()
+            .wait_for_provider(Duration::ZERO)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.reason(), Reason::NoService);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
