@@ -9,6 +9,10 @@ use crate::transport::{Reply, TransportError};
 pub(crate) enum Failure {
     /// Provably never reached the provider's code: no connection, send failed.
     NotSent(String),
+    /// Never sent: the peer said it is busy (its connection limit, tarpc's throttle).
+    Busy(String),
+    /// Never sent: this node's own in-flight limit to the peer stayed full.
+    Queued(String),
     /// The provider refused it before running it.
     Refused(Reason, String),
     /// The deadline passed after it was sent: it may have run.
@@ -42,6 +46,8 @@ impl Failure {
             Ok(Reply::Undeliverable(detail)) => Err(Failure::Protocol(detail)),
             Ok(Reply::Expired) => Err(Failure::Timeout),
             Err(TransportError::NotSent(detail)) => Err(Failure::NotSent(detail)),
+            Err(TransportError::Busy(detail)) => Err(Failure::Busy(detail)),
+            Err(TransportError::Queued(detail)) => Err(Failure::Queued(detail)),
             Err(TransportError::Lost(detail)) => Err(Failure::Lost(detail)),
             Err(TransportError::Timeout) => Err(Failure::Timeout),
             Err(TransportError::WireVersion(detail)) => {
@@ -60,7 +66,10 @@ impl Failure {
     /// what may have run, only for an idempotent one; the provider's own verdicts never.
     pub(crate) fn retryable(&self, idempotent: bool) -> bool {
         match self {
-            Failure::NotSent(_) | Failure::Untrusted(..) => true,
+            Failure::NotSent(_)
+            | Failure::Busy(_)
+            | Failure::Queued(_)
+            | Failure::Untrusted(..) => true,
             Failure::Refused(reason, _) => {
                 reason.never_ran()
                     && !matches!(
@@ -74,17 +83,20 @@ impl Failure {
     }
 
     /// What the failure says of the provider's health, for failure accrual: a dead socket or a
-    /// draining node ejects it at once; timeouts, panics and overload refusals count towards
-    /// ejection; the rest (a stale registry entry, a wire or trust mismatch, a bad request) say
+    /// draining node ejects it at once; timeouts, panics and overload refusals (its own, a
+    /// connection it refused as busy) count towards ejection; the rest (a stale registry entry,
+    /// a wire or trust mismatch, a bad request, this node's own full in-flight limit) say
     /// nothing of whether it serves others well.
     pub(crate) fn seen(&self) -> Seen {
         match self {
             Failure::NotSent(_) | Failure::Lost(_) | Failure::Refused(Reason::Draining, _) => {
                 Seen::Unreachable
             }
-            Failure::Timeout | Failure::Panicked(_) | Failure::Refused(Reason::Overloaded, _) => {
-                Seen::Failed
-            }
+            Failure::Timeout
+            | Failure::Panicked(_)
+            | Failure::Busy(_)
+            | Failure::Refused(Reason::Overloaded, _) => Seen::Failed,
+            Failure::Queued(_) => Seen::Neutral,
             Failure::ReplyTooLarge(_) => Seen::Answered,
             Failure::Refused(..) | Failure::Protocol(_) | Failure::Untrusted(..) => Seen::Neutral,
         }
@@ -93,7 +105,7 @@ impl Failure {
     /// Whether it provably never ran: another replica may take it at once, without a pause.
     pub(crate) fn never_ran(&self) -> bool {
         match self {
-            Failure::NotSent(_) => true,
+            Failure::NotSent(_) | Failure::Busy(_) | Failure::Queued(_) => true,
             Failure::Refused(reason, _) => reason.never_ran(),
             _ => false,
         }
@@ -111,7 +123,7 @@ impl Failure {
     /// The attempt's outcome in a few words, for the report.
     pub(crate) fn outcome(&self) -> String {
         match self {
-            Failure::NotSent(d) => format!("not sent: {d}"),
+            Failure::NotSent(d) | Failure::Busy(d) | Failure::Queued(d) => format!("not sent: {d}"),
             Failure::Refused(r, _) => format!("refused: {r}"),
             Failure::Timeout => "timeout".to_owned(),
             Failure::Lost(_) => "connection lost".to_owned(),
@@ -125,7 +137,8 @@ impl Failure {
     /// What the call's error says, if this was its last attempt.
     pub(crate) fn verdict(self) -> Verdict {
         match self {
-            Failure::NotSent(d) => Verdict::Rpc(RpcErrorKind::NoConnection, d),
+            Failure::NotSent(d) | Failure::Queued(d) => Verdict::Rpc(RpcErrorKind::NoConnection, d),
+            Failure::Busy(d) => Verdict::Service(Reason::Overloaded, d),
             Failure::Refused(reason, d) => Verdict::Service(reason, d),
             Failure::Timeout => Verdict::Rpc(RpcErrorKind::Timeout, String::new()),
             Failure::Lost(d) => Verdict::Rpc(RpcErrorKind::ConnectionLost, d),
@@ -153,6 +166,8 @@ mod tests {
     fn the_retry_table() {
         let cases = [
             (Failure::NotSent("refused".into()), true, true),
+            (Failure::Busy("busy".into()), true, true),
+            (Failure::Queued("full".into()), true, true),
             (
                 Failure::Refused(Reason::Draining, String::new()),
                 true,

@@ -138,6 +138,8 @@ async fn describe(
             unreachable(match e {
                 TransportError::Timeout => format!("no answer within {timeout:?}"),
                 TransportError::NotSent(why)
+                | TransportError::Busy(why)
+                | TransportError::Queued(why)
                 | TransportError::Lost(why)
                 | TransportError::WireVersion(why)
                 | TransportError::Untrusted(why)

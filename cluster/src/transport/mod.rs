@@ -84,6 +84,12 @@ impl Connector {
 pub(crate) enum TransportError {
     /// It provably never left this node, or was refused before reaching a provider.
     NotSent(String),
+    /// Never sent: the peer said it is busy (its connection limit, tarpc's throttle). Alive,
+    /// and counted against it as an overload refusal is.
+    Busy(String),
+    /// Never sent: this node's own in-flight limit to the peer was full until the deadline.
+    /// Says nothing of the peer.
+    Queued(String),
     /// The connection broke after it was sent.
     Lost(String),
     /// The deadline passed after it was sent.

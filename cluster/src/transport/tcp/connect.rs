@@ -186,7 +186,7 @@ impl TcpConnector {
             match conn.in_flight.take(deadline).await {
                 Ok(place) => break place,
                 Err(NoPlace::Full) => {
-                    return Err(TransportError::NotSent(format!(
+                    return Err(TransportError::Queued(format!(
                         "{} requests were in flight to {to} and none ended in time",
                         self.config.max_in_flight
                     )));
@@ -240,7 +240,7 @@ impl TcpConnector {
             }
             Err(E::DeadlineExceeded) => Err(TransportError::Timeout),
             // tarpc's own refusals (throttling) happen before the handler runs.
-            Err(E::Server(e)) => Err(TransportError::NotSent(format!(
+            Err(E::Server(e)) => Err(TransportError::Busy(format!(
                 "{to} refused the request: {}",
                 e.detail
             ))),
@@ -445,7 +445,7 @@ where
             return Err(if welcome.needs_tls {
                 TransportError::Untrusted(why)
             } else if welcome.busy {
-                TransportError::NotSent(format!("{to} refused a connection: {why}"))
+                TransportError::Busy(format!("{to} refused a connection: {why}"))
             } else {
                 TransportError::WireVersion(why)
             });
