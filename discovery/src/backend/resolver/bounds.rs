@@ -12,8 +12,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use cluster::Described;
-use cluster::registry::{NodeInfo, ServiceEntry};
 use cluster::ServiceDescription;
+use cluster::registry::{NodeInfo, ServiceEntry};
 
 use super::ResolverRegistryConfig;
 
@@ -79,18 +79,28 @@ impl Answer {
 /// The bound an answer is over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Exceeded {
-    Services { count: usize, limit: usize },
-    Functions { service: String, count: usize, limit: usize },
-    Bytes { service: String, size: usize, limit: usize },
+    Services {
+        count: usize,
+        limit: usize,
+    },
+    Functions {
+        service: String,
+        count: usize,
+        limit: usize,
+    },
+    Bytes {
+        service: String,
+        size: usize,
+        limit: usize,
+    },
 }
 
 impl fmt::Display for Exceeded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Exceeded::Services { count, limit } => write!(
-                f,
-                "{count} services, over max_services_per_node ({limit})"
-            ),
+            Exceeded::Services { count, limit } => {
+                write!(f, "{count} services, over max_services_per_node ({limit})")
+            }
             Exceeded::Functions {
                 service,
                 count,

@@ -5,14 +5,16 @@
 //! first), fold the answers into what each endpoint last said (each held to the bounds of
 //! `bounds.rs`; at most `max_endpoints` kept), publish.
 //!
-//! What the deadline cuts waits for the next round: a name not resolved keeps its last answer,
-//! an endpoint not asked keeps its state (no failure counted) and is asked first next time, so
-//! a round of many unreachable endpoints does not starve the others; a host name not looked up
-//! names no address this round (as one that does not resolve).
+//! What the deadline cuts waits for the next round: a name not resolved keeps its last answer;
+//! an endpoint not asked, or not answered yet, keeps its state (no failure counted), and those
+//! not asked are asked first next time, so many unreachable endpoints do not starve the
+//! others; a host name not looked up names no address this round (as one that does not
+//! resolve).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cluster::{DescribeError, Described};
@@ -30,7 +32,7 @@ const WARN_EVERY: Duration = Duration::from_secs(30);
 impl Inner {
     pub(super) async fn refresh(&self) {
         let mut round = self.refreshing.lock().await;
-        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.stopped.load(Ordering::SeqCst) {
             return;
         }
         let Some(describer) = lock(&self.describer).clone() else {
@@ -42,11 +44,18 @@ impl Inner {
         let order = self.least_recently_asked_first(&named);
         let limit = self.config.max_concurrent_probes.max(1);
         let timeout = self.config.probe_timeout;
+        // How many probes began: `buffer_unordered` begins them in order, so those are the
+        // first of `order`, asked this round even if the deadline cuts them.
+        let began = Arc::new(AtomicUsize::new(0));
         let answers: Vec<(SocketAddr, Result<Described, DescribeError>)> =
-            futures::stream::iter(order)
-                .map(move |addr| {
+            futures::stream::iter(order.clone())
+                .map(|addr| {
                     let describer = describer.clone();
-                    async move { (addr, describer.describe(addr, timeout).await) }
+                    let began = began.clone();
+                    async move {
+                        began.fetch_add(1, Ordering::Relaxed);
+                        (addr, describer.describe(addr, timeout).await)
+                    }
                 })
                 .buffer_unordered(limit)
                 // A probe still running at the deadline is dropped (its connection with it).
@@ -72,7 +81,8 @@ impl Inner {
                 )
             });
         }
-        self.fold(&named, answers, *round);
+        let began = began.load(Ordering::Relaxed).min(order.len());
+        self.fold(&named, &order[..began], answers, *round);
         self.publish();
     }
 
@@ -151,8 +161,8 @@ impl Inner {
         addrs
     }
 
-    /// `named`, those asked longest ago (or never) first: the endpoints a deadline cut last
-    /// round are asked before the others this one.
+    /// `named`, those asked longest ago (or never) first: the endpoints a deadline left unasked
+    /// last round are asked before the others this one.
     fn least_recently_asked_first(&self, named: &BTreeSet<SocketAddr>) -> Vec<SocketAddr> {
         let peers = lock(&self.peers);
         let mut order: Vec<(u64, SocketAddr)> = named
@@ -170,16 +180,18 @@ impl Inner {
     fn fold(
         &self,
         named: &BTreeSet<SocketAddr>,
+        began: &[SocketAddr],
         answers: Vec<(SocketAddr, Result<Described, DescribeError>)>,
         round: u64,
     ) {
         let mut peers = lock(&self.peers);
+        for addr in began {
+            peers.entry(*addr).or_default().asked = round;
+        }
         for (addr, answer) in answers {
             let peer = peers.entry(addr).or_default();
-            peer.asked = round;
             let failed = match answer {
-                Ok(described) => match Answer::accept(&mut peer.answer, described, &self.config)
-                {
+                Ok(described) => match Answer::accept(&mut peer.answer, described, &self.config) {
                     Ok(()) => None,
                     Err(over) => {
                         self.warned.warn("bound", || {
