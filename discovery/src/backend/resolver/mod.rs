@@ -8,9 +8,12 @@
 //!    registry, and tells it so ([`Registry::started`], which calls
 //!    [`ResolverRegistry::attach`]): the backend now has the node to ask with, and starts the
 //!    refresh task.
-//! 2. Every refresh period (`round.rs`): each name is resolved (a failure keeps that name's last
-//!    answer); every endpoint is asked to describe itself, a bounded number at once; the local
-//!    copy is replaced whole with the node's own entries and every endpoint that answered.
+//! 2. Every refresh period (`round.rs`), within the round's deadline: each name is resolved (a
+//!    failure keeps that name's last answer); at most `max_endpoints` endpoints are looked up
+//!    and asked to describe themselves, a bounded number at once; each answer is held to the
+//!    bounds of `bounds.rs` (services, functions, bytes), and one unchanged keeps its entries;
+//!    the local copy is replaced whole with the node's own entries and every endpoint that
+//!    answered.
 //! 3. An endpoint that fails `drop_after` probes in a row, or is missing from that many
 //!    answers, is dropped. One that answers as a new generation replaces its entries. One that
 //!    drains answers that it serves nothing, and is dropped at once.
