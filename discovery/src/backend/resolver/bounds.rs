@@ -185,3 +185,94 @@ impl std::io::Write for Counter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use cluster::{CallOptions, FunctionDescription};
+
+    use super::*;
+
+    fn described(functions: usize, signature_bytes: usize) -> Described {
+        let functions = (0..functions)
+            .map(|i| {
+                let signature = format!("f{i}({})", "u".repeat(signature_bytes));
+                FunctionDescription::new(&format!("f{i}"), &signature, true, CallOptions::default())
+            })
+            .collect();
+        let service = ServiceDescription::new(
+            "greet",
+            cluster::service::version(1, 0, 0, "", ""),
+            None,
+            CallOptions::default(),
+            functions,
+        );
+        let node = NodeInfo::new("greet-a", SocketAddr::from(([127, 0, 0, 1], 7000)), 1);
+        // `Described` is non-exhaustive and has no constructor: built as a node's answer is.
+        let answer = serde_json::json!({ "node": node, "services": [service] });
+        serde_json::from_value(answer).expect("an answer")
+    }
+
+    #[test]
+    fn an_unchanged_answer_keeps_its_entries_and_a_changed_one_is_new() {
+        let config = ResolverRegistryConfig::default();
+        let mut kept = None;
+        Answer::accept(&mut kept, described(3, 1), &config).expect("within the bounds");
+        let first = kept.as_ref().expect("kept").entries[0].clone();
+        Answer::accept(&mut kept, described(3, 1), &config).expect("within the bounds");
+        assert!(Arc::ptr_eq(
+            &first,
+            &kept.as_ref().expect("kept").entries[0]
+        ));
+        Answer::accept(&mut kept, described(4, 1), &config).expect("within the bounds");
+        assert!(!Arc::ptr_eq(
+            &first,
+            &kept.as_ref().expect("kept").entries[0]
+        ));
+    }
+
+    #[test]
+    fn each_bound_refuses_and_leaves_what_was_kept() {
+        let config = ResolverRegistryConfig::default()
+            .max_services_per_node(1)
+            .max_functions_per_service(10)
+            .max_description_bytes(1024);
+        let mut kept = None;
+        Answer::accept(&mut kept, described(2, 1), &config).expect("within the bounds");
+        let over = Answer::accept(&mut kept, described(11, 1), &config);
+        assert!(
+            matches!(
+                over,
+                Err(Exceeded::Functions {
+                    count: 11,
+                    limit: 10,
+                    ..
+                })
+            ),
+            "{over:?}"
+        );
+        let over = Answer::accept(&mut kept, described(2, 2048), &config);
+        assert!(
+            matches!(over, Err(Exceeded::Bytes { size, limit: 1024, .. }) if size > 1024),
+            "{over:?}"
+        );
+        let mut two = described(1, 1);
+        two.services.push(two.services[0].clone());
+        let over = Answer::accept(&mut kept, two, &config);
+        assert_eq!(over, Err(Exceeded::Services { count: 2, limit: 1 }));
+        assert_eq!(
+            kept.expect("kept").entries[0].description.functions.len(),
+            2
+        );
+    }
+
+    #[test]
+    fn the_size_is_the_gossip_backends_and_counting_stops_past_the_limit() {
+        let service = &described(5, 10).services[0];
+        let json = serde_json::to_string(service).expect("encodes");
+        assert_eq!(encoded_size(service, usize::MAX), json.len());
+        let past = encoded_size(service, 100);
+        assert!(past > 100 && past < json.len(), "{past} of {}", json.len());
+    }
+}
