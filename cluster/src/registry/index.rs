@@ -124,13 +124,17 @@ impl Index {
                 .collect()
         };
         let (old, new) = (serving(self), serving(next));
+        // The same `Arc` is the same entry: a backend that republishes what it kept (the
+        // resolver backend) is not compared field by field (`ServiceDescription` is not `Eq`,
+        // so `Arc`'s own `==` compares the values).
+        let same = |a: &Arc<ServiceEntry>, b: &Arc<ServiceEntry>| Arc::ptr_eq(a, b) || a == b;
         let mut down: Vec<_> = old
             .iter()
-            .filter(|(k, e)| new.get(*k).is_none_or(|n| n != *e))
+            .filter(|(k, e)| new.get(*k).is_none_or(|n| !same(n, e)))
             .collect();
         let mut up: Vec<_> = new
             .iter()
-            .filter(|(k, e)| old.get(*k).is_none_or(|o| o != *e))
+            .filter(|(k, e)| old.get(*k).is_none_or(|o| !same(o, e)))
             .collect();
         down.sort_by(|a, b| a.0.cmp(b.0));
         up.sort_by(|a, b| a.0.cmp(b.0));

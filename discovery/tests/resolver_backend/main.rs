@@ -1,15 +1,18 @@
 //! The resolver backend (`discovery/src/backend/resolver/`) on real sockets: providers learned
 //! from `Static` endpoints by asking them, typed calls spread over them with the options of
 //! their descriptions, a crashed provider dropped, a restarted one learned again, a resolver
-//! failure that keeps the last copy, and over mutual TLS a node name that is the certificate's.
+//! failure that keeps the last copy, and over mutual TLS a node name that is the certificate's;
+//! the bounds: an oversized answer refused, at most `max_endpoints` kept, a round's deadline.
 #![allow(unreachable_pub)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cluster::{Node, Registry, RpcErrorKind};
+use cluster::registry::ServiceEntry;
+use cluster::{CallOptions, FunctionDescription, Node, Registry, RpcErrorKind, ServiceDescription};
 use cluster_discovery::backend::{ResolverRegistry, ResolverRegistryConfig};
 use cluster_discovery::resolve::{Endpoint, Resolve, ResolveError, ResolveFuture, Static};
 
@@ -308,4 +311,260 @@ async fn over_mutual_tls_the_node_name_is_the_certificates() {
     outsider.shutdown().await;
     web.shutdown().await;
     search.shutdown().await;
+}
+
+/// A provider of `greet` that also registers `extra`, a description of its own making.
+async fn provider_with(name: &str, extra: ServiceDescription) -> (Node, cluster::Registration) {
+    let registry = ResolverRegistry::new(Static::new(), ResolverRegistryConfig::default());
+    let (node, registration) = {
+        let node = Node::builder()
+            .insecure()
+            .name(name)
+            .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .registry(registry.clone())
+            .start()
+            .await
+            .expect("the provider starts");
+        let registration = node
+            .serve(GreetServer::new(Greeter(name.to_owned())))
+            .await
+            .expect("served");
+        (node, registration)
+    };
+    registry
+        .register(ServiceEntry::new(node.info().clone(), Arc::new(extra)))
+        .await
+        .expect("registered");
+    (node, registration)
+}
+
+/// A description of `functions` functions, each with a signature of `signature_bytes`.
+fn description(name: &str, functions: usize, signature_bytes: usize) -> ServiceDescription {
+    let functions = (0..functions)
+        .map(|i| {
+            let signature = format!("f{i}({}) -> ()", "u".repeat(signature_bytes));
+            FunctionDescription::new(&format!("f{i}"), &signature, true, CallOptions::default())
+        })
+        .collect();
+    ServiceDescription::new(
+        name,
+        cluster::service::version(1, 0, 0, "", ""),
+        None,
+        CallOptions::default(),
+        functions,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_a_bound_is_refused_and_an_unchanged_one_keeps_its_entries() {
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let (a, _ra) = provider("greet-a", any).await;
+    // Over max_functions_per_service (256), though a few KiB encoded.
+    let (many, _rm) = provider_with("greet-many", description("many", 300, 1)).await;
+    // Within the function count, over max_description_bytes (16 KiB of JSON).
+    let (fat, _rf) = provider_with("greet-fat", description("fat", 10, 2048)).await;
+    let resolver = Static::new().service("greet", endpoints(&[a.addr(), many.addr(), fat.addr()]));
+    let (web, registry) = client(resolver).await;
+    until(&registry, |r| r.lookup("greet").len() == 1).await;
+    for _ in 0..3 {
+        registry.refresh().await;
+    }
+
+    // Refused whole: neither the oversized service nor the node's other one is taken.
+    assert_eq!(
+        providers_of(&registry),
+        [("greet-a".to_owned(), a.info().generation)]
+    );
+    assert!(registry.lookup("many").is_empty());
+    assert!(registry.lookup("fat").is_empty());
+    let nodes: Vec<String> = registry
+        .local_copy()
+        .nodes()
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    assert!(
+        !nodes.iter().any(|n| n == "greet-many" || n == "greet-fat"),
+        "{nodes:?}"
+    );
+
+    // An unchanged answer is not converted again: the same entry, not an equal one.
+    let before = registry.lookup("greet")[0].clone();
+    let mut changes = registry.changes();
+    changes.borrow_and_update();
+    registry.refresh().await;
+    registry.refresh().await;
+    assert!(Arc::ptr_eq(&before, &registry.lookup("greet")[0]));
+    assert!(
+        !changes.has_changed().expect("the registry is alive"),
+        "no change was told"
+    );
+
+    // Within raised bounds, the same answers are taken.
+    let mut raised = config();
+    raised.max_functions_per_service = 300;
+    raised.max_description_bytes = 64 * 1024;
+    let resolver = Static::new().service("greet", endpoints(&[many.addr(), fat.addr()]));
+    let roomy = ResolverRegistry::new(resolver, raised);
+    let web2 = Node::builder()
+        .insecure()
+        .name("web-2")
+        .registry(roomy.clone())
+        .start()
+        .await
+        .expect("the client starts");
+    until(&roomy, |r| {
+        r.lookup("many").len() == 1 && r.lookup("fat").len() == 1
+    })
+    .await;
+
+    web2.shutdown().await;
+    web.shutdown().await;
+    for node in [a, many, fat] {
+        node.shutdown().await;
+    }
+}
+
+/// Names the next two of `addrs` at each resolution, as a resolver whose answer moves.
+struct Moving {
+    addrs: Vec<SocketAddr>,
+    next: AtomicUsize,
+    last: Arc<Mutex<Vec<SocketAddr>>>,
+}
+
+impl Resolve for Moving {
+    fn resolve<'a>(&'a self, _service: &'a str) -> ResolveFuture<'a> {
+        let at = self.next.fetch_add(2, Ordering::SeqCst);
+        let named: Vec<SocketAddr> = (at..at + 2)
+            .map(|i| self.addrs[i % self.addrs.len()])
+            .collect();
+        *self.last.lock().expect("not poisoned") = named.clone();
+        Box::pin(std::future::ready(Ok(endpoints(&named))))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoints_kept_never_exceed_max_endpoints_as_answers_move() {
+    let mut providers = Vec::new();
+    for i in 0..6 {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        providers.push(provider(&format!("greet-{i}"), any).await);
+    }
+    let last = Arc::new(Mutex::new(Vec::new()));
+    let resolver = Moving {
+        addrs: providers.iter().map(|(p, _)| p.addr()).collect(),
+        next: AtomicUsize::new(0),
+        last: last.clone(),
+    };
+    // Only the rounds below (and the first, at once) run; an endpoint not named would be kept
+    // for 5 rounds if it were not for the cap.
+    let config = ResolverRegistryConfig::services(["greet"])
+        .refresh(Duration::from_secs(3600))
+        .drop_after(5)
+        .max_endpoints(2);
+    let registry = ResolverRegistry::new(resolver, config);
+    let web = Node::builder()
+        .insecure()
+        .name("web-1")
+        .registry(registry.clone())
+        .start()
+        .await
+        .expect("the client starts");
+    // The first round is over (it names one pair, then nothing else resolves until the next
+    // round): reading `last` after a round below is not raced by it.
+    until(&registry, |r| r.lookup("greet").len() == 2).await;
+    for _ in 0..6 {
+        registry.refresh().await;
+        let named: Vec<SocketAddr> = last.lock().expect("not poisoned").clone();
+        let mut kept: Vec<SocketAddr> = registry
+            .lookup("greet")
+            .iter()
+            .map(|e| e.node.addr)
+            .collect();
+        kept.sort();
+        let mut expected = named.clone();
+        expected.sort();
+        assert_eq!(kept, expected, "the two named last, and only them");
+        let others = registry
+            .local_copy()
+            .nodes()
+            .into_iter()
+            .filter(|n| n.name != "web-1")
+            .count();
+        assert!(others <= 2, "{others} nodes kept");
+    }
+
+    web.shutdown().await;
+    for (node, _) in providers {
+        node.shutdown().await;
+    }
+}
+
+/// A listener that accepts connections and never answers: a probe of it waits its whole
+/// timeout.
+async fn black_hole() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("bound");
+    let addr = listener.local_addr().expect("an address");
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_of_unreachable_endpoints_ends_at_its_deadline_and_the_next_asks_the_rest() {
+    let mut addrs = Vec::new();
+    let mut holes = Vec::new();
+    for _ in 0..40 {
+        let (addr, task) = black_hole().await;
+        addrs.push(addr);
+        holes.push(task);
+    }
+    let (a, _ra) = provider("greet-a", SocketAddr::from(([127, 0, 0, 1], 0))).await;
+    addrs.push(a.addr());
+    // Without a deadline a round asks 41 endpoints 8 at once, 1 s each: 6 s.
+    let config = ResolverRegistryConfig::services(["greet"])
+        .refresh(Duration::from_secs(3600))
+        .probe_timeout(Duration::from_secs(1))
+        .max_concurrent_probes(8)
+        .round_timeout(Duration::from_millis(300));
+    let registry = ResolverRegistry::new(Static::new().service("greet", endpoints(&addrs)), config);
+    let web = Node::builder()
+        .insecure()
+        .name("web-1")
+        .registry(registry.clone())
+        .start()
+        .await
+        .expect("the client starts");
+
+    // Each round asks the endpoints the last one did not reach: the provider is reached within
+    // six rounds (41 / 8), wherever it is in the order.
+    let mut rounds = 0;
+    while registry.lookup("greet").is_empty() {
+        rounds += 1;
+        assert!(rounds <= 8, "the provider was never asked");
+        let started = std::time::Instant::now();
+        registry.refresh().await;
+        // Its own 300 ms, and the first round's, which may still run.
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "a round took {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        providers_of(&registry),
+        [("greet-a".to_owned(), a.info().generation)]
+    );
+
+    web.shutdown().await;
+    a.shutdown().await;
+    for hole in holes {
+        hole.abort();
+    }
 }

@@ -8,9 +8,12 @@
 //!    registry, and tells it so ([`Registry::started`], which calls
 //!    [`ResolverRegistry::attach`]): the backend now has the node to ask with, and starts the
 //!    refresh task.
-//! 2. Every refresh period (`round.rs`): each name is resolved (a failure keeps that name's last
-//!    answer); every endpoint is asked to describe itself, a bounded number at once; the local
-//!    copy is replaced whole with the node's own entries and every endpoint that answered.
+//! 2. Every refresh period (`round.rs`), within the round's deadline: each name is resolved (a
+//!    failure keeps that name's last answer); at most `max_endpoints` endpoints are looked up
+//!    and asked to describe themselves, a bounded number at once; each answer is held to the
+//!    bounds of `bounds.rs` (services, functions, bytes), and one unchanged keeps its entries;
+//!    the local copy is replaced whole with the node's own entries and every endpoint that
+//!    answered.
 //! 3. An endpoint that fails `drop_after` probes in a row, or is missing from that many
 //!    answers, is dropped. One that answers as a new generation replaces its entries. One that
 //!    drains answers that it serves nothing, and is dropped at once.
@@ -18,6 +21,7 @@
 //!    here: a provider is found by being asked, and its answer is those entries. So a
 //!    withdrawn (draining) node answers that it serves nothing.
 
+mod bounds;
 mod round;
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +33,7 @@ use std::time::Duration;
 use cluster::registry::{
     LocalCopy, NodeInfo, Registry, RegistryError, RegistryFuture, ServiceEntry,
 };
-use cluster::{Described, Describer, Node};
+use cluster::{Describer, Node};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::resolve::{Endpoint, Resolve};
@@ -43,7 +47,11 @@ use crate::resolve::{Endpoint, Resolve};
 /// | `probe_timeout` | 1 s: how long one endpoint has to describe itself |
 /// | `drop_after` | 3 failed probes (or missing answers) in a row |
 /// | `max_concurrent_probes` | 16: endpoints asked at once |
-/// | `max_endpoints` | 256: endpoints kept over all names; more are left out, with a WARN |
+/// | `max_endpoints` | 256: endpoints asked, and kept, over all names; more are left out, with a WARN |
+/// | `max_services_per_node` | 32: services one answer may list; more and the answer is refused |
+/// | `max_functions_per_service` | 256: functions one description may list; more and the answer is refused |
+/// | `max_description_bytes` | 16 KiB: one description's size as compact JSON (the gossip backend's `max_entry_bytes`); more and the answer is refused |
+/// | `round_timeout` | `None`: the refresh period, at least `probe_timeout`; what a round has not done by then waits for the next |
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ResolverRegistryConfig {
@@ -58,8 +66,18 @@ pub struct ResolverRegistryConfig {
     pub drop_after: u32,
     /// Endpoints asked at once (and names resolved at once).
     pub max_concurrent_probes: usize,
-    /// Endpoints kept over all names.
+    /// Endpoints asked, and kept, over all names.
     pub max_endpoints: usize,
+    /// Services one describe answer may list; an answer with more is refused whole.
+    pub max_services_per_node: usize,
+    /// Functions one description may list; an answer with a service of more is refused whole.
+    pub max_functions_per_service: usize,
+    /// One description's size, encoded as compact JSON (as the gossip backend measures
+    /// `max_entry_bytes`); an answer with a larger one is refused whole.
+    pub max_description_bytes: usize,
+    /// How long one round (resolving, looking host names up, asking) may take; `None` is the
+    /// refresh period, or `probe_timeout` if that is longer.
+    pub round_timeout: Option<Duration>,
 }
 
 impl Default for ResolverRegistryConfig {
@@ -71,6 +89,10 @@ impl Default for ResolverRegistryConfig {
             drop_after: 3,
             max_concurrent_probes: 16,
             max_endpoints: 256,
+            max_services_per_node: 32,
+            max_functions_per_service: 256,
+            max_description_bytes: 16 * 1024,
+            round_timeout: None,
         }
     }
 }
@@ -105,6 +127,49 @@ impl ResolverRegistryConfig {
         self.drop_after = probes.max(1);
         self
     }
+
+    /// Endpoints asked at once, and names resolved and host names looked up at once (at
+    /// least 1).
+    pub fn max_concurrent_probes(mut self, probes: usize) -> Self {
+        self.max_concurrent_probes = probes.max(1);
+        self
+    }
+
+    /// Endpoints asked, and kept, over all names.
+    pub fn max_endpoints(mut self, endpoints: usize) -> Self {
+        self.max_endpoints = endpoints;
+        self
+    }
+
+    /// Services one describe answer may list.
+    pub fn max_services_per_node(mut self, services: usize) -> Self {
+        self.max_services_per_node = services;
+        self
+    }
+
+    /// Functions one description may list.
+    pub fn max_functions_per_service(mut self, functions: usize) -> Self {
+        self.max_functions_per_service = functions;
+        self
+    }
+
+    /// One description's size, encoded as compact JSON.
+    pub fn max_description_bytes(mut self, bytes: usize) -> Self {
+        self.max_description_bytes = bytes;
+        self
+    }
+
+    /// How long one round may take (at least 10 ms).
+    pub fn round_timeout(mut self, timeout: Duration) -> Self {
+        self.round_timeout = Some(timeout.max(Duration::from_millis(10)));
+        self
+    }
+
+    /// The round's deadline: `round_timeout`, or the refresh period, at least one probe's time.
+    fn round_deadline(&self) -> Duration {
+        self.round_timeout
+            .unwrap_or_else(|| self.refresh.max(self.probe_timeout))
+    }
 }
 
 /// A registry backend that resolves names and asks each endpoint what it serves. Clones share
@@ -124,8 +189,8 @@ struct Inner {
     /// Each name's last answer: kept when the resolver fails.
     answers: Mutex<HashMap<String, Vec<Endpoint>>>,
     describer: Mutex<Option<Describer>>,
-    /// One refresh at a time, so that events come out in order.
-    refreshing: AsyncMutex<()>,
+    /// One refresh at a time, so that events come out in order; the number of the last round.
+    refreshing: AsyncMutex<u64>,
     stopped: AtomicBool,
     task: Mutex<Option<tokio::task::AbortHandle>>,
     warned: round::Warned,
@@ -146,11 +211,13 @@ struct Own {
     entries: BTreeMap<String, Arc<ServiceEntry>>,
 }
 
-/// One endpoint: what it last said, and how many probes in a row it has failed since.
+/// One endpoint: what it last said, how many probes in a row it has failed since, and when it
+/// was last asked (the round's number).
 #[derive(Debug, Default)]
 struct Peer {
-    described: Option<Described>,
+    answer: Option<bounds::Answer>,
     failures: u32,
+    asked: u64,
 }
 
 impl ResolverRegistry {
@@ -171,7 +238,7 @@ impl ResolverRegistry {
                 peers: Mutex::default(),
                 answers: Mutex::default(),
                 describer: Mutex::default(),
-                refreshing: AsyncMutex::new(()),
+                refreshing: AsyncMutex::new(0),
                 stopped: AtomicBool::new(false),
                 task: Mutex::default(),
                 warned: round::Warned::default(),
@@ -229,9 +296,9 @@ impl Inner {
         let own_name = own.node.as_ref().map(|n| n.name.clone());
         // Of two endpoints that are one node (two addresses of one pod), the newest generation,
         // then the lowest address.
-        let mut by_name: BTreeMap<String, &Described> = BTreeMap::new();
+        let mut by_name: BTreeMap<String, &bounds::Answer> = BTreeMap::new();
         let peers = lock(&self.peers);
-        for described in peers.values().filter_map(|p| p.described.as_ref()) {
+        for described in peers.values().filter_map(|p| p.answer.as_ref()) {
             if described.draining || Some(&described.node.name) == own_name.as_ref() {
                 continue;
             }
@@ -252,13 +319,8 @@ impl Inner {
             .entries
             .values()
             .cloned()
-            .chain(by_name.values().flat_map(|d| {
-                d.services.iter().map(|s| {
-                    let failing = d.failing.contains(&s.name);
-                    let entry = ServiceEntry::new(d.node.clone(), Arc::new(s.clone()));
-                    Arc::new(entry.with_failing(failing))
-                })
-            }))
+            // The entries kept for each answer: the same `Arc`s as long as the answer is the same.
+            .chain(by_name.values().flat_map(|d| d.entries.iter().cloned()))
             .collect();
         drop(peers);
         drop(own);
