@@ -368,11 +368,11 @@ impl<'a> Attempts<'a> {
                 self.first = Some(Ok(next));
                 continue;
             }
-            // Step 3: a pause that would reach the deadline ends the call; no "one last try".
-            let pause = self.pauses.next();
-            if later(Instant::now(), pause) >= self.deadline {
+            // Step 3: a pause that does not fit before the deadline ends the call (`pauses.rs`).
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            let Some(pause) = self.pauses.next_within(left) else {
                 return Err(self.fail(failure, &chosen.entry));
-            }
+            };
             sleep(pause).await;
         }
     }

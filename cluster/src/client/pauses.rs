@@ -27,8 +27,12 @@ impl Pauses {
         }
     }
 
-    /// The next pause.
-    pub(crate) fn next(&mut self) -> Duration {
+    /// The next pause, if one fits in the `left` of the call's budget; `None` ends the call.
+    /// Without jitter, a pause that would reach the deadline does not fit: no "one last try"
+    /// squeezed in (the seed's timing table). With jitter the pause is drawn under what is left
+    /// as well as under its ceiling: a random draw does not end a call that had time for
+    /// another attempt.
+    pub(crate) fn next_within(&mut self, left: Duration) -> Option<Duration> {
         let ceiling = self.ceiling;
         // The factor is clamped to 1..=100 by the merge; a product past what a Duration holds
         // is the maximum pause, never a panic.
@@ -36,11 +40,21 @@ impl Pauses {
             .unwrap_or(self.max)
             .min(self.max);
         if !self.jitter || ceiling <= MIN_RETRY_PAUSE {
-            return ceiling;
+            return (ceiling < left).then_some(ceiling);
         }
-        let span = (ceiling - MIN_RETRY_PAUSE).as_nanos();
+        // Room for the next attempt to start before the deadline.
+        let upper = ceiling.min(left.saturating_sub(MIN_RETRY_PAUSE));
+        if upper < MIN_RETRY_PAUSE {
+            return None;
+        }
+        let span = (upper - MIN_RETRY_PAUSE).as_nanos();
         let drawn = fastrand::u128(0..=span);
-        MIN_RETRY_PAUSE + Duration::from_nanos(u64::try_from(drawn).unwrap_or(u64::MAX))
+        Some(MIN_RETRY_PAUSE + Duration::from_nanos(u64::try_from(drawn).unwrap_or(u64::MAX)))
+    }
+
+    #[cfg(test)]
+    fn next(&mut self) -> Duration {
+        self.next_within(Duration::MAX).unwrap_or(Duration::MAX)
     }
 }
 
@@ -81,6 +95,32 @@ mod tests {
         let mut pauses = Pauses::new(&policy(options));
         let taken: Vec<_> = (0..4).map(|_| pauses.next()).collect();
         assert_eq!(taken, [250 * MS; 4]);
+    }
+
+    #[test]
+    fn a_jittered_pause_fits_in_what_is_left_and_a_constant_one_ends_the_call() {
+        let mut jittered = Pauses::new(&policy(
+            CallOptions::new().retry_after(Duration::from_secs(4)),
+        ));
+        for _ in 0..100 {
+            let pause = jittered.next_within(300 * MS).expect("fits");
+            assert!((MIN_RETRY_PAUSE..=290 * MS).contains(&pause), "{pause:?}");
+        }
+        assert_eq!(
+            jittered.next_within(15 * MS),
+            None,
+            "no room left for an attempt"
+        );
+        let constant = CallOptions::new()
+            .retry_jitter(false)
+            .retry_factor(1.0)
+            .retry_after(Duration::from_secs(1));
+        let mut constant = Pauses::new(&policy(constant));
+        assert_eq!(
+            constant.next_within(Duration::from_secs(2)),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(constant.next_within(Duration::from_secs(1)), None);
     }
 
     #[test]

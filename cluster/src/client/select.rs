@@ -211,10 +211,10 @@ fn miss(
         return Miss {
             reason: Reason::NoService,
             detail: format!(
-                "all {} providers of `{}` fail their health check, and this node's \
+                "every provider of `{}` ({} in all) fails its health check, and this node's \
                  panic_threshold passes every one over",
-                serving.len(),
-                wanted.name
+                wanted.name,
+                serving.len()
             ),
             available,
         };

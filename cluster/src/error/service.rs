@@ -55,7 +55,7 @@ impl Reason {
             }
             Reason::NoVersion => "providers exist, but none in a version this client accepts",
             Reason::NoFunction => {
-                "providers in a compatible version exist, but none has this function with this signature"
+                "providers in a compatible version exist, but none has this function in a shape this client can call"
             }
             Reason::Panicked => {
                 "the provider's function panicked; the provider logged it and keeps serving"

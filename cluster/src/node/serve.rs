@@ -89,8 +89,9 @@ impl Node {
         })
     }
 
-    /// Serves a provider under `health`: registered once its startup probe passes, withdrawn
-    /// while its check fails, withdrawn for good when a task it is bound to ends. Returns at
+    /// Serves a provider under `health`: registered once its startup probe passes, marked
+    /// failing while its check fails (clients pass it over, unless too many replicas fail:
+    /// `NodeBuilder::panic_threshold`), withdrawn for good when a task it is bound to ends. Returns at
     /// once; [`Registration::wait_for`] waits for a status.
     pub fn serve_with<P: Provide>(&self, provider: P, health: Health) -> Registration {
         let (service, entry) = self.host(provider);

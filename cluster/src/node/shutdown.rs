@@ -81,8 +81,8 @@ impl Node {
     }
 
     /// Stops at once without telling anyone, as a crashed node would: gossip stops, connections
-    /// close, running handlers are dropped, and the others find out through failure detection.
-    /// For tests.
+    /// close, running handlers are dropped, and the others find out through failure detection
+    /// (a `MemoryRegistry` has none: the node's entries stay in it). For tests.
     pub async fn kill(&self) {
         self.stop_supervisors().await;
         self.inner.registry.halt().await;

@@ -63,7 +63,7 @@ impl Admission {
             self.release();
             return Err((
                 Reason::Overloaded,
-                format!("the node runs {} calls, its limit", self.limit),
+                format!("the node runs as many calls as its limit, {}", self.limit),
             ));
         }
         let caller = caller.cloned().unwrap_or_else(|| Arc::from(""));

@@ -89,7 +89,7 @@ async fn a_failing_health_check_takes_the_service_down_everywhere_and_back_up() 
         .unwrap_err();
     assert!(
         matches!(err, cluster::CallError::Service(ref e) if e.reason() == cluster::Reason::NoService
-            && e.detail().contains("fail their health check")),
+            && e.detail().contains("fails its health check")),
         "{err}"
     );
     // ...while by default the only replica, failing, is still called: the panic threshold
