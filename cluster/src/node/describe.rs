@@ -77,7 +77,7 @@ impl Node {
         addr: SocketAddr,
         timeout: Duration,
     ) -> Result<Described, DescribeError> {
-        describe(&self.inner, addr, timeout).await
+        describe(&self.inner, addr, timeout, usize::MAX).await
     }
 
     /// A handle that describes peers for this node, without keeping the node alive.
@@ -95,10 +95,22 @@ impl Describer {
         addr: SocketAddr,
         timeout: Duration,
     ) -> Result<Described, DescribeError> {
+        self.describe_within(addr, timeout, usize::MAX).await
+    }
+
+    /// [`describe`](Self::describe), with an answer of at most `max_bytes` (and at most this
+    /// node's frame limit): the peer answers `TooLarge` instead of sending more, so a caller
+    /// that would refuse a large answer anyway does not read and decode it first.
+    pub async fn describe_within(
+        &self,
+        addr: SocketAddr,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Described, DescribeError> {
         let Some(node) = self.node.upgrade() else {
             return Err(DescribeError::Stopped);
         };
-        describe(&node, addr, timeout).await
+        describe(&node, addr, timeout, max_bytes).await
     }
 }
 
@@ -106,6 +118,7 @@ async fn describe(
     node: &NodeInner,
     addr: SocketAddr,
     timeout: Duration,
+    max_bytes: usize,
 ) -> Result<Described, DescribeError> {
     if node.stopped.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(DescribeError::Stopped);
@@ -115,7 +128,8 @@ async fn describe(
         request_id: node.next_request_id(),
         reply_limit: Some(
             node.max_frame
-                .saturating_sub(crate::transport::ENVELOPE_OVERHEAD) as u64,
+                .saturating_sub(crate::transport::ENVELOPE_OVERHEAD)
+                .min(max_bytes) as u64,
         ),
         ..Head::default()
     };

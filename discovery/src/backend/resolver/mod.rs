@@ -165,6 +165,14 @@ impl ResolverRegistryConfig {
         self
     }
 
+    /// The largest describe answer worth reading: every service at its largest (MessagePack is
+    /// no larger than the JSON the bound measures), and room for the node's own fields.
+    fn max_answer_bytes(&self) -> usize {
+        self.max_services_per_node
+            .saturating_mul(self.max_description_bytes)
+            .saturating_add(64 << 10)
+    }
+
     /// The round's deadline: `round_timeout`, or the refresh period, at least one probe's time.
     fn round_deadline(&self) -> Duration {
         self.round_timeout

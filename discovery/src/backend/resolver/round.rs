@@ -44,6 +44,8 @@ impl Inner {
         let order = self.least_recently_asked_first(&named);
         let limit = self.config.max_concurrent_probes.max(1);
         let timeout = self.config.probe_timeout;
+        // Larger answers would be refused (`bounds.rs`): the peer is told, and sends none.
+        let max_answer = self.config.max_answer_bytes();
         // How many probes began: `buffer_unordered` begins them in order, so those are the
         // first of `order`, asked this round even if the deadline cuts them.
         let began = Arc::new(AtomicUsize::new(0));
@@ -54,7 +56,8 @@ impl Inner {
                     let began = began.clone();
                     async move {
                         began.fetch_add(1, Ordering::Relaxed);
-                        (addr, describer.describe(addr, timeout).await)
+                        let answer = describer.describe_within(addr, timeout, max_answer).await;
+                        (addr, answer)
                     }
                 })
                 .buffer_unordered(limit)
