@@ -45,9 +45,11 @@ pub(crate) struct RetrySettings {
     pub(crate) max_after: Option<u64>,
     pub(crate) factor: Option<f64>,
     pub(crate) jitter: Option<bool>,
+    /// `overloaded = N`: how often an `Overloaded` refusal is sent again.
+    pub(crate) overloaded: Option<u32>,
 }
 
-const RETRY_KEYS: &str = "after, budget, max_after, factor, jitter";
+const RETRY_KEYS: &str = "after, budget, max_after, factor, jitter, overloaded";
 
 impl Options {
     /// Parses `timeout`, `retry` or `wait_for_provider`; returns `Ok(false)` for any other key so the caller can
@@ -151,6 +153,7 @@ impl RetrySettings {
                 &mut self.jitter,
                 boolean(meta, "jitter", "jitter = true", errors)?,
             ),
+            "overloaded" => store(fresh, &mut self.overloaded, count(meta, &key, errors)?),
             _ => unknown_key(meta, &key, "retry(...)", RETRY_KEYS, errors)?,
         }
         Ok(())
@@ -337,6 +340,31 @@ fn duration(
             None
         }
     })
+}
+
+/// A count: an integer literal from 0 to `u32::MAX`.
+fn count(meta: &ParseNestedMeta<'_>, key: &str, errors: &mut Errors) -> syn::Result<Option<u32>> {
+    let example = format!("{key} = 3");
+    let Some(expr) = value(meta, key, &example, errors)? else {
+        return Ok(None);
+    };
+    let parsed = match &expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => lit.base10_parse::<u32>().ok(),
+        _ => None,
+    };
+    if parsed.is_none() {
+        errors.spanned(
+            &expr,
+            format!(
+                "invalid `{key}` `{}`: expected a whole number from 0 to {}, e.g. {example}",
+                expr.to_token_stream(),
+                u32::MAX
+            ),
+        );
+    }
+    Ok(parsed)
 }
 
 /// The backoff factor: a float or integer literal, at least 1.0.

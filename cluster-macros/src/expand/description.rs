@@ -103,6 +103,10 @@ fn options(options: &Options, p: &TokenStream) -> TokenStream {
             if let Some(jitter) = settings.jitter {
                 chain.extend(quote!(.retry_jitter(#jitter)));
             }
+            if let Some(overloaded) = settings.overloaded {
+                let overloaded = Literal::u32_unsuffixed(overloaded);
+                chain.extend(quote!(.overloaded_retries(#overloaded)));
+            }
         }
     }
     chain

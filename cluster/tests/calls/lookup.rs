@@ -202,8 +202,14 @@ async fn a_provider_without_the_function_or_with_another_signature_is_not_eligib
     assert_eq!(engine.counters.started(), 4);
 }
 
-/// A service whose clients wait for a provider: declared once, in the trait.
-#[cluster::service(name = "patient", version = "1.0.0", wait_for_provider = "2s")]
+/// A service whose clients wait for a provider, and whose provider asks for overload refusals
+/// to be sent again up to 3 times: declared once, in the trait.
+#[cluster::service(
+    name = "patient",
+    version = "1.0.0",
+    wait_for_provider = "2s",
+    retry(overloaded = 3)
+)]
 pub trait Patient {
     async fn ping(&self) -> u32;
 }
@@ -211,6 +217,9 @@ pub trait Patient {
 #[tokio::test(start_paused = true)]
 async fn a_wait_declared_in_the_trait_applies_to_its_clients() {
     let cluster = Cluster::memory();
+    let declared = &PatientClient::description().options;
+    assert_eq!(declared.wait_for_provider, Some(Duration::from_secs(2)));
+    assert_eq!(declared.overloaded_retries, Some(3));
     let client = PatientClient::new(&cluster.node("client").await);
     let start = Instant::now();
     let e = service_error(client.ping().await.unwrap_err());
