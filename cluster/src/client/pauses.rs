@@ -15,6 +15,9 @@ pub(crate) struct Pauses {
     max: Duration,
     factor: f64,
     jitter: bool,
+    // Whether a pause was already drawn under the time left rather than its ceiling: once per
+    // call, so that the end of a budget is not a burst of ever shorter pauses.
+    fitted: bool,
 }
 
 impl Pauses {
@@ -24,14 +27,16 @@ impl Pauses {
             max: policy.max_after,
             factor: policy.factor,
             jitter: policy.jitter,
+            fitted: false,
         }
     }
 
     /// The next pause, if one fits in the `left` of the call's budget; `None` ends the call.
     /// Without jitter, a pause that would reach the deadline does not fit: no "one last try"
-    /// squeezed in (the seed's timing table). With jitter the pause is drawn under what is left
-    /// as well as under its ceiling: a random draw does not end a call that had time for
-    /// another attempt.
+    /// squeezed in (the seed's timing table). With jitter, a drawn pause that would leave no
+    /// room for an attempt is drawn again under what is left, once per call: a random draw
+    /// does not end a call that had time for another attempt, and the budget's end is not a
+    /// burst of ever shorter pauses either.
     pub(crate) fn next_within(&mut self, left: Duration) -> Option<Duration> {
         let ceiling = self.ceiling;
         // The factor is clamped to 1..=100 by the merge; a product past what a Duration holds
@@ -43,19 +48,29 @@ impl Pauses {
             return (ceiling < left).then_some(ceiling);
         }
         // Room for the next attempt to start before the deadline.
-        let upper = ceiling.min(left.saturating_sub(MIN_RETRY_PAUSE));
-        if upper < MIN_RETRY_PAUSE {
+        let room = left.saturating_sub(MIN_RETRY_PAUSE);
+        let pause = draw(ceiling);
+        if pause <= room {
+            return Some(pause);
+        }
+        if self.fitted || room < MIN_RETRY_PAUSE {
             return None;
         }
-        let span = (upper - MIN_RETRY_PAUSE).as_nanos();
-        let drawn = fastrand::u128(0..=span);
-        Some(MIN_RETRY_PAUSE + Duration::from_nanos(u64::try_from(drawn).unwrap_or(u64::MAX)))
+        self.fitted = true;
+        Some(draw(ceiling.min(room)))
     }
 
     #[cfg(test)]
     fn next(&mut self) -> Duration {
         self.next_within(Duration::MAX).unwrap_or(Duration::MAX)
     }
+}
+
+/// A pause drawn uniformly between [`MIN_RETRY_PAUSE`] and `ceiling` (at least the minimum).
+fn draw(ceiling: Duration) -> Duration {
+    let span = ceiling.saturating_sub(MIN_RETRY_PAUSE).as_nanos();
+    let drawn = fastrand::u128(0..=span);
+    MIN_RETRY_PAUSE + Duration::from_nanos(u64::try_from(drawn).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -99,15 +114,21 @@ mod tests {
 
     #[test]
     fn a_jittered_pause_fits_in_what_is_left_and_a_constant_one_ends_the_call() {
-        let mut jittered = Pauses::new(&policy(
-            CallOptions::new().retry_after(Duration::from_secs(4)),
-        ));
+        // Ceilings of 35,000 years: a pause drawn under one never fits in 300 ms by chance.
+        let long = || {
+            let years = Duration::from_secs(1 << 40);
+            let options = CallOptions::new().retry_after(years).retry_max_after(years);
+            Pauses::new(&policy(options))
+        };
         for _ in 0..100 {
+            let mut jittered = long();
             let pause = jittered.next_within(300 * MS).expect("fits");
             assert!((MIN_RETRY_PAUSE..=290 * MS).contains(&pause), "{pause:?}");
+            // Once per call: the next one that does not fit ends it.
+            assert_eq!(jittered.next_within(300 * MS), None);
         }
         assert_eq!(
-            jittered.next_within(15 * MS),
+            long().next_within(15 * MS),
             None,
             "no room left for an attempt"
         );
