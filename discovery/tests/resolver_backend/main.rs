@@ -48,12 +48,21 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// A provider: an insecure node on `addr` whose registry only records its own entries (a
 /// provider of this backend is found by being asked).
 async fn provider(name: &str, addr: SocketAddr) -> (Node, cluster::Registration) {
+    let (node, registration, _) = provider_and_registry(name, addr).await;
+    (node, registration)
+}
+
+/// [`provider`], and its registry, to register more with.
+async fn provider_and_registry(
+    name: &str,
+    addr: SocketAddr,
+) -> (Node, cluster::Registration, ResolverRegistry) {
     let registry = ResolverRegistry::new(Static::new(), ResolverRegistryConfig::default());
     let node = Node::builder()
         .insecure()
         .name(name)
         .listen(addr)
-        .registry(registry)
+        .registry(registry.clone())
         .start()
         .await
         .expect("the provider starts");
@@ -61,7 +70,7 @@ async fn provider(name: &str, addr: SocketAddr) -> (Node, cluster::Registration)
         .serve(GreetServer::new(Greeter(name.to_owned())))
         .await
         .expect("served");
-    (node, registration)
+    (node, registration, registry)
 }
 
 fn config() -> ResolverRegistryConfig {
@@ -315,22 +324,8 @@ async fn over_mutual_tls_the_node_name_is_the_certificates() {
 
 /// A provider of `greet` that also registers `extra`, a description of its own making.
 async fn provider_with(name: &str, extra: ServiceDescription) -> (Node, cluster::Registration) {
-    let registry = ResolverRegistry::new(Static::new(), ResolverRegistryConfig::default());
-    let (node, registration) = {
-        let node = Node::builder()
-            .insecure()
-            .name(name)
-            .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .registry(registry.clone())
-            .start()
-            .await
-            .expect("the provider starts");
-        let registration = node
-            .serve(GreetServer::new(Greeter(name.to_owned())))
-            .await
-            .expect("served");
-        (node, registration)
-    };
+    let (node, registration, registry) =
+        provider_and_registry(name, SocketAddr::from(([127, 0, 0, 1], 0))).await;
     registry
         .register(ServiceEntry::new(node.info().clone(), Arc::new(extra)))
         .await
