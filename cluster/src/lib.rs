@@ -41,7 +41,7 @@
 //! assert_eq!(search.search("rust".into()).await?, ["rust"]);
 //! assert_eq!(search.reindex(true).timeout(std::time::Duration::from_secs(120)).await?, 42);
 //! match search.search(String::new()).await {
-//!     Err(cluster::CallError::App(e)) => assert_eq!(e, "empty query"),
+//!     Err(cluster::CallError::App { error: e, .. }) => assert_eq!(e, "empty query"),
 //!     other => panic!("{other:?}"),
 //! }
 //! provider.shutdown().await;
@@ -60,6 +60,7 @@ mod client;
 pub mod context;
 mod deadline;
 pub mod error;
+mod fast_map;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -62,7 +62,7 @@ impl Frontend for Web {
         let ctx = cluster::context().expect("inside a handler");
         let hits = match self.search.search(query).await {
             Ok(hits) => hits,
-            Err(CallError::App(e)) => return Ok(format!("no page: {e}")),
+            Err(CallError::App { error: e, .. }) => return Ok(format!("no page: {e}")),
             Err(e) => return Err(e.into()),
         };
         Ok(format!(
@@ -183,7 +183,7 @@ async fn main() {
 
     // The provider's own error comes back typed, and is never retried.
     match search.search(String::new()).await {
-        Err(CallError::App(e)) => println!("search(\"\") -> the provider said: {e}"),
+        Err(CallError::App { error: e, .. }) => println!("search(\"\") -> the provider said: {e}"),
         other => panic!("expected the provider's error, got {other:?}"),
     }
 

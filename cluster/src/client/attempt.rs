@@ -41,16 +41,57 @@ pub(crate) struct Sent<'a> {
     pub(crate) parent: Option<Context>,
 }
 
-/// Runs a call to completion: the encoded return value, or why there is none.
+/// A call's reply, with what its report needs if the reply is the provider's own error.
+pub(crate) struct Answer {
+    /// The encoded return value.
+    pub(crate) bytes: Vec<u8>,
+    provider: Arc<ServiceEntry>,
+    attempts: Vec<AttemptRecord>,
+    attempts_left_out: usize,
+    start: Instant,
+    budget: Option<(Duration, Source)>,
+    retries_off: bool,
+}
+
+impl Answer {
+    /// The report of a call its provider answered with its own error.
+    pub(crate) fn report(self, client: &Client, function: usize) -> CallReport {
+        CallReport {
+            call: call_name(client, function),
+            requirement: client.requirement.to_string(),
+            provider: Some(provider_ref(&self.provider)),
+            attempts: self.attempts,
+            attempts_left_out: self.attempts_left_out,
+            elapsed: self.start.elapsed(),
+            budget: self.budget,
+            retries_off: self.retries_off,
+        }
+    }
+}
+
+/// Runs a call to completion: the reply, or why there is none.
 pub(crate) async fn run(
     client: &Client,
     function: usize,
     sent: Sent<'_>,
-) -> Result<Vec<u8>, CallError<Infallible>> {
+) -> Result<Answer, CallError<Infallible>> {
+    // A span only when a subscriber wants it: built for nothing, it cost about 0.8 k
+    // instructions per call (`docs/benchmarks.md`).
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let wanted = &client.description.functions[function];
+        let span = tracing::debug_span!("call", service = %client.description.name, function = %wanted.name);
+        return attempts(client, function, sent).instrument(span).await;
+    }
+    attempts(client, function, sent).await
+}
+
+async fn attempts(
+    client: &Client,
+    function: usize,
+    sent: Sent<'_>,
+) -> Result<Answer, CallError<Infallible>> {
     let wanted = &client.description.functions[function];
-    let span =
-        tracing::debug_span!("call", service = %client.description.name, function = %wanted.name);
-    async move {
+    {
         let Sent {
             args,
             overrides,
@@ -124,8 +165,6 @@ pub(crate) async fn run(
         };
         finished.unwrap_or_else(|| Err(call.cancelled()))
     }
-    .instrument(span)
-    .await
 }
 
 /// The bytes a request takes in a frame: its arguments, its metadata, and the envelope.
@@ -159,7 +198,13 @@ struct Attempts<'a> {
     untrusted: Option<(Failure, Arc<ServiceEntry>)>,
     attempts: Vec<AttemptRecord>,
     attempts_left_out: usize,
-    changes: tokio::sync::watch::Receiver<u64>,
+    // The registry copy's generation when the call last looked: a wait for a provider ends at
+    // once if it has moved since.
+    seen: u64,
+    // The calling handler's deadline, less the reserve for its answer.
+    caller_cut: Option<Instant>,
+    // Whether the retry policy and budget are a provider's: false while none has been found.
+    settled: bool,
     first: Option<Result<Chosen, Miss>>,
     // The options merged for that first provider, reused by its attempt.
     first_options: Option<ResolvedOptions>,
@@ -173,38 +218,26 @@ impl<'a> Attempts<'a> {
         parent: Option<&Context>,
     ) -> Self {
         let start = Instant::now();
-        let mut changes = client.node.registry.changes();
-        changes.borrow_and_update();
+        let seen = client.node.registry.local_copy().generation();
         let first = choose(client, function, &[], &[], overrides);
-        // The retry policy and budget are fixed once, from the first provider found (or, with
-        // none yet, from the client's layers), so the budget cannot move under a running call.
-        let options = merged(client, function, first.as_ref().ok(), overrides);
-        let retry = options.retry;
-        let mut deadline = later(
-            start,
-            if retry.enabled {
-                retry.budget
-            } else {
-                options.timeout
-            },
-        );
-        let mut budget = retry
-            .enabled
-            .then_some((retry.budget, options.budget_source()));
+        // The retry policy and budget are fixed once, from the first provider found, so the
+        // budget cannot move under a running call. With none yet, the client's layers stand in
+        // until one registers (`settle`).
+        let options = match first.as_ref().ok().and_then(|c| c.options) {
+            Some(routed) if overrides.is_empty() => routed,
+            _ => merged(client, function, first.as_ref().ok(), overrides),
+        };
         // A call inside a handler: the handler's own deadline bounds it, less a reserve for
         // the answer to travel back.
-        if let Some(parent) = parent {
+        let caller_cut = parent.map(|parent| {
             let reserve = (parent.remaining() / 10).min(RESERVE_FOR_REPLY);
-            let cut = parent
+            parent
                 .deadline()
                 .checked_sub(reserve)
                 .unwrap_or(start)
-                .max(start);
-            if cut < deadline {
-                deadline = cut;
-                budget = Some((cut - start, Source::Caller));
-            }
-        }
+                .max(start)
+        });
+        let (retry, deadline, budget) = policy(start, &options, caller_cut);
         let wait_until = later(start, options.wait_for_provider).min(deadline);
         Self {
             client,
@@ -222,7 +255,9 @@ impl<'a> Attempts<'a> {
             untrusted: None,
             attempts: Vec::new(),
             attempts_left_out: 0,
-            changes,
+            seen,
+            caller_cut,
+            settled: first.is_ok(),
             first_options: first.is_ok().then_some(options),
             first: Some(first),
         }
@@ -233,10 +268,10 @@ impl<'a> Attempts<'a> {
         &mut self,
         mut request: Arc<Request>,
         size: usize,
-    ) -> Result<Vec<u8>, CallError<Infallible>> {
+    ) -> Result<Answer, CallError<Infallible>> {
         loop {
             // Step 4: re-resolve before every attempt (the first reuses the lookup made at start).
-            let chosen = match self.first.take().unwrap_or_else(|| {
+            let mut chosen = match self.first.take().unwrap_or_else(|| {
                 choose(
                     self.client,
                     self.function,
@@ -263,10 +298,26 @@ impl<'a> Attempts<'a> {
                 return Err(self.timeout_before_attempt(&chosen.entry));
             }
             // The per-attempt timeout follows the provider actually chosen, cut to what is left.
-            let options = match self.first_options.take() {
-                Some(options) => options,
-                None => merged(self.client, self.function, Some(&chosen), self.overrides),
+            let options = match (self.first_options.take(), chosen.options) {
+                (Some(options), _) => options,
+                (None, Some(routed)) if self.overrides.is_empty() => routed,
+                _ => merged(self.client, self.function, Some(&chosen), self.overrides),
             };
+            // The first provider of a call that waited for one (a deploy): its own pauses and
+            // budget from now on, the budget counted from the call's start.
+            if !self.settled {
+                self.settled = true;
+                (self.retry, self.deadline, self.budget) =
+                    policy(self.start, &options, self.caller_cut);
+                self.pauses = Pauses::new(&self.retry);
+                if now >= self.deadline {
+                    return Err(self.timeout_before_attempt(&chosen.entry));
+                }
+                // The provider is told the budget it now runs under.
+                let mut settled = Request::clone(&request);
+                settled.head.budget_deadline = Some(self.deadline);
+                request = Arc::new(settled);
+            }
             let attempt_deadline = later(now, options.timeout).min(self.deadline);
             if let Some(limit) = chosen.entry.node.max_frame
                 && size > limit
@@ -288,7 +339,11 @@ impl<'a> Attempts<'a> {
             let addr = chosen.entry.node.addr;
             let peers = &self.client.node.peers;
             let generation = chosen.entry.node.generation;
-            let in_flight = InFlight::start(peers.get(addr, generation));
+            let peer = match chosen.peer.take() {
+                Some(peer) => peer,
+                None => peers.get(addr, generation),
+            };
+            let in_flight = InFlight::start(peer);
             // The attempts of one call are sequential: nothing else writes this meanwhile.
             let attempt = u32::try_from(number).unwrap_or(u32::MAX);
             // The provider checks the hash of its own function, which `choose` found this client
@@ -312,7 +367,15 @@ impl<'a> Attempts<'a> {
             let failure = match Failure::of(reply) {
                 Ok(bytes) => {
                     peers.saw(in_flight.peer(), generation, Seen::Answered);
-                    return Ok(bytes);
+                    return Ok(Answer {
+                        bytes,
+                        provider: chosen.entry,
+                        attempts: std::mem::take(&mut self.attempts),
+                        attempts_left_out: self.attempts_left_out,
+                        start: self.start,
+                        budget: self.budget,
+                        retries_off: !self.retry.enabled,
+                    });
                 }
                 Err(failure) => failure,
             };
@@ -385,9 +448,17 @@ impl<'a> Attempts<'a> {
         let worth_waiting = miss.reason != Reason::WireVersion;
         let waits = worth_waiting && self.wait_until > self.start;
         if waits && Instant::now() < self.wait_until {
-            let changed = tokio::time::timeout_at(self.wait_until, self.changes.changed()).await;
+            let registry = &self.client.node.registry;
+            // Subscribed before the generation is read: no change falls between the two.
+            let mut changes = registry.changes();
+            let now_seen = registry.local_copy().generation();
+            if now_seen != self.seen {
+                self.seen = now_seen;
+                return Ok(());
+            }
+            let changed = tokio::time::timeout_at(self.wait_until, changes.changed()).await;
             if let Ok(Ok(())) = changed {
-                self.changes.borrow_and_update();
+                self.seen = registry.local_copy().generation();
                 return Ok(());
             }
         }
@@ -458,6 +529,29 @@ impl<'a> Attempts<'a> {
             detail.to_owned(),
             self.report(None),
         ))
+    }
+}
+
+/// The retry policy, the deadline and the budget (its length and source) of a call that started
+/// at `start` under `options`, within the calling handler's `caller_cut` if there is one.
+fn policy(
+    start: Instant,
+    options: &ResolvedOptions,
+    caller_cut: Option<Instant>,
+) -> (RetryPolicy, Instant, Option<(Duration, Source)>) {
+    let retry = options.retry;
+    let own = if retry.enabled {
+        retry.budget
+    } else {
+        options.timeout
+    };
+    let deadline = later(start, own);
+    let budget = retry
+        .enabled
+        .then_some((retry.budget, options.budget_source()));
+    match caller_cut {
+        Some(cut) if cut < deadline => (retry, cut, Some((cut - start, Source::Caller))),
+        _ => (retry, deadline, budget),
     }
 }
 

@@ -5,13 +5,17 @@ use std::time::Duration;
 
 use super::Client;
 use crate::context::{Context, Metadata};
-use crate::error::{CallError, Reason, RpcErrorKind};
+use crate::error::{CallError, CallReport, Reason, RpcErrorKind};
 use crate::layer::{CallInfo, Outcome};
 use crate::options::CallOptions;
 use crate::server::catching;
 use crate::service::CodecError;
 
 type Decode<T, E> = fn(&[u8]) -> Result<Result<T, E>, CodecError>;
+
+/// A decoded reply: the value, or the provider's own error with the call's report; or the
+/// framework's error.
+type Decoded<T, E> = Result<Result<T, (E, Box<CallReport>)>, CallError<Infallible>>;
 
 /// One call, not yet started: set per-call overrides, then `.await` it.
 ///
@@ -156,7 +160,7 @@ async fn with_layers<T, E>(
     function: usize,
     mut sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
-) -> Result<Result<T, E>, CallError<Infallible>> {
+) -> Decoded<T, E> {
     let layers = &client.node.client_layers;
     let options = client.defaults.overlay(sent.overrides);
     let parent = sent.parent.clone();
@@ -207,19 +211,28 @@ async fn run<T, E>(
     function: usize,
     sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
-) -> Result<Result<T, E>, CallError<Infallible>> {
+) -> Decoded<T, E> {
     let started = tokio::time::Instant::now();
-    let bytes = super::attempt::run(client, function, sent).await?;
-    decode(&bytes).map_err(|e| {
-        let detail = format!("cannot decode the reply after {:?}: {e}", started.elapsed());
-        super::report::early_error(client, function, RpcErrorKind::Protocol, detail)
-    })
+    let answer = super::attempt::run(client, function, sent).await?;
+    match decode(&answer.bytes) {
+        Ok(Ok(value)) => Ok(Ok(value)),
+        Ok(Err(error)) => Ok(Err((error, Box::new(answer.report(client, function))))),
+        Err(e) => {
+            let detail = format!("cannot decode the reply after {:?}: {e}", started.elapsed());
+            Err(super::report::early_error(
+                client,
+                function,
+                RpcErrorKind::Protocol,
+                detail,
+            ))
+        }
+    }
 }
 
-fn finish<T, E>(result: Result<Result<T, E>, CallError<Infallible>>) -> Result<T, CallError<E>> {
+fn finish<T, E>(result: Decoded<T, E>) -> Result<T, CallError<E>> {
     match result {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(CallError::App(e)),
+        Ok(Err((error, report))) => Err(CallError::App { error, report }),
         Err(e) => Err(never_app(e)),
     }
 }

@@ -8,6 +8,7 @@ mod failure;
 mod pauses;
 pub(crate) mod peers;
 mod report;
+mod route;
 mod select;
 
 use std::sync::Arc;
@@ -35,6 +36,9 @@ pub struct Client {
     // Spreads calls over equally good providers: the node's counter for the service, shared
     // by every client of it there.
     pub(crate) turn: Arc<AtomicUsize>,
+    // What the last full choice found per function (`route.rs`). A client with other
+    // defaults or another requirement starts with none: the routes hold merged options.
+    pub(crate) routes: Arc<route::Routes>,
 }
 
 impl std::fmt::Debug for Client {
@@ -58,6 +62,7 @@ impl Client {
             defaults: CallOptions::new(),
             signatures: description.functions.iter().map(|f| f.hash()).collect(),
             turn: node.inner.peers.turn(&description.name),
+            routes: route::Routes::new(description.functions.len()),
         }
     }
 
@@ -65,6 +70,7 @@ impl Client {
     /// Fields `options` sets override those set by earlier `with_options` calls; the others stay.
     pub fn with_options(mut self, options: CallOptions) -> Self {
         self.defaults = self.defaults.overlay(&options);
+        self.routes = route::Routes::new(self.description.functions.len());
         self
     }
 
@@ -72,6 +78,7 @@ impl Client {
     /// version, or the `compat` of `#[service]`).
     pub fn require(mut self, requirement: VersionReq) -> Self {
         self.requirement = Arc::new(requirement);
+        self.routes = route::Routes::new(self.description.functions.len());
         self
     }
 

@@ -3,8 +3,10 @@
 //! lately, and is never written back to the registry. `docs/registry.md`, "Lookup and routing".
 
 use std::collections::HashMap;
+
+use crate::fast_map::FastMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ const PRUNE_AT: usize = 1024;
 
 #[derive(Debug)]
 pub(crate) struct Peers {
-    map: RwLock<HashMap<SocketAddr, Arc<Peer>>>,
+    map: RwLock<FastMap<SocketAddr, Arc<Peer>>>,
     cooldown: Duration,
     /// The share of a service's replicas that may fail their health check and be passed over;
     /// past it, all are called.
@@ -40,6 +42,9 @@ pub(crate) struct Peers {
     // When each service last had its failing replicas routed to (the panic threshold): said
     // at WARN once per interval, not once per call.
     panicked: Mutex<HashMap<String, Instant>>,
+    // Ejections so far: a route cached while none of its peers was ejected holds while this
+    // has not moved (`client/route.rs`).
+    ejections: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +89,7 @@ impl Peers {
             panic_threshold,
             turns: Mutex::default(),
             panicked: Mutex::default(),
+            ejections: AtomicU64::new(0),
         }
     }
 
@@ -120,7 +126,7 @@ impl Peers {
         map.entry(addr).or_default().clone()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SocketAddr, Arc<Peer>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, FastMap<SocketAddr, Arc<Peer>>> {
         self.map.read().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -194,7 +200,13 @@ impl Peers {
         }
     }
 
+    /// Ejections so far, on any peer.
+    pub(crate) fn ejections(&self) -> u64 {
+        self.ejections.load(Ordering::Acquire)
+    }
+
     fn eject(&self, state: &mut State, now: Instant) {
+        self.ejections.fetch_add(1, Ordering::Release);
         let doublings = state.ejections.min(MAX_DOUBLINGS);
         let cooldown = self.cooldown.saturating_mul(1 << doublings);
         // A cool-down too long for the clock means "for good", never an overflow.
@@ -205,6 +217,11 @@ impl Peers {
 }
 
 impl Peer {
+    /// Requests outstanding to it from this node.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

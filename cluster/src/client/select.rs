@@ -6,15 +6,20 @@ use std::sync::atomic::Ordering;
 use semver::Version;
 
 use super::Client;
-use super::peers::Load;
+use super::peers::{Load, Peer};
+use super::route::{Route, Routed};
 use crate::error::Reason;
-use crate::options::CallOptions;
+use crate::options::{CallOptions, ResolvedOptions, Source};
 use crate::registry::ServiceEntry;
 
 /// A provider chosen for one attempt, with the index of the function in its description.
 pub(crate) struct Chosen {
     pub(crate) entry: Arc<ServiceEntry>,
     pub(crate) function: usize,
+    /// The peer's state, when the choice came from a kept route (else looked up per attempt).
+    pub(crate) peer: Option<Arc<Peer>>,
+    /// The options merged for it without the call's overrides, when it came from a route.
+    pub(crate) options: Option<ResolvedOptions>,
 }
 
 /// Why no provider could be chosen.
@@ -50,6 +55,11 @@ struct Candidate<'e> {
 /// service on this node, and sends to the one with fewer requests outstanding (power of two
 /// choices; turns rather than random picks, so that a quiet client spreads its calls exactly
 /// evenly).
+///
+/// A call's first attempt takes the client's kept route for the function instead, while the
+/// registry and the peers' ejections have not changed since it was kept (`route.rs`); the
+/// full choice keeps a new one whenever it finds no replica ejected or failing past the
+/// panic threshold.
 pub(crate) fn choose(
     client: &Client,
     function: usize,
@@ -57,6 +67,13 @@ pub(crate) fn choose(
     excluded: &[String],
     overrides: &CallOptions,
 ) -> Result<Chosen, Miss> {
+    // Read before the lookup and the loads: a change after these reads moves the stamps.
+    let registry = client.node.registry.local_copy().generation();
+    let routable = avoid.is_empty() && excluded.is_empty() && overrides.newest_only.is_none();
+    if routable && let Some(chosen) = client.routes.choose(client, function, registry) {
+        return Ok(chosen);
+    }
+    let ejections = client.node.peers.ejections();
     let wanted = &client.description.functions[function];
     let entries = client.node.registry.lookup(&client.description.name);
     let peers = &client.node.peers;
@@ -86,7 +103,11 @@ pub(crate) fn choose(
     {
         candidates.retain(|c| c.entry.description.version == newest);
     }
-    pass_over_failing(client, &mut candidates);
+    let panicked = pass_over_failing(client, &mut candidates);
+    let none_ejected = candidates.iter().all(|c| c.load.ejected_until.is_none());
+    if routable && !panicked && none_ejected {
+        keep_route(client, function, &candidates, registry, ejections);
+    }
     cap_ejections(&mut candidates);
     let rank = |c: &Candidate<'_>| match (c.failed_here, c.load.ejected_until.is_some()) {
         (false, false) => 0,
@@ -116,20 +137,61 @@ pub(crate) fn choose(
     Ok(Chosen {
         entry: chosen.entry.clone(),
         function: chosen.function,
+        peer: None,
+        options: None,
     })
 }
 
+/// Keeps the eligible `candidates` as the client's route for `function`, each with its peer and
+/// its options merged, under the stamps read before they were found.
+fn keep_route(
+    client: &Client,
+    function: usize,
+    candidates: &[Candidate<'_>],
+    registry: u64,
+    ejections: u64,
+) {
+    let routed = candidates
+        .iter()
+        .map(|c| Routed {
+            entry: c.entry.clone(),
+            function: c.function,
+            peer: client
+                .node
+                .peers
+                .get(c.entry.node.addr, c.entry.node.generation),
+            options: ResolvedOptions::merge(&[
+                (Source::ProviderService, &c.entry.description.options),
+                (
+                    Source::ProviderFunction,
+                    &c.entry.description.functions[c.function].options,
+                ),
+                (Source::Client, &client.defaults),
+            ]),
+        })
+        .collect();
+    client.routes.keep(
+        function,
+        Route {
+            registry,
+            ejections,
+            candidates: routed,
+        },
+    );
+}
+
 /// Drops the replicas that fail their health check, unless more than the panic threshold's
-/// share of them do (`NodeBuilder::panic_threshold`, half by default).
-fn pass_over_failing(client: &Client, candidates: &mut Vec<Candidate<'_>>) {
+/// share of them do (`NodeBuilder::panic_threshold`, half by default): then keeps them all and
+/// says so (true).
+fn pass_over_failing(client: &Client, candidates: &mut Vec<Candidate<'_>>) -> bool {
     let failing = candidates.iter().filter(|c| c.entry.failing).count();
     if failing == 0 {
-        return;
+        return false;
     }
     let threshold = client.node.peers.panic_threshold;
     if failing as f64 <= candidates.len() as f64 * threshold {
         candidates.retain(|c| !c.entry.failing);
-        return;
+        return false;
     }
     let service = &client.description.name;
     if client.node.peers.panic_line_due(service) {
@@ -141,6 +203,7 @@ fn pass_over_failing(client: &Client, candidates: &mut Vec<Candidate<'_>>) {
             threshold * 100.0
         );
     }
+    true
 }
 
 /// Calls again, as if not ejected, the replicas ejected past [`MAX_EJECTED_SHARE`] whose

@@ -29,8 +29,7 @@ use super::CallError;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Downstream {
-    /// The call that failed, as `service.function/arity`; empty when its provider returned
-    /// its own error (`CallError::App` carries no report to name it).
+    /// The call that failed, as `service.function/arity`.
     pub call: String,
     /// The node it was last sent to, if any.
     pub provider: Option<String>,
@@ -47,19 +46,16 @@ pub struct Downstream {
 
 impl<E: fmt::Display> From<CallError<E>> for Downstream {
     fn from(error: CallError<E>) -> Self {
-        let (call, provider, kind) = match &error {
-            CallError::App(_) => (String::new(), None, "application error".to_owned()),
-            CallError::Service(e) => (
-                e.report().call.clone(),
-                e.report().provider.as_ref().map(|p| p.node.clone()),
-                e.reason().to_string(),
-            ),
-            CallError::Rpc(e) => (
-                e.report().call.clone(),
-                e.report().provider.as_ref().map(|p| p.node.clone()),
-                e.kind().to_string(),
-            ),
+        let kind = match &error {
+            CallError::App { .. } => "application error".to_owned(),
+            CallError::Service(e) => e.reason().to_string(),
+            CallError::Rpc(e) => e.kind().to_string(),
         };
+        let report = error.report();
+        let (call, provider) = (
+            report.call.clone(),
+            report.provider.as_ref().map(|p| p.node.clone()),
+        );
         Self {
             call,
             provider,
@@ -74,7 +70,7 @@ impl<E: fmt::Display> From<CallError<E>> for Downstream {
 impl fmt::Display for Downstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.call.is_empty() {
-            // An application error carries no report, hence no call name.
+            // From a build whose application errors carried no report, hence no call name.
             write!(f, "a downstream call failed: {}", self.kind)?;
         } else {
             write!(f, "the downstream call {} failed: {}", self.call, self.kind)?;

@@ -22,7 +22,12 @@ pub use service::{Reason, ServiceError};
 #[non_exhaustive]
 pub enum CallError<E> {
     /// The provider's function ran and returned `Err(E)`. Never retried.
-    App(E),
+    App {
+        /// What the function returned.
+        error: E,
+        /// The call: its function, the provider that answered, the attempts before that one.
+        report: Box<CallReport>,
+    },
     /// The service could not be found or could not run the call: no provider, no compatible
     /// version, no such function, a panic in the provider, a provider that refused it.
     Service(ServiceError),
@@ -32,19 +37,27 @@ pub enum CallError<E> {
 }
 
 impl<E> CallError<E> {
-    /// The report of the call (attempts, providers, timings), unless the provider returned `E`.
-    pub fn report(&self) -> Option<&CallReport> {
+    /// The report of the call: its function, its attempts, the provider of the last one, timings.
+    pub fn report(&self) -> &CallReport {
         match self {
-            CallError::App(_) => None,
-            CallError::Service(e) => Some(e.report()),
-            CallError::Rpc(e) => Some(e.report()),
+            CallError::App { report, .. } => report,
+            CallError::Service(e) => e.report(),
+            CallError::Rpc(e) => e.report(),
         }
     }
 
     /// The provider's own error, if that is what this is.
     pub fn app(&self) -> Option<&E> {
         match self {
-            CallError::App(e) => Some(e),
+            CallError::App { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The provider's own error, if that is what this is, without the report.
+    pub fn into_app(self) -> Option<E> {
+        match self {
+            CallError::App { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -53,7 +66,7 @@ impl<E> CallError<E> {
     /// connection lost after sending; a panic; an application error).
     pub fn may_have_run(&self) -> bool {
         match self {
-            CallError::App(_) => true,
+            CallError::App { .. } => true,
             CallError::Service(e) => e.reason() == Reason::Panicked,
             CallError::Rpc(e) => e.may_have_run(),
         }
@@ -63,7 +76,7 @@ impl<E> CallError<E> {
     /// not about this request or the provider's code.
     pub fn is_transient(&self) -> bool {
         match self {
-            CallError::App(_) => false,
+            CallError::App { .. } => false,
             CallError::Service(e) => e.is_transient(),
             CallError::Rpc(e) => e.is_transient(),
         }
@@ -72,7 +85,10 @@ impl<E> CallError<E> {
     /// Maps the provider's error type.
     pub fn map_app<F>(self, f: impl FnOnce(E) -> F) -> CallError<F> {
         match self {
-            CallError::App(e) => CallError::App(f(e)),
+            CallError::App { error, report } => CallError::App {
+                error: f(error),
+                report,
+            },
             CallError::Service(e) => CallError::Service(e),
             CallError::Rpc(e) => CallError::Rpc(e),
         }
@@ -82,7 +98,13 @@ impl<E> CallError<E> {
 impl<E: fmt::Display> fmt::Display for CallError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CallError::App(e) => write!(f, "the provider returned an error: {e}"),
+            CallError::App { error, report } => {
+                write!(f, "The call {} ", report.call)?;
+                if let Some(provider) = &report.provider {
+                    write!(f, "to {provider} ")?;
+                }
+                write!(f, "returned an error: {error}")
+            }
             CallError::Service(e) => e.fmt(f),
             CallError::Rpc(e) => e.fmt(f),
         }

@@ -224,6 +224,11 @@ impl CallOptions {
         self
     }
 
+    /// Whether no field is set.
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == Self::new()
+    }
+
     /// This layer with every field that `over` sets replaced by `over`'s value.
     pub fn overlay(self, over: &CallOptions) -> Self {
         Self {

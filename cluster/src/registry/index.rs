@@ -2,17 +2,19 @@
 //! across calls, replaced whole on every change, with the change told as events and a log line.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 use tokio::sync::{broadcast, watch};
 
 use super::{NodeInfo, RegistryEvent, ServiceEntry};
+use crate::fast_map::FastMap;
 
 /// A snapshot of the registry. Lookups clone an `Arc` of a slice: readers never copy entries.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Index {
     pub(crate) nodes: BTreeMap<String, NodeInfo>,
-    pub(crate) by_service: HashMap<String, Arc<[Arc<ServiceEntry>]>>,
+    pub(crate) by_service: FastMap<String, Arc<[Arc<ServiceEntry>]>>,
 }
 
 impl Index {
@@ -172,6 +174,9 @@ pub struct LocalCopy {
     writer: Mutex<()>,
     events: broadcast::Sender<RegistryEvent>,
     changes: watch::Sender<u64>,
+    // Moves on every replacement, after the new index is in place: a reader that reads it
+    // before a lookup never stamps an older index with a newer count (`client/route.rs`).
+    generation: AtomicU64,
 }
 
 impl Default for LocalCopy {
@@ -183,6 +188,7 @@ impl Default for LocalCopy {
             writer: Mutex::default(),
             events,
             changes,
+            generation: AtomicU64::new(0),
         }
     }
 }
@@ -226,6 +232,7 @@ impl LocalCopy {
         let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let events = self.current().changes_to(&next);
         *self.index.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
+        self.generation.fetch_add(1, Ordering::Release);
         if events.is_empty() {
             return;
         }
@@ -253,6 +260,12 @@ impl LocalCopy {
     /// A counter that moves on every change.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// A count of replacements of the copy, read before a lookup: while it has not moved, what
+    /// that lookup found is still the copy's.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 }
 

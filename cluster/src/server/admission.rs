@@ -6,7 +6,6 @@
 //! the connection) with more than a few calls running is refused, so one caller with slow calls
 //! cannot take every place and lock the others out.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::error::Reason;
+use crate::fast_map::FastMap;
 
 /// The default bound on calls running at once on one node.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 1024;
@@ -25,7 +25,7 @@ pub(crate) struct Admission {
     draining: AtomicBool,
     idle: Notify,
     /// Calls running, by caller.
-    by_caller: Mutex<HashMap<Arc<str>, usize>>,
+    by_caller: Mutex<FastMap<Arc<str>, usize>>,
 }
 
 /// One admitted call; lets the next in when dropped.
@@ -45,7 +45,7 @@ impl Admission {
         }
     }
 
-    fn callers(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
+    fn callers(&self) -> std::sync::MutexGuard<'_, FastMap<Arc<str>, usize>> {
         self.by_caller.lock().unwrap_or_else(|p| p.into_inner())
     }
 

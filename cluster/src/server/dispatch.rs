@@ -1,6 +1,4 @@
 use std::any::Any;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -12,6 +10,7 @@ use super::describe;
 use super::{DispatchError, DispatchFuture, Provide};
 use crate::context::{Context, Received};
 use crate::error::Reason;
+use crate::fast_map::FastMap;
 use crate::layer::{ProviderLayer, Served};
 use crate::service::signature_hash;
 use crate::transport::{Reply, Request};
@@ -33,32 +32,8 @@ struct Hosted {
     functions: Names<(usize, u64, u64)>,
 }
 
-/// A map from names, read on every request. FNV-1a hashes such short keys several times faster
-/// than the default SipHash, whose resistance to collision flooding matters for keys a peer
-/// chooses; these maps are only filled by the node itself.
-type Names<V> = HashMap<String, V, BuildHasherDefault<Fnv>>;
-
-/// FNV-1a, 64 bits.
-#[derive(Clone, Copy)]
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// A map from names, read on every request; filled only by the node itself.
+type Names<V> = FastMap<String, V>;
 
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,6 +66,11 @@ impl Dispatcher {
     /// Hosts a provider, replacing one of the same service name.
     pub(crate) fn host(&self, provider: Arc<dyn Provide>) {
         let description = provider.description();
+        // Requests naming them then borrow these names instead of allocating them.
+        crate::transport::wire::names::learn(&description.name);
+        for function in &description.functions {
+            crate::transport::wire::names::learn(&function.name);
+        }
         let functions = description
             .functions
             .iter()

@@ -237,3 +237,46 @@ async fn a_wait_declared_in_the_trait_applies_to_its_clients() {
     assert_eq!(e.reason(), Reason::NoService);
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
+
+/// The service as a build that declares no options would describe it.
+mod bare {
+    use crate::support::{Hit, SearchError};
+    #[cluster::service(name = "search", version = "2.1.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError>;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_that_registers_during_the_call_brings_its_own_pauses_and_budget() {
+    let cluster = Arc::new(Cluster::memory());
+    // This client's build declares nothing: until a provider is found, the library's 30 s
+    // budget stands in.
+    let client = bare::SearchClient::new(&cluster.node("client").await);
+    let late = cluster.clone();
+    let deploy = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        late.provider("search-2", Mode::Hang).await
+    });
+    let start = Instant::now();
+    let e = client
+        .search("rust".into())
+        .wait_for_provider(Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    // The provider's own policy: 6 s attempts, 1 s pauses, 21 s from the call's start.
+    assert_eq!(start.elapsed(), Duration::from_secs(21), "{e}");
+    let report = e.report();
+    assert_eq!(
+        report.budget,
+        Some((Duration::from_secs(21), Source::ProviderService))
+    );
+    let starts: Vec<u64> = report
+        .attempts
+        .iter()
+        .map(|a| a.started.as_secs())
+        .collect();
+    assert_eq!(starts, [5, 12, 19]);
+    drop(deploy.await);
+}

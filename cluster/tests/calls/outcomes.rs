@@ -13,12 +13,27 @@ async fn the_providers_own_error_is_returned_and_never_retried() {
     let cluster = Cluster::tcp();
     let (_p, engine) = cluster.provider("search-1", Mode::Fail).await;
     let client = SearchClient::new(&cluster.node("client").await);
-    match client.search("rust".into()).await {
-        Err(CallError::App(SearchError::BadQuery(why))) => {
-            assert_eq!(why, "rejected by the provider")
-        }
+    let err = client.search("rust".into()).await.unwrap_err();
+    match &err {
+        CallError::App {
+            error: SearchError::BadQuery(why),
+            ..
+        } => assert_eq!(why, "rejected by the provider"),
         other => panic!("expected the provider's error, got {other:?}"),
     }
+    // Named like every other error: the call and the provider that answered.
+    let said = err.to_string();
+    assert!(
+        said.starts_with("The call search.search/1 to search-1 ("),
+        "{said}"
+    );
+    assert!(
+        said.ends_with("returned an error: bad query: rejected by the provider"),
+        "{said}"
+    );
+    let provider = err.report().provider.as_ref().expect("the provider");
+    assert_eq!(provider.node, "search-1");
+    assert!(err.report().attempts.is_empty(), "no attempt failed");
     assert_eq!(
         engine.counters.started(),
         1,

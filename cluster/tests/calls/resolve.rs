@@ -102,7 +102,7 @@ async fn a_timed_out_attempt_is_no_longer_running_when_the_next_starts() {
         .await
         .unwrap_err();
     // At 0, 500 and 1000 ms on a quiet machine; a loaded one may fit in fewer.
-    let attempts = err.report().unwrap().attempts.len();
+    let attempts = err.report().attempts.len();
     assert!((2..=3).contains(&attempts), "{attempts} attempts");
     until("the last handler is dropped too", || {
         engine.counters.running() == 0

@@ -24,7 +24,11 @@ async fn the_deadline_crosses_two_hops_and_the_slow_third_service_is_stopped_wit
         .timeout(Duration::from_secs(1))
         .await;
     let took = start.elapsed();
-    let Err(CallError::App(OrderError::Downstream(d))) = result else {
+    let Err(CallError::App {
+        error: OrderError::Downstream(d),
+        ..
+    }) = result
+    else {
         panic!("expected the downstream failure, got {result:?}");
     };
     assert_eq!(d.call, "payments.charge/1");
@@ -61,7 +65,11 @@ async fn a_missing_downstream_fails_with_its_own_reason_within_the_outer_budget(
         .place("book".into())
         .timeout(Duration::from_secs(5))
         .await;
-    let Err(CallError::App(OrderError::Downstream(d))) = result else {
+    let Err(CallError::App {
+        error: OrderError::Downstream(d),
+        ..
+    }) = result
+    else {
         panic!("expected the downstream failure, got {result:?}");
     };
     assert!(

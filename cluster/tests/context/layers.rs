@@ -34,7 +34,7 @@ impl ClientLayer for Tenant {
         let outcome = match outcome {
             Outcome::Ok => "ok".to_owned(),
             Outcome::App => "app".to_owned(),
-            Outcome::Failed(e) => format!("failed: {}", e.report().map_or(0, |r| r.attempts.len())),
+            Outcome::Failed(e) => format!("failed: {}", e.report().attempts.len()),
             _ => "other".to_owned(),
         };
         self.0

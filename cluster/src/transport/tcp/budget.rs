@@ -16,10 +16,11 @@
 //! to it when the handler returns ([`Account::add_reply`]), and the writer keeps what it has
 //! not yet written counted ([`Account::force`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+
+use crate::fast_map::FastMap;
 
 /// The default node-wide budget for bytes held for peers.
 pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 << 20;
@@ -33,7 +34,7 @@ pub(crate) struct Budget {
     limit: usize,
     used: AtomicUsize,
     /// Connections waiting for bytes, by connection: woken when bytes come back.
-    waiting: Mutex<HashMap<u64, Waker>>,
+    waiting: Mutex<FastMap<u64, Waker>>,
     next_connection: AtomicU64,
 }
 
@@ -103,7 +104,7 @@ struct State {
     floor: usize,
     /// Requests in flight, by tarpc request id, with the bytes of their replies once they have
     /// one: a second request with an id in flight is an error, never silently dropped.
-    ids: HashMap<u64, usize>,
+    ids: FastMap<u64, usize>,
     /// The connection's reader, waiting for a request to end.
     reader: Option<Waker>,
 }

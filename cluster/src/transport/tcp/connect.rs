@@ -5,7 +5,6 @@
 //! A connection idle for three quarters of the provider's idle timeout is closed here, before
 //! the provider would: only this side knows that no request is about to leave on it.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +23,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use super::MAX_DEADLINE;
 use super::limit::{InFlightLimit, NoPlace};
 use super::stalled::Watched;
+use crate::fast_map::FastMap;
 use crate::rate_limited::RateLimited;
 use crate::registry::NodeInfo;
 use crate::security::tls::{self, Tls};
@@ -56,7 +56,7 @@ pub(crate) struct ConnectConfig {
 
 /// The client side: a pool of one tarpc connection per peer.
 pub(crate) struct TcpConnector {
-    pool: Arc<Mutex<HashMap<SocketAddr, Slot>>>,
+    pool: Arc<Mutex<FastMap<SocketAddr, Slot>>>,
     config: ConnectConfig,
     attempts: AtomicU64,
 }
@@ -100,7 +100,7 @@ impl TcpConnector {
         }
     }
 
-    fn pool(&self) -> MutexGuard<'_, HashMap<SocketAddr, Slot>> {
+    fn pool(&self) -> MutexGuard<'_, FastMap<SocketAddr, Slot>> {
         lock(&self.pool)
     }
 
@@ -303,7 +303,7 @@ async fn open(
     config: ConnectConfig,
     to: NodeInfo,
     version: u32,
-    pool: Arc<Mutex<HashMap<SocketAddr, Slot>>>,
+    pool: Arc<Mutex<FastMap<SocketAddr, Slot>>>,
     id: u64,
 ) -> Result<Connection, TransportError> {
     let result =

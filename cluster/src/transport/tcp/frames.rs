@@ -20,7 +20,7 @@
 //! tarpc as the end of the stream, never as an error that tarpc would log for every reset.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -29,8 +29,9 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use bincode::Options;
 use futures::{Sink, Stream};
-use tarpc::tokio_serde::{Deserializer, Serializer};
+use tarpc::tokio_serde::Deserializer;
 use tarpc::{ClientMessage, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::AbortHandle;
@@ -40,6 +41,7 @@ use tokio_util::io::{poll_read_buf, poll_write_buf};
 
 use super::budget::{Account, Hold, Reservation};
 use super::codec::Clamping;
+use crate::fast_map::FastMap;
 use crate::rate_limited::RateLimited;
 
 /// How much is read at once while no large frame is expected.
@@ -102,7 +104,7 @@ pub(super) struct Frames<S, Req, Resp> {
     timer: Pin<Box<Sleep>>,
     armed: Option<Instant>,
     /// Requests in flight by id, each with when it is forgotten (its deadline and a grace).
-    holds: HashMap<u64, (Hold, Instant)>,
+    holds: FastMap<u64, (Hold, Instant)>,
     expiries: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The bytes written to `write` and not yet to the socket.
     unwritten: Option<Reservation>,
@@ -145,7 +147,7 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
             last_heard: now,
             timer: Box::pin(tokio::time::sleep_until(now)),
             armed: None,
-            holds: HashMap::new(),
+            holds: FastMap::default(),
             expiries: BinaryHeap::new(),
             unwritten: None,
             write_stalled: None,
@@ -423,7 +425,7 @@ where
     S: AsyncWrite + Unpin,
     Req: Unpin,
     Resp: Unpin,
-    Clamping<ClientMessage<Req>, Response<Resp>>: Serializer<Response<Resp>, Error = io::Error>,
+    Response<Resp>: serde::Serialize,
 {
     type Error = io::Error;
 
@@ -436,15 +438,29 @@ where
 
     fn start_send(mut self: Pin<&mut Self>, reply: Response<Resp>) -> io::Result<()> {
         let this = &mut *self;
-        let bytes = Pin::new(&mut this.codec).serialize(&reply)?;
-        let len = u32::try_from(bytes.len()).map_err(|_| io::Error::other("a reply over 4 GiB"))?;
-        this.write.reserve(4 + bytes.len());
-        this.write.put_u32(len);
-        this.write.extend_from_slice(&bytes);
+        // Written straight into the connection's buffer behind a length filled in after: no
+        // buffer of its own per reply, no copy (bincode's options as tokio-serde's codec).
+        let at = this.write.len();
+        this.write.put_u32(0);
+        let written = bincode::DefaultOptions::new()
+            .serialize_into((&mut this.write).writer(), &reply)
+            .map_err(io::Error::other)
+            .and_then(|()| {
+                u32::try_from(this.write.len() - at - 4)
+                    .map_err(|_| io::Error::other("a reply over 4 GiB"))
+            });
+        let len = match written {
+            Ok(len) => len,
+            Err(e) => {
+                this.write.truncate(at);
+                return Err(e);
+            }
+        };
+        this.write[at..at + 4].copy_from_slice(&len.to_be_bytes());
         // The request's hold (its bytes and its reply's) ends; the bytes to write are counted
         // instead, until written.
         this.holds.remove(&reply.request_id);
-        let written = this.account.force(4 + bytes.len());
+        let written = this.account.force(4 + len as usize);
         match &mut this.unwritten {
             Some(unwritten) => unwritten.absorb(written),
             None => this.unwritten = Some(written),

@@ -7,6 +7,7 @@
 
 pub(crate) mod handshake;
 mod headers;
+pub(crate) mod names;
 pub(crate) mod v1;
 pub(crate) mod v2;
 

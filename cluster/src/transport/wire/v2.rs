@@ -19,6 +19,7 @@ use serde_bytes::{ByteBuf, Bytes};
 use tokio::time::Instant;
 
 use super::headers::{self, METADATA};
+use super::names::Name;
 use super::{Head, Reply, Request};
 use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId};
 
@@ -87,8 +88,8 @@ impl<'de> Deserialize<'de> for RequestFrame {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RequestFrame, A::Error> {
                 let missing = || de::Error::custom("a wire 2 request is missing fields");
-                let service: String = seq.next_element()?.ok_or_else(missing)?;
-                let function: String = seq.next_element()?.ok_or_else(missing)?;
+                let Name(service) = seq.next_element()?.ok_or_else(missing)?;
+                let Name(function) = seq.next_element()?.ok_or_else(missing)?;
                 let signature: u64 = seq.next_element()?.ok_or_else(missing)?;
                 let (id, attempt, budget, limit): (u128, u32, u64, u64) =
                     seq.next_element()?.ok_or_else(missing)?;
@@ -105,8 +106,8 @@ impl<'de> Deserialize<'de> for RequestFrame {
                     .ok_or_else(missing)?;
                 let args: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
                 let request = Request {
-                    service: service.into(),
-                    function: function.into(),
+                    service,
+                    function,
                     signature,
                     args: args.into_vec(),
                     head,
