@@ -1,16 +1,17 @@
-//! What a call costs: raw tarpc against the full `#[cluster::service]` call path in plaintext and
-//! over mutual TLS, measured in the same run, plus what a new connection costs (plaintext, a full
-//! TLS handshake, a resumed one), the registry lookup and the allocations per call. Method and
-//! figures: `docs/benchmarks.md`.
+//! What a call costs: raw tarpc and tonic (gRPC) against the full `#[cluster::service]` call path
+//! in plaintext and over mutual TLS, measured in the same run, plus what a new connection costs
+//! (plaintext, a full TLS handshake, a resumed one), the registry lookup and the allocations per
+//! call. Method and figures: `docs/benchmarks.md`.
 //!
 //! ```sh
-//! cargo bench -p cluster --bench calls                 # full run, about two minutes
+//! cargo bench -p cluster --bench calls                 # full run, about two and a half minutes
 //! cargo bench -p cluster --bench calls -- --smoke      # a few seconds, as CI runs it
 //! cargo bench -p cluster --bench calls -- --profile ours --calls 2000 --payload 32 --in-flight 1
 //! ```
 //!
-//! `--profile raw|ours|tls` runs only calls of one side, nothing else (for
-//! `valgrind --tool=callgrind`): `ours` is the call path in plaintext, `tls` over mutual TLS.
+//! `--profile raw|ours|tls|tonic` runs only calls of one side, nothing else (for
+//! `valgrind --tool=callgrind`): `ours` is the call path in plaintext, `tls` over mutual TLS,
+//! `tonic` the same echo over gRPC.
 
 use std::alloc::System;
 use std::sync::Arc;
@@ -85,6 +86,126 @@ mod raw {
     }
 }
 
+/// The same echo over gRPC: tonic 0.14 on plaintext HTTP/2 (TCP on loopback, `TCP_NODELAY` on both
+/// ends, one `Channel`, which multiplexes all calls over one connection), protobuf through prost.
+/// The message and both ends of the service are written here by hand, as `tonic-build` would
+/// generate them, minus what the bench does not use (compression and message-size settings, the
+/// interceptor and origin constructors); the handler is a plain `Service` with a ready future
+/// rather than a boxed `async_trait` method, which spares the generated code's one box per call.
+mod grpc {
+    use std::convert::Infallible;
+    use std::future::{Ready, ready};
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tonic::body::Body;
+    /// `message Payload { bytes bytes = 1; }`, both the request and the reply.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Payload {
+        #[prost(bytes = "vec", tag = "1")]
+        pub(crate) bytes: Vec<u8>,
+    }
+
+    /// `service Echo { rpc Echo(Payload) returns (Payload); }` in package `bench`.
+    const PATH: &str = "/bench.Echo/Echo";
+
+    /// The server side: routes `PATH` to the handler through tonic's unary call machinery.
+    #[derive(Clone)]
+    struct EchoServer;
+
+    impl tonic::server::NamedService for EchoServer {
+        const NAME: &'static str = "bench.Echo";
+    }
+
+    /// The handler: returns its argument.
+    struct Handler;
+
+    impl tower::Service<tonic::Request<Payload>> for Handler {
+        type Response = tonic::Response<Payload>;
+        type Error = tonic::Status;
+        type Future = Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: tonic::Request<Payload>) -> Self::Future {
+            ready(Ok(tonic::Response::new(request.into_inner())))
+        }
+    }
+
+    type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
+
+    impl tower::Service<http::Request<Body>> for EchoServer {
+        type Response = http::Response<Body>;
+        type Error = Infallible;
+        type Future = BoxFuture<Self::Response>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+            if request.uri().path() == PATH {
+                Box::pin(async move {
+                    let codec = tonic_prost::ProstCodec::<Payload, Payload>::default();
+                    Ok(tonic::server::Grpc::new(codec)
+                        .unary(Handler, request)
+                        .await)
+                })
+            } else {
+                Box::pin(ready(Ok(
+                    tonic::Status::unimplemented("no such method").into_http()
+                )))
+            }
+        }
+    }
+
+    /// A client of the service over one channel: cloned once per calling task, as tonic's
+    /// clients are (a call takes it by `&mut`).
+    #[derive(Clone)]
+    pub(crate) struct EchoClient(tonic::client::Grpc<tonic::transport::Channel>);
+
+    impl EchoClient {
+        pub(crate) async fn echo(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+            self.0
+                .ready()
+                .await
+                .map_err(|e| tonic::Status::unknown(format!("not ready: {e}")))?;
+            let codec = tonic_prost::ProstCodec::<Payload, Payload>::default();
+            let reply = self
+                .0
+                .unary(
+                    tonic::Request::new(Payload { bytes }),
+                    http::uri::PathAndQuery::from_static(PATH),
+                    codec,
+                )
+                .await?;
+            Ok(reply.into_inner().bytes)
+        }
+    }
+
+    /// A server on a port from the OS, in this runtime, and one client connected to it.
+    pub(crate) async fn start() -> EchoClient {
+        let incoming = tonic::transport::server::TcpIncoming::bind(([127, 0, 0, 1], 0).into())
+            .expect("listens")
+            .with_nodelay(Some(true));
+        let addr = incoming.local_addr().expect("an address");
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(EchoServer)
+                .serve_with_incoming(incoming),
+        );
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("an endpoint")
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .expect("connects");
+        EchoClient(tonic::client::Grpc::new(channel))
+    }
+}
+
 /// The same echo as a `cluster` service.
 #[cluster::service(name = "bench", version = "1.0.0", timeout = "10s")]
 trait Bench {
@@ -101,23 +222,26 @@ impl Bench for Echo {
     }
 }
 
-/// One side of the comparison.
+/// One side of the comparison. Every calling task has a clone of its own.
 #[derive(Clone)]
 enum Side {
     Raw(raw::EchoClient),
     Ours(BenchClient),
+    Tonic(grpc::EchoClient),
 }
 
 impl Side {
-    async fn echo(&self, payload: &ByteBuf) {
-        let back = match self {
+    async fn echo(&mut self, payload: &ByteBuf) {
+        let length = match self {
             Side::Raw(c) => c
                 .echo(tarpc::context::current(), payload.clone())
                 .await
-                .expect("raw tarpc echo"),
-            Side::Ours(c) => c.echo(payload.clone()).await.expect("cluster echo"),
+                .expect("raw tarpc echo")
+                .len(),
+            Side::Ours(c) => c.echo(payload.clone()).await.expect("cluster echo").len(),
+            Side::Tonic(c) => c.echo(payload.to_vec()).await.expect("tonic echo").len(),
         };
-        assert_eq!(back.len(), payload.len(), "the echo came back changed");
+        assert_eq!(length, payload.len(), "the echo came back changed");
     }
 }
 
@@ -155,11 +279,12 @@ const SMOKE: Plan = Plan {
 
 const PAYLOADS: [usize; 2] = [32, 4096];
 const IN_FLIGHT: usize = 64;
-/// The sides compared: raw tarpc, the call path in plaintext, the call path over mutual TLS.
-const SIDES: usize = 3;
+/// The sides compared: raw tarpc, the call path in plaintext, the call path over mutual TLS,
+/// tonic (gRPC).
+const SIDES: usize = 4;
 /// The turns each side takes per round and payload, for each of latency and throughput: a
 /// multiple of `SIDES`, so that each side goes first equally often.
-const SLICES: usize = 9;
+const SLICES: usize = 8;
 const SERVICES: usize = 1000;
 
 fn main() {
@@ -206,17 +331,18 @@ fn main() {
 /// `calls` calls of one side only, by `in_flight` callers, after a warm-up: run it twice under
 /// callgrind with two call counts, and the difference is the cost of that many calls.
 async fn profile(side: &str, calls: usize, payload: usize, in_flight: usize) {
-    let [raw, ours, tls] = start().await.sides;
+    let [raw, ours, tls, tonic] = start().await.sides;
     let side = match side {
         "raw" => raw,
         "ours" => ours,
         "tls" => tls,
-        other => panic!("--profile raw|ours|tls, not {other}"),
+        "tonic" => tonic,
+        other => panic!("--profile raw|ours|tls|tonic, not {other}"),
     };
     let payload = ByteBuf::from(vec![7u8; payload]);
     let callers: Vec<_> = (0..in_flight)
         .map(|_| {
-            let (side, payload) = (side.clone(), payload.clone());
+            let (mut side, payload) = (side.clone(), payload.clone());
             tokio::spawn(async move {
                 for _ in 0..(100 + calls) / in_flight {
                     side.echo(&payload).await;
@@ -231,7 +357,8 @@ async fn profile(side: &str, calls: usize, payload: usize, in_flight: usize) {
 
 /// Everything the run needs, started.
 struct Started {
-    /// Raw tarpc, the call path in plaintext, the call path over mutual TLS: connected, ready.
+    /// Raw tarpc, the call path in plaintext, the call path over mutual TLS, tonic: connected,
+    /// ready.
     sides: [Side; SIDES],
     /// The registry entry of the plaintext provider, and of the TLS one.
     plain: ServiceEntry,
@@ -269,7 +396,7 @@ async fn pair(
     (side, entry)
 }
 
-/// The three sides, connected and ready.
+/// The four sides, connected and ready.
 async fn start() -> Started {
     let raw = Side::Raw(raw::start().await);
     let (ours, plain) = pair(
@@ -283,13 +410,15 @@ async fn start() -> Started {
         Node::builder().identity(ca.issue("client").expect("issues")),
     )
     .await;
+    let tonic = Side::Tonic(grpc::start().await);
     // Each side connects before anything is measured.
     let payload = ByteBuf::from(vec![7u8; 32]);
-    for side in [&raw, &ours, &tls_side] {
+    let mut sides = [raw, ours, tls_side, tonic];
+    for side in &mut sides {
         side.echo(&payload).await;
     }
     Started {
-        sides: [raw, ours, tls_side],
+        sides,
         plain,
         tls,
         ca,
@@ -315,11 +444,11 @@ struct Series {
 
 struct Row {
     payload: usize,
-    /// Raw tarpc, cluster in plaintext, cluster over mutual TLS.
+    /// Raw tarpc, cluster in plaintext, cluster over mutual TLS, tonic.
     sides: [Series; SIDES],
 }
 
-/// The order of the sides in turn `slice`: each side first, second and third equally often.
+/// The order of the sides in turn `slice`: each side in each place equally often.
 fn order(slice: usize) -> [usize; SIDES] {
     std::array::from_fn(|k| (slice + k) % SIDES)
 }
@@ -386,7 +515,7 @@ async fn compare(plan: &Plan, sides: &[Side; SIDES]) -> Vec<Row> {
 
 /// Round-trip times of `calls` calls, one in flight.
 async fn latency(side: &Side, payload: &ByteBuf, calls: usize) -> Vec<Duration> {
-    let (side, payload) = (side.clone(), payload.clone());
+    let (mut side, payload) = (side.clone(), payload.clone());
     on_worker(async move {
         let mut samples = Vec::with_capacity(calls);
         for _ in 0..calls {
@@ -417,7 +546,7 @@ async fn throughput(side: &Side, payload: &ByteBuf, run_for: Duration) -> Done {
     let stop = Arc::new(AtomicBool::new(false));
     let callers: Vec<_> = (0..IN_FLIGHT)
         .map(|_| {
-            let (side, payload) = (side.clone(), payload.clone());
+            let (mut side, payload) = (side.clone(), payload.clone());
             let (done, stop) = (done.clone(), stop.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
@@ -464,7 +593,7 @@ fn cpu_time() -> Duration {
 /// Allocations (reallocations included) and bytes allocated per call, in the whole process, one
 /// call in flight.
 async fn allocations(side: &Side, payload: &ByteBuf, calls: usize) -> (f64, f64) {
-    let (side, payload) = (side.clone(), payload.clone());
+    let (mut side, payload) = (side.clone(), payload.clone());
     on_worker(async move {
         let region = Region::new(GLOBAL);
         for _ in 0..calls {
@@ -626,17 +755,18 @@ fn median(values: &[f64]) -> (f64, f64) {
     (m, (v[v.len() - 1] - v[0]) / m)
 }
 
-/// The median over rounds of the per-round ratio ours / raw (each round measures the sides
+/// The median over rounds of the per-round ratio ours / theirs (each round measures the sides
 /// back to back, so the ratio of a round is less noisy than the ratio of two medians).
-fn ratio(ours: &[f64], raw: &[f64]) -> (f64, f64) {
-    let per_round: Vec<f64> = ours.iter().zip(raw).map(|(o, r)| o / r).collect();
+fn ratio(ours: &[f64], theirs: &[f64]) -> (f64, f64) {
+    let per_round: Vec<f64> = ours.iter().zip(theirs).map(|(o, t)| o / t).collect();
     median(&per_round)
 }
 
-/// One line of the table: a figure of the three sides, and what their ratios should be.
+/// One line of the table: a figure of the four sides, and what their ratios should be (cluster /
+/// tonic has no target: it places the call path among RPC stacks, it is not a budget).
 struct Figure<'a> {
     name: &'static str,
-    /// Raw tarpc, cluster in plaintext, cluster over mutual TLS.
+    /// Raw tarpc, cluster in plaintext, cluster over mutual TLS, tonic.
     values: [&'a [f64]; SIDES],
     /// For cluster / raw tarpc.
     target: Target,
@@ -665,49 +795,60 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "\n{} round(s), {cpus} CPUs; medians over rounds, ± half their range in % of the median; \
-         each ratio is the median of the per-round ratios: cluster / raw tarpc (both plaintext), \
-         and TLS / cluster (the call path over mutual TLS against the same in plaintext)\n",
+         each ratio is the median of the per-round ratios: cluster / raw tarpc and cluster / tonic \
+         (all plaintext), and TLS / cluster (the call path over mutual TLS against the same in \
+         plaintext)\n",
         plan.rounds
     );
     println!(
-        "| figure | payload | raw tarpc | cluster | cluster TLS | cluster / raw | target | met | TLS / cluster | target | met |"
+        "| figure | payload | raw tarpc | cluster | cluster TLS | tonic | cluster / raw | target | met | cluster / tonic | TLS / cluster | target | met |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in rows {
         let size = if row.payload >= 1024 {
             format!("{} KB", row.payload / 1024)
         } else {
             format!("{} B", row.payload)
         };
-        let [raw, ours, tls] = &row.sides;
+        let [raw, ours, tls, tonic] = &row.sides;
         let figures = [
             Figure {
                 name: "p50 latency, 1 in flight (µs)",
-                values: [&raw.p50, &ours.p50, &tls.p50],
+                values: [&raw.p50, &ours.p50, &tls.p50, &tonic.p50],
                 target: Target::AtMost(1.15),
                 tls_target: Target::AtMost(1.10),
             },
             Figure {
                 name: "p99 latency, 1 in flight (µs)",
-                values: [&raw.p99, &ours.p99, &tls.p99],
+                values: [&raw.p99, &ours.p99, &tls.p99, &tonic.p99],
                 target: Target::None,
                 tls_target: Target::None,
             },
             Figure {
                 name: "calls/s, 64 in flight",
-                values: [&raw.calls_per_s, &ours.calls_per_s, &tls.calls_per_s],
+                values: [
+                    &raw.calls_per_s,
+                    &ours.calls_per_s,
+                    &tls.calls_per_s,
+                    &tonic.calls_per_s,
+                ],
                 target: Target::AtLeast(0.90),
                 tls_target: Target::AtLeast(0.85),
             },
             Figure {
                 name: "CPU time per call, 64 in flight (µs)",
-                values: [&raw.cpu_per_call, &ours.cpu_per_call, &tls.cpu_per_call],
+                values: [
+                    &raw.cpu_per_call,
+                    &ours.cpu_per_call,
+                    &tls.cpu_per_call,
+                    &tonic.cpu_per_call,
+                ],
                 target: Target::None,
                 tls_target: Target::None,
             },
         ];
         for figure in figures {
-            let [r, o, t] = figure.values;
+            let [r, o, t, g] = figure.values;
             let cells: Vec<String> = figure
                 .values
                 .iter()
@@ -718,32 +859,39 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
                 .collect();
             let (q, q_spread) = ratio(o, r);
             let (target, met) = figure.target.judge(q);
+            let (qg, qg_spread) = ratio(o, g);
             let (qt, qt_spread) = ratio(t, o);
             let (tls_target, tls_met) = figure.tls_target.judge(qt);
             println!(
-                "| {} | {size} | {} | {} | {} | {q:.3} (±{:.0}%) | {target} | {met} | {qt:.3} (±{:.0}%) | {tls_target} | {tls_met} |",
+                "| {} | {size} | {} | {} | {} | {} | {q:.3} (±{:.0}%) | {target} | {met} | {qg:.3} (±{:.0}%) | {qt:.3} (±{:.0}%) | {tls_target} | {tls_met} |",
                 figure.name,
                 cells[0],
                 cells[1],
                 cells[2],
+                cells[3],
                 q_spread * 50.0,
+                qg_spread * 50.0,
                 qt_spread * 50.0,
             );
         }
         println!(
-            "| allocations per call (reallocations included) | {size} | {:.1} | {:.1} | {:.1} | {:.2} | | | {:.2} | | |",
+            "| allocations per call (reallocations included) | {size} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | | | {:.2} | {:.2} | | |",
             raw.allocs,
             ours.allocs,
             tls.allocs,
+            tonic.allocs,
             ours.allocs / raw.allocs,
+            ours.allocs / tonic.allocs,
             tls.allocs / ours.allocs
         );
         println!(
-            "| bytes allocated per call | {size} | {:.0} | {:.0} | {:.0} | {:.2} | | | {:.2} | | |",
+            "| bytes allocated per call | {size} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | | | {:.2} | {:.2} | | |",
             raw.bytes,
             ours.bytes,
             tls.bytes,
+            tonic.bytes,
             ours.bytes / raw.bytes,
+            ours.bytes / tonic.bytes,
             tls.bytes / ours.bytes
         );
     }
@@ -762,7 +910,8 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
         yes(filtered < 1000.0)
     );
     println!(
-        "\nallocations: whole process (client, provider and tarpc tasks), one call in flight, \
+        "\nallocations: whole process (client, provider, tarpc's, hyper's and tonic's tasks), one \
+         call in flight, \
          {} calls after a warm-up",
         plan.alloc_calls
     );
