@@ -90,6 +90,8 @@ pub use node::{
 pub use options::{CallOptions, Source};
 pub use registry::{MemoryRegistry, Registry};
 pub use security::{Authority, Callers, GossipKey, Identity, IdentityError, KeyId, Keyring};
+/// Versions and requirements on them, as `Client::require` and the descriptions take them.
+pub use semver::{Version, VersionReq};
 pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, Provide};
 pub use service::{FunctionDescription, ServiceDescription};
 pub use transport::tcp::{

@@ -307,9 +307,18 @@ impl<'a> Attempts<'a> {
             // budget from now on, the budget counted from the call's start.
             if !self.settled {
                 self.settled = true;
+                let stand_in = self.deadline;
                 (self.retry, self.deadline, self.budget) =
                     policy(self.start, &options, self.caller_cut);
                 self.pauses = Pauses::new(&self.retry);
+                // Found after its own budget had gone by in the wait, it still gets one attempt
+                // within the time the call was waiting under: the caller asked to wait so long.
+                if now >= self.deadline && now < stand_in {
+                    self.deadline = later(now, options.timeout).min(stand_in);
+                    self.budget = self
+                        .budget
+                        .map(|(_, source)| (self.deadline - self.start, source));
+                }
                 if now >= self.deadline {
                     return Err(self.timeout_before_attempt(&chosen.entry));
                 }

@@ -75,7 +75,12 @@ pub(crate) fn choose(
     }
     let ejections = client.node.peers.ejections();
     let wanted = &client.description.functions[function];
-    let entries = client.node.registry.lookup(&client.description.name);
+    // The local copy itself, whose generation stamps the kept routes (`route.rs`).
+    let entries = client
+        .node
+        .registry
+        .local_copy()
+        .lookup(&client.description.name);
     let peers = &client.node.peers;
     let mut candidates: Vec<Candidate<'_>> = entries
         .iter()

@@ -117,6 +117,13 @@ impl RpcError {
 
     /// Whether the function may have run on a provider.
     pub fn may_have_run(&self) -> bool {
+        // A budget that ran out before any attempt started: nothing was sent.
+        if self.kind == RpcErrorKind::Timeout
+            && self.report.attempts.is_empty()
+            && self.report.attempts_left_out == 0
+        {
+            return false;
+        }
         matches!(
             self.kind,
             RpcErrorKind::Timeout

@@ -73,7 +73,8 @@ pub trait Registry: Send + Sync + 'static {
     }
 
     /// The local copy every read below answers from. Every backend keeps one: lookups never
-    /// leave the node.
+    /// leave the node. The call path reads it directly (its kept routes follow the copy's
+    /// changes), so a backend's state reaches calls only through it.
     fn local_copy(&self) -> &LocalCopy;
 
     /// The entries named `service`, from the local copy. Cheap: no I/O, no allocation per entry.

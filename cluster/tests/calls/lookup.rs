@@ -280,3 +280,33 @@ async fn a_provider_that_registers_during_the_call_brings_its_own_pauses_and_bud
     assert_eq!(starts, [5, 12, 19]);
     drop(deploy.await);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_found_after_its_own_budget_went_by_in_the_wait_still_gets_one_attempt() {
+    for (mode, outcome_at) in [(Mode::Answer, 25), (Mode::Hang, 30)] {
+        let cluster = Arc::new(Cluster::memory());
+        let client = bare::SearchClient::new(&cluster.node("client").await);
+        let late = cluster.clone();
+        let name = format!("search-{outcome_at}");
+        let deploy = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(25)).await;
+            late.provider(&name, mode).await
+        });
+        let start = Instant::now();
+        // The provider's budget (21 s) has gone by when it registers at 25 s; the call waited
+        // under the library's 30 s.
+        let result = client
+            .search("rust".into())
+            .wait_for_provider(Duration::from_secs(40))
+            .await;
+        assert_eq!(start.elapsed(), Duration::from_secs(outcome_at));
+        match result {
+            Ok(hits) => assert_eq!(hits[0].title, "rust from search-25"),
+            Err(e) => {
+                assert_eq!(e.report().attempts.len(), 1, "{e}");
+                assert!(e.may_have_run(), "{e}");
+            }
+        }
+        drop(deploy.await);
+    }
+}
