@@ -178,7 +178,6 @@ impl Peers {
     /// Counts how an attempt to `peer`, to the node of `generation` there, ended. An attempt to
     /// a node since restarted at the address says nothing of its successor.
     pub(crate) fn saw(&self, peer: &Peer, generation: u64, seen: Seen) {
-        let now = Instant::now();
         let mut state = peer.lock();
         if generation < state.generation {
             return;
@@ -192,10 +191,10 @@ impl Peers {
             Seen::Failed => {
                 state.failures = state.failures.saturating_add(1);
                 if state.failures >= EJECT_AFTER {
-                    self.eject(&mut state, now);
+                    self.eject(&mut state, Instant::now());
                 }
             }
-            Seen::Unreachable => self.eject(&mut state, now),
+            Seen::Unreachable => self.eject(&mut state, Instant::now()),
             Seen::Neutral => {}
         }
     }

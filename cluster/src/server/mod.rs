@@ -1,6 +1,7 @@
 //! The provider side: what `#[service]` generates implements [`Provide`]; the dispatcher
 //! routes requests to it, refuses what it cannot run (wrong service or signature, draining,
-//! over the concurrency limit), catches panics and enforces the deadline each request carries.
+//! over the concurrency limit) and catches panics; the transport stops a handler at the deadline
+//! its request carries (tarpc aborts the task, the in-memory network drops it).
 
 mod admission;
 pub(crate) mod describe;

@@ -268,3 +268,52 @@ async fn layers_before_a_refusing_one_hear_the_end_and_a_panicking_client_layer_
     assert_eq!(e.reason(), Reason::Rejected);
     assert!(e.detail().contains("on_call has a bug"), "{}", e.detail());
 }
+
+/// Logs only how each request was served.
+struct Record(Log);
+
+impl ProviderLayer for Record {
+    fn on_served(&self, ctx: &Context, served: Served, _elapsed: Duration) {
+        self.0
+            .0
+            .lock()
+            .unwrap()
+            .push(format!("{} {served:?}", ctx.function()));
+    }
+}
+
+#[tokio::test]
+async fn a_handler_stopped_at_its_deadline_is_told_to_the_layers_as_expired() {
+    for net in [Net::tcp(), Net::memory()] {
+        let served = Log::default();
+        let orders = net
+            .builder("orders-1")
+            .provider_layer(Record(served.clone()))
+            .start()
+            .await
+            .unwrap();
+        let mut shop = crate::Shop::new(&orders, Plan::Pay);
+        // Never opened: `place` waits past any deadline.
+        shop.gate = Some(Arc::new(tokio::sync::Notify::new()));
+        let _r = orders
+            .serve(crate::OrdersServer::new(Arc::new(shop)))
+            .await
+            .unwrap();
+        let client = OrdersClient::new(&net.node("web-1").await);
+        let err = client
+            .place("book".into())
+            .timeout(Duration::from_millis(200))
+            .no_retry()
+            .await
+            .unwrap_err();
+        assert!(matches!(&err, CallError::Rpc(e) if e.kind() == cluster::RpcErrorKind::Timeout));
+        // The transport stops the handler at the deadline; wait for the layer to hear of it.
+        for _ in 0..500 {
+            if !served.0.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(served.take(), ["place Expired"]);
+    }
+}
