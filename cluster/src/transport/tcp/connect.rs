@@ -13,12 +13,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
-use tarpc::tokio_serde::formats::Bincode;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::MAX_DEADLINE;
 use super::limit::{InFlightLimit, NoPlace};
@@ -473,10 +471,6 @@ where
             )));
         }
     }
-    let codec = LengthDelimitedCodec::builder()
-        .max_frame_length(config.max_frame)
-        .new_codec();
-    let framed = Framed::new(Watched::new(stream, config.frame_timeout), codec);
     let mut tarpc_config = tarpc::client::Config::default();
     tarpc_config.max_in_flight_requests = config.max_in_flight;
     let in_flight = Arc::new(InFlightLimit::new(config.max_in_flight));
@@ -485,12 +479,12 @@ where
         in_flight: in_flight.clone(),
     };
     let (client, dispatch) = if version >= 2 {
-        let transport = tarpc::serde_transport::new(framed, Bincode::default());
+        let transport = Watched::new(stream, config.max_frame, config.frame_timeout);
         let tarpc::client::NewClient { client, dispatch } =
             v2::WireClient::new(tarpc_config, transport);
         (WireClient::V2(client), spawn_dispatch(to, dispatch, idle))
     } else {
-        let transport = tarpc::serde_transport::new(framed, Bincode::default());
+        let transport = Watched::new(stream, config.max_frame, config.frame_timeout);
         let tarpc::client::NewClient { client, dispatch } =
             v1::WireClient::new(tarpc_config, transport);
         (WireClient::V1(client), spawn_dispatch(to, dispatch, idle))
