@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::MAX_DEADLINE;
+use super::calling::{Calls, Ended};
 use super::limit::{InFlightLimit, NoPlace};
 use super::stalled::Watched;
 use crate::fast_map::FastMap;
@@ -27,7 +28,7 @@ use crate::registry::NodeInfo;
 use crate::security::tls::{self, Tls};
 use crate::transport::TransportError;
 use crate::transport::wire::handshake::{self, Hello};
-use crate::transport::wire::{self, Reply, Request, v1, v2};
+use crate::transport::wire::{self, Reply, Request, v1};
 
 /// The shortest idle timeout a provider's welcome is taken at.
 const MIN_IDLE: Duration = Duration::from_secs(1);
@@ -79,8 +80,10 @@ struct Connection {
 
 #[derive(Clone)]
 enum WireClient {
+    /// The first release's wire, through tarpc's client.
     V1(v1::WireClient),
-    V2(v2::WireClient),
+    /// Through this crate's own dispatch (`calling.rs`).
+    V2(Calls),
 }
 
 impl Connection {
@@ -201,11 +204,25 @@ impl TcpConnector {
         let left = deadline.saturating_duration_since(Instant::now());
         ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
         let result = match &conn.client {
-            WireClient::V2(client) => {
-                let call = client.call(ctx, v2::RequestFrame(request));
-                tokio::time::timeout_at(deadline, call)
-                    .await
-                    .map(|r| r.map(|reply| reply.0))
+            WireClient::V2(calls) => {
+                let Ok(ended) = tokio::time::timeout_at(deadline, calls.call(ctx, request)).await
+                else {
+                    return Err(TransportError::Timeout);
+                };
+                return match ended {
+                    Ok(reply) => Ok(reply),
+                    Err(Ended::NotSent(why)) => {
+                        self.evict(to.addr, &conn);
+                        Err(TransportError::NotSent(format!("{to}: {why}")))
+                    }
+                    Err(Ended::Lost(why)) => {
+                        self.evict(to.addr, &conn);
+                        Err(TransportError::Lost(format!("{to}: {why}")))
+                    }
+                    Err(Ended::Busy(why)) => Err(TransportError::Busy(format!(
+                        "{to} refused the request: {why}"
+                    ))),
+                };
             }
             WireClient::V1(client) => {
                 let call = client.call(ctx, v1::RequestFrame { wire: 1, request });
@@ -271,7 +288,7 @@ impl TcpConnector {
                     )));
                 }
             };
-        let WireClient::V2(client) = &conn.client else {
+        let WireClient::V2(calls) = &conn.client else {
             conn.dispatch.abort();
             return Err(TransportError::WireVersion(format!(
                 "{addr} speaks wire 1, which has no describe request"
@@ -280,12 +297,11 @@ impl TcpConnector {
         let mut ctx = tarpc::context::current();
         let left = deadline.saturating_duration_since(Instant::now());
         ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
-        let call = client.call(ctx, v2::RequestFrame(request));
-        let result = tokio::time::timeout_at(deadline, call).await;
+        let result = tokio::time::timeout_at(deadline, calls.call(ctx, request)).await;
         conn.dispatch.abort();
         match result {
-            Ok(Ok(reply)) => Ok((name, reply.0)),
-            Ok(Err(e)) => Err(TransportError::Lost(format!("{addr}: {e}"))),
+            Ok(Ok(reply)) => Ok((name, reply)),
+            Ok(Err(e)) => Err(TransportError::Lost(format!("{addr}: {e:?}"))),
             Err(_) => Err(TransportError::Timeout),
         }
     }
@@ -479,10 +495,9 @@ where
         in_flight: in_flight.clone(),
     };
     let (client, dispatch) = if version >= 2 {
-        let transport = Watched::new(stream, config.max_frame, config.frame_timeout);
-        let tarpc::client::NewClient { client, dispatch } =
-            v2::WireClient::new(tarpc_config, transport);
-        (WireClient::V2(client), spawn_dispatch(to, dispatch, idle))
+        let (calls, dispatch) =
+            Calls::new(Watched::new(stream, config.max_frame, config.frame_timeout));
+        (WireClient::V2(calls), spawn_dispatch(to, dispatch, idle))
     } else {
         let transport = Watched::new(stream, config.max_frame, config.frame_timeout);
         let tarpc::client::NewClient { client, dispatch } =

@@ -3,6 +3,7 @@
 //! failure.
 
 mod budget;
+mod calling;
 mod channel;
 mod codec;
 mod connect;
