@@ -5,11 +5,15 @@
 //!
 //! tarpc's client moved every request through an mpsc queue to its dispatch task, kept a
 //! oneshot, a span and a deadline queue entry per request, and its call future (1.7 KB) lived in
-//! every call's future. Here a call queues its request and waits on its entry: the deadline is
-//! the caller's own (`connect.rs`), a call given up before its reply sends a cancel (as tarpc's
-//! did), and a connection that ends fails every request still waiting: as not sent if it never
-//! left this node, as lost if it may have.
+//! every call's future, beside a timer of the caller's own. Here a call queues its request and
+//! waits on its entry; the connection's task keeps one timer, for the earliest deadline of the
+//! requests waiting (a heap, rebuilt from the table when completed requests make up most of it),
+//! and ends each request at its deadline even while nothing can be written; a call given up
+//! before its reply sends a cancel (as tarpc's did); a connection that ends fails every request
+//! still waiting: as not sent if it never left this node, as lost if it may have.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::Pin;
@@ -19,6 +23,7 @@ use std::task::{Context, Poll, Waker};
 use futures::task::AtomicWaker;
 use futures::{Sink, Stream};
 use tarpc::{ClientMessage, Response};
+use tokio::time::{Instant, Sleep};
 
 use super::stalled::Watched;
 use crate::fast_map::FastMap;
@@ -34,6 +39,8 @@ pub(super) enum Ended {
     Lost(String),
     /// The provider's tarpc refused it (throttling) before any handler ran.
     Busy(String),
+    /// Its deadline passed first.
+    Timeout,
 }
 
 /// The calls of one connection: cloned into every user of it.
@@ -52,12 +59,16 @@ struct State {
     /// Requests and cancels not yet taken by the connection's task.
     queue: Vec<ClientMessage<WireRequest>>,
     waiting: FastMap<u64, Waiting>,
+    /// The deadlines of the requests waiting, earliest first, and of some already answered
+    /// (left in until they come up, or until the heap is rebuilt).
+    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Why the connection ended, once it has.
     ended: Option<String>,
 }
 
 #[derive(Default)]
 struct Waiting {
+    deadline: Option<Instant>,
     /// Taken by the connection's task to be written.
     sent: bool,
     waker: Option<Waker>,
@@ -71,6 +82,8 @@ pub(super) struct Dispatch<S> {
     calls: Arc<Shared>,
     /// Taken from the queue, not yet handed to the writer (it was full).
     batch: std::collections::VecDeque<ClientMessage<WireRequest>>,
+    /// Fires at the earliest deadline in the heap.
+    timer: Pin<Box<Sleep>>,
 }
 
 impl Calls {
@@ -84,16 +97,19 @@ impl Calls {
             io,
             calls: shared.clone(),
             batch: Default::default(),
+            timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         };
         (Self(shared), dispatch)
     }
 
-    /// Sends `request` under tarpc's context `context` and waits for its reply. Dropped before
-    /// the reply, the request is taken back if it has not left, or cancelled if it has.
+    /// Sends `request` under tarpc's context `context` and waits for its reply until
+    /// `deadline`. Dropped before the reply, the request is taken back if it has not left, or
+    /// cancelled if it has.
     pub(super) fn call(
         &self,
         context: tarpc::context::Context,
         request: Arc<Request>,
+        deadline: Instant,
     ) -> impl Future<Output = Result<Reply, Ended>> + '_ {
         let queued = {
             let mut state = self.0.lock();
@@ -109,7 +125,17 @@ impl Calls {
                             request: RequestFrame(request),
                         },
                     }));
-                    state.waiting.insert(id, Waiting::default());
+                    state.waiting.insert(
+                        id,
+                        Waiting {
+                            deadline: Some(deadline),
+                            ..Waiting::default()
+                        },
+                    );
+                    state.deadlines.push(Reverse((deadline, id)));
+                    if state.deadlines.len() > 2 * state.waiting.len() + 64 {
+                        state.rebuild_deadlines();
+                    }
                     Ok(id)
                 }
             }
@@ -117,13 +143,14 @@ impl Calls {
         if queued.is_ok() {
             self.0.writer.wake();
         }
+        // Made now, not when first polled: a future dropped unpolled takes its request back.
+        let wait = queued.map(|id| Wait {
+            shared: &self.0,
+            id,
+            over: false,
+        });
         async move {
-            let id = queued?;
-            let mut wait = Wait {
-                shared: &self.0,
-                id,
-                over: false,
-            };
+            let mut wait = wait?;
             poll_fn(|cx| wait.poll(cx)).await
         }
     }
@@ -132,6 +159,36 @@ impl Calls {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl State {
+    /// The heap of the requests still waiting only: answered ones are dropped from it, so it
+    /// stays within twice the table (an amortised O(1) per request).
+    fn rebuild_deadlines(&mut self) {
+        self.deadlines = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| w.outcome.is_none())
+            .filter_map(|(id, w)| Some(Reverse((w.deadline?, *id))))
+            .collect();
+    }
+
+    /// Ends the requests whose deadline is past; the earliest deadline left, if any.
+    fn expire(&mut self, now: Instant, wakers: &mut Vec<Waker>) -> Option<Instant> {
+        while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
+            if deadline > now {
+                return Some(deadline);
+            }
+            self.deadlines.pop();
+            if let Some(waiting) = self.waiting.get_mut(&id)
+                && waiting.outcome.is_none()
+            {
+                waiting.outcome = Some(Err(Ended::Timeout));
+                wakers.extend(waiting.waker.take());
+            }
+        }
+        None
     }
 }
 
@@ -249,10 +306,10 @@ where
                     written = true;
                 }
             }
-            if written || !this.batch.is_empty() {
-                if let Poll::Ready(Err(e)) = Pin::new(&mut this.io).poll_flush(cx) {
-                    return Poll::Ready(Err(e));
-                }
+            if (written || !this.batch.is_empty())
+                && let Poll::Ready(Err(e)) = Pin::new(&mut this.io).poll_flush(cx)
+            {
+                return Poll::Ready(Err(e));
             }
             let mut read = false;
             loop {
@@ -264,6 +321,20 @@ where
                     Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
                     Poll::Ready(None) => return Poll::Ready(Ok(())),
                     Poll::Pending => break,
+                }
+            }
+            // Deadlines: one timer for the connection, at the earliest one.
+            let mut wakers = Vec::new();
+            let next = this.calls.lock().expire(Instant::now(), &mut wakers);
+            for waker in wakers {
+                waker.wake();
+            }
+            if let Some(next) = next {
+                if this.timer.deadline() != next {
+                    this.timer.as_mut().reset(next);
+                }
+                if this.timer.as_mut().poll(cx).is_ready() {
+                    continue;
                 }
             }
             // Callers may have queued more while this wrote and read; a writer that is full
@@ -295,5 +366,138 @@ impl<S> Drop for Dispatch<S> {
         for waker in wakers {
             waker.wake();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU32;
+    use std::time::Duration;
+
+    use bincode::Options;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    use super::*;
+    use crate::transport::Head;
+
+    fn request() -> Arc<Request> {
+        Arc::new(Request {
+            service: "svc".into(),
+            function: "f".into(),
+            signature: 0,
+            args: vec![7; 16],
+            head: Head::default(),
+            attempt: AtomicU32::new(1),
+        })
+    }
+
+    fn connection(buffer: usize) -> (Calls, DuplexStream) {
+        let (caller, provider) = tokio::io::duplex(buffer);
+        let (calls, dispatch) = Calls::new(Watched::new(caller, 1 << 20, Duration::from_secs(10)));
+        tokio::spawn(dispatch);
+        (calls, provider)
+    }
+
+    /// The next message the provider side reads.
+    async fn read(provider: &mut DuplexStream) -> ClientMessage<WireRequest> {
+        let len = provider.read_u32().await.unwrap() as usize;
+        let mut body = vec![0; len];
+        provider.read_exact(&mut body).await.unwrap();
+        bincode::DefaultOptions::new().deserialize(&body).unwrap()
+    }
+
+    async fn answer(provider: &mut DuplexStream, id: u64) {
+        let reply = Response {
+            request_id: id,
+            message: Ok(WireResponse::Call(ReplyFrame(Reply::Done(vec![1, 2])))),
+        };
+        let body = bincode::DefaultOptions::new().serialize(&reply).unwrap();
+        provider.write_u32(body.len() as u32).await.unwrap();
+        provider.write_all(&body).await.unwrap();
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    #[tokio::test]
+    async fn replies_reach_their_calls_in_any_order() {
+        let (calls, mut provider) = connection(1 << 16);
+        let ctx = tarpc::context::current;
+        let (a, b) = (
+            calls.call(ctx(), request(), far()),
+            calls.call(ctx(), request(), far()),
+        );
+        let served = async {
+            let ids: Vec<u64> = [read(&mut provider).await, read(&mut provider).await]
+                .iter()
+                .map(|m| match m {
+                    ClientMessage::Request(r) => r.id,
+                    _ => panic!("not a request"),
+                })
+                .collect();
+            answer(&mut provider, ids[1]).await;
+            answer(&mut provider, ids[0]).await;
+        };
+        let (a, b, ()) = tokio::join!(a, b, served);
+        assert_eq!(a.unwrap(), Reply::Done(vec![1, 2]));
+        assert_eq!(b.unwrap(), Reply::Done(vec![1, 2]));
+        assert!(calls.0.lock().waiting.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_ends_the_call_even_while_nothing_can_be_written() {
+        // A provider that reads nothing: the pipe fills, and the calls behind it wait to be
+        // written.
+        let (calls, _provider) = connection(64);
+        let start = Instant::now();
+        let big = Arc::new(Request {
+            args: vec![0; 4096],
+            ..Request::clone(&request())
+        });
+        let stuck = calls.call(tarpc::context::current(), big, far());
+        let timed = calls.call(
+            tarpc::context::current(),
+            request(),
+            start + Duration::from_millis(200),
+        );
+        tokio::select! {
+            _ = stuck => panic!("the first call cannot end"),
+            ended = timed => assert!(matches!(ended, Err(Ended::Timeout)), "{ended:?}"),
+        }
+        assert_eq!(start.elapsed(), Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn a_call_given_up_after_its_request_left_is_cancelled() {
+        let (calls, mut provider) = connection(1 << 16);
+        let call = calls.call(tarpc::context::current(), request(), far());
+        let given_up = tokio::time::timeout(Duration::from_millis(50), call);
+        let (ended, first) = tokio::join!(given_up, read(&mut provider));
+        assert!(ended.is_err(), "given up");
+        let ClientMessage::Request(sent) = first else {
+            panic!("not a request")
+        };
+        match read(&mut provider).await {
+            ClientMessage::Cancel { request_id, .. } => assert_eq!(request_id, sent.id),
+            _ => panic!("expected a cancel"),
+        }
+        assert!(calls.0.lock().waiting.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_ends_fails_the_calls_waiting() {
+        let (calls, mut provider) = connection(1 << 16);
+        let call = calls.call(tarpc::context::current(), request(), far());
+        let closing = async {
+            let _ = read(&mut provider).await;
+            drop(provider);
+        };
+        let (ended, ()) = tokio::join!(call, closing);
+        assert!(matches!(ended, Err(Ended::Lost(_))), "{ended:?}");
+        let after = calls
+            .call(tarpc::context::current(), request(), far())
+            .await;
+        assert!(matches!(after, Err(Ended::NotSent(_))), "{after:?}");
     }
 }

@@ -205,12 +205,10 @@ impl TcpConnector {
         ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
         let result = match &conn.client {
             WireClient::V2(calls) => {
-                let Ok(ended) = tokio::time::timeout_at(deadline, calls.call(ctx, request)).await
-                else {
-                    return Err(TransportError::Timeout);
-                };
-                return match ended {
+                // The connection's task ends the request at its deadline (`calling.rs`).
+                return match calls.call(ctx, request, deadline).await {
                     Ok(reply) => Ok(reply),
+                    Err(Ended::Timeout) => Err(TransportError::Timeout),
                     Err(Ended::NotSent(why)) => {
                         self.evict(to.addr, &conn);
                         Err(TransportError::NotSent(format!("{to}: {why}")))
@@ -297,12 +295,12 @@ impl TcpConnector {
         let mut ctx = tarpc::context::current();
         let left = deadline.saturating_duration_since(Instant::now());
         ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
-        let result = tokio::time::timeout_at(deadline, calls.call(ctx, request)).await;
+        let result = calls.call(ctx, request, deadline).await;
         conn.dispatch.abort();
         match result {
-            Ok(Ok(reply)) => Ok((name, reply)),
-            Ok(Err(e)) => Err(TransportError::Lost(format!("{addr}: {e:?}"))),
-            Err(_) => Err(TransportError::Timeout),
+            Ok(reply) => Ok((name, reply)),
+            Err(Ended::Timeout) => Err(TransportError::Timeout),
+            Err(e) => Err(TransportError::Lost(format!("{addr}: {e:?}"))),
         }
     }
 }
