@@ -80,7 +80,8 @@ pub(crate) async fn run(
     if tracing::enabled!(tracing::Level::DEBUG) {
         let wanted = &client.description.functions[function];
         let span = tracing::debug_span!("call", service = %client.description.name, function = %wanted.name);
-        return attempts(client, function, sent).instrument(span).await;
+        // Boxed: only a call traced at DEBUG carries the span's wrapper.
+        return Box::pin(attempts(client, function, sent).instrument(span)).await;
     }
     attempts(client, function, sent).await
 }
