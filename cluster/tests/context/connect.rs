@@ -259,3 +259,50 @@ async fn past_the_opening_limit_the_oldest_silent_connection_is_closed_and_calle
     let closed = tokio::time::timeout(Duration::from_secs(5), silent[0].read(&mut byte)).await;
     assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
 }
+
+#[tokio::test]
+async fn a_provider_at_its_in_flight_bound_serves_again_once_a_stopped_request_is_forgotten() {
+    // One request in flight per connection on the provider: while it runs, the provider reads
+    // nothing more from that caller.
+    let cluster = Cluster::tcp();
+    let provider = cluster::Node::builder()
+        .name("search-1")
+        .identity(crate::support::identity("search-1"))
+        .registry(cluster.registry.clone())
+        .max_in_flight_per_connection(1)
+        .start()
+        .await
+        .unwrap();
+    let engine = Arc::new(Engine::new("search-1", Mode::Hang));
+    let _r = provider
+        .serve(SearchServer::new(engine.clone()))
+        .await
+        .unwrap();
+    let client = SearchClient::new(&cluster.node("web-1").await);
+    let first = client
+        .reindex(true)
+        .no_retry()
+        .timeout(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(matches!(&first, CallError::Rpc(e) if e.kind() == RpcErrorKind::Timeout));
+    // tarpc stops the handler at its deadline and sends nothing; the request's place comes
+    // back when it is forgotten (its deadline and a second's grace), not never.
+    let started = Instant::now();
+    let second = client
+        .reindex(true)
+        .no_retry()
+        .timeout(Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(&second, CallError::Rpc(e) if e.kind() == RpcErrorKind::Timeout));
+    assert_eq!(
+        engine.counters.started(),
+        2,
+        "the second request was read and run"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "it ran until its own deadline"
+    );
+}

@@ -13,7 +13,7 @@
 //! still waiting: as not sent if it never left this node, as lost if it may have.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::Pin;
@@ -56,8 +56,9 @@ struct Shared {
 #[derive(Default)]
 struct State {
     next_id: u64,
-    /// Requests and cancels not yet taken by the connection's task.
-    queue: Vec<ClientMessage<WireRequest>>,
+    /// Requests and cancels not yet written: taken one at a time, only when the writer has room,
+    /// so that a call given up while its connection cannot be written takes its request back.
+    queue: VecDeque<ClientMessage<WireRequest>>,
     waiting: FastMap<u64, Waiting>,
     /// The deadlines of the requests waiting, earliest first, and of some already answered
     /// (left in until they come up, or until the heap is rebuilt).
@@ -69,7 +70,7 @@ struct State {
 #[derive(Default)]
 struct Waiting {
     deadline: Option<Instant>,
-    /// Taken by the connection's task to be written.
+    /// Handed to the writer.
     sent: bool,
     waker: Option<Waker>,
     outcome: Option<Result<Reply, Ended>>,
@@ -80,8 +81,6 @@ struct Waiting {
 pub(super) struct Dispatch<S> {
     io: Watched<S, WireRequest, WireResponse>,
     calls: Arc<Shared>,
-    /// Taken from the queue, not yet handed to the writer (it was full).
-    batch: std::collections::VecDeque<ClientMessage<WireRequest>>,
     /// Fires at the earliest deadline in the heap.
     timer: Pin<Box<Sleep>>,
 }
@@ -96,7 +95,6 @@ impl Calls {
         let dispatch = Dispatch {
             io,
             calls: shared.clone(),
-            batch: Default::default(),
             timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         };
         (Self(shared), dispatch)
@@ -118,13 +116,15 @@ impl Calls {
                 None => {
                     let id = state.next_id;
                     state.next_id += 1;
-                    state.queue.push(ClientMessage::Request(tarpc::Request {
-                        context,
-                        id,
-                        message: WireRequest::Call {
-                            request: RequestFrame(request),
-                        },
-                    }));
+                    state
+                        .queue
+                        .push_back(ClientMessage::Request(tarpc::Request {
+                            context,
+                            id,
+                            message: WireRequest::Call {
+                                request: RequestFrame(request),
+                            },
+                        }));
                     state.waiting.insert(
                         id,
                         Waiting {
@@ -176,9 +176,12 @@ impl State {
 
     /// Ends the requests whose deadline is past; the earliest deadline left, if any.
     fn expire(&mut self, now: Instant, wakers: &mut Vec<Waker>) -> Option<Instant> {
+        let mut unsent = 0;
+        let mut next = None;
         while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
             if deadline > now {
-                return Some(deadline);
+                next = Some(deadline);
+                break;
             }
             self.deadlines.pop();
             if let Some(waiting) = self.waiting.get_mut(&id)
@@ -186,9 +189,20 @@ impl State {
             {
                 waiting.outcome = Some(Err(Ended::Timeout));
                 wakers.extend(waiting.waker.take());
+                unsent += usize::from(!waiting.sent);
             }
         }
-        None
+        // Requests that ran out of time before they could be written are not written.
+        if unsent > 0 {
+            let waiting = &self.waiting;
+            self.queue.retain(|m| match m {
+                ClientMessage::Request(r) => {
+                    waiting.get(&r.id).is_some_and(|w| w.outcome.is_none())
+                }
+                _ => true,
+            });
+        }
+        next
     }
 }
 
@@ -238,7 +252,7 @@ impl Drop for Wait<'_> {
         }
         if waiting.sent {
             // It may be running: the provider stops it (tarpc's client did the same).
-            state.queue.push(ClientMessage::Cancel {
+            state.queue.push_back(ClientMessage::Cancel {
                 trace_context: Default::default(),
                 request_id: self.id,
             });
@@ -282,31 +296,33 @@ where
         let this = &mut *self;
         this.calls.writer.register(cx.waker());
         loop {
-            {
-                let mut state = this.calls.lock();
-                let State { queue, waiting, .. } = &mut *state;
-                for message in queue.drain(..) {
-                    if let ClientMessage::Request(request) = &message
-                        && let Some(waiting) = waiting.get_mut(&request.id)
-                    {
-                        waiting.sent = true;
-                    }
-                    this.batch.push_back(message);
-                }
-            }
             let mut written = false;
-            while !this.batch.is_empty() {
+            let mut blocked = false;
+            loop {
                 match Pin::new(&mut this.io).poll_ready(cx) {
                     Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => break,
+                    Poll::Pending => {
+                        blocked = true;
+                        break;
+                    }
                 }
-                if let Some(message) = this.batch.pop_front() {
-                    Pin::new(&mut this.io).start_send(message)?;
-                    written = true;
-                }
+                let message = {
+                    let mut state = this.calls.lock();
+                    let Some(message) = state.queue.pop_front() else {
+                        break;
+                    };
+                    if let ClientMessage::Request(request) = &message
+                        && let Some(waiting) = state.waiting.get_mut(&request.id)
+                    {
+                        waiting.sent = true;
+                    }
+                    message
+                };
+                Pin::new(&mut this.io).start_send(message)?;
+                written = true;
             }
-            if (written || !this.batch.is_empty())
+            if (written || blocked)
                 && let Poll::Ready(Err(e)) = Pin::new(&mut this.io).poll_flush(cx)
             {
                 return Poll::Ready(Err(e));
@@ -339,7 +355,7 @@ where
             }
             // Callers may have queued more while this wrote and read; a writer that is full
             // wakes this task when it has room.
-            if !read && (!this.batch.is_empty() || this.calls.lock().queue.is_empty()) {
+            if !read && (blocked || this.calls.lock().queue.is_empty()) {
                 return Poll::Pending;
             }
         }
@@ -466,6 +482,43 @@ mod tests {
             ended = timed => assert!(matches!(ended, Err(Ended::Timeout)), "{ended:?}"),
         }
         assert_eq!(start.elapsed(), Duration::from_millis(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_given_up_while_nothing_can_be_written_leave_nothing_behind() {
+        let (calls, _provider) = connection(64);
+        let big = Arc::new(Request {
+            args: vec![0; 1 << 16],
+            ..Request::clone(&request())
+        });
+        let stuck = calls.call(tarpc::context::current(), big, far());
+        tokio::pin!(stuck);
+        for round in 0..100u64 {
+            let deadline = Instant::now() + Duration::from_millis(10);
+            let given_up = if round % 2 == 0 {
+                // Ended by its deadline.
+                calls
+                    .call(tarpc::context::current(), request(), deadline)
+                    .await
+            } else {
+                // Dropped by its caller.
+                tokio::time::timeout_at(
+                    deadline,
+                    calls.call(tarpc::context::current(), request(), far()),
+                )
+                .await
+                .unwrap_or(Err(Ended::Timeout))
+            };
+            assert!(matches!(given_up, Err(Ended::Timeout)), "{given_up:?}");
+            assert!(futures::poll!(&mut stuck).is_pending());
+        }
+        let state = calls.0.lock();
+        assert_eq!(state.waiting.len(), 1, "only the stuck call waits");
+        assert!(
+            state.queue.is_empty(),
+            "nothing left to write: {}",
+            state.queue.len()
+        );
     }
 
     #[tokio::test]

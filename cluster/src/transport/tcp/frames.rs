@@ -184,8 +184,9 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
     }
 
     /// Forgets the holds of requests past their deadline (tarpc has: no reply will come).
-    fn forget_expired(&mut self) {
+    fn forget_expired(&mut self) -> bool {
         let now = Instant::now();
+        let mut forgot = false;
         while let Some(Reverse((due, id))) = self.expiries.peek().copied() {
             if due > now {
                 break;
@@ -193,6 +194,7 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
             self.expiries.pop();
             if self.holds.get(&id).is_some_and(|(_, d)| *d == due) {
                 self.holds.remove(&id);
+                forgot = true;
             }
         }
         // Entries of requests that ended are left in the heap; rebuilt before they pile up.
@@ -203,6 +205,7 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
                 .map(|(id, (_, due))| Reverse((*due, *id)))
                 .collect();
         }
+        forgot
     }
 
     /// Arms the timer for the next timeout that applies, if any; `Some` when one has passed.
@@ -216,8 +219,9 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
             )),
             None => None,
         };
-        let due = due?;
-        if due <= now {
+        if let Some(due) = due
+            && due <= now
+        {
             return Some(match self.frame_began {
                 Some(began) => End::Warn(format!(
                     "a frame began {:?} ago and is not complete (frame timeout {:?})",
@@ -230,6 +234,11 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
                 )),
             });
         }
+        // Also when the first request in flight is due to be forgotten: a reader held back by
+        // the in-flight bound gets to nothing else, and a request tarpc stopped at its deadline
+        // sends no reply that would end its hold.
+        let expiry = self.expiries.peek().map(|Reverse((due, _))| *due);
+        let due = [due, expiry].into_iter().flatten().min()?;
         if self.armed.is_none_or(|armed| armed > due) {
             self.timer.as_mut().reset(due);
             self.armed = Some(due);
@@ -336,8 +345,12 @@ where
                 Poll::Ready(Ok(Some(message))) => return Poll::Ready(Some(Ok(message))),
                 Poll::Ready(Ok(None)) => {}
                 Poll::Ready(Err(why)) => return this.end(why),
-                // Waiting for bytes to be given back: a frame that began still times out.
+                // Waiting for bytes to be given back: a frame that began still times out, and
+                // requests past their deadline give their place back.
                 Poll::Pending => {
+                    if this.forget_expired() {
+                        continue;
+                    }
                     return match this.timed_out(cx) {
                         Some(why) => this.end(why),
                         None => Poll::Pending,
