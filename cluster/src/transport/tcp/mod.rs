@@ -2,6 +2,7 @@
 //! handshake that agrees the wire version ([`super::wire::handshake`]), re-established after
 //! failure.
 
+mod answering;
 mod budget;
 mod calling;
 mod channel;

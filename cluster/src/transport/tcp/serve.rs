@@ -301,7 +301,13 @@ async fn opened<S>(
                 serving.clone(),
                 &[],
             );
-            run!(frames, serving, server.serve());
+            let guarded = channel::guard(frames, serving);
+            super::answering::serve(
+                guarded,
+                |ctx, request| server.clone().call(ctx, request),
+                deadline_of,
+            )
+            .await;
             drop(place);
         }
         // The first release had no TLS: a secure node has no first-release callers.
