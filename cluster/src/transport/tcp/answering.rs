@@ -30,26 +30,35 @@ const PENDING_REPLIES: usize = 8;
 /// serving it is aborted when the peer goes: `channel.rs`).
 #[derive(Default)]
 struct Running {
-    tasks: FastMap<u64, (AbortHandle, Instant)>,
+    /// By request id: the handler's task, its deadline, and which request of that id it is (a
+    /// peer may reuse an id once its request was cancelled).
+    tasks: FastMap<u64, (AbortHandle, Instant, u64)>,
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+    started: u64,
 }
 
 impl Running {
-    fn start(&mut self, id: u64, task: AbortHandle, deadline: Instant) {
-        self.tasks.insert(id, (task, deadline));
+    /// The number of the next request to start, to hand its handler.
+    fn next(&mut self) -> u64 {
+        self.started += 1;
+        self.started
+    }
+
+    fn start(&mut self, id: u64, task: AbortHandle, deadline: Instant, number: u64) {
+        self.tasks.insert(id, (task, deadline, number));
         self.deadlines.push(Reverse((deadline, id)));
         // Entries of requests that ended are left in the heap; rebuilt before they pile up.
         if self.deadlines.len() > 2 * self.tasks.len() + 64 {
             self.deadlines = self
                 .tasks
                 .iter()
-                .map(|(id, (_, deadline))| Reverse((*deadline, *id)))
+                .map(|(id, (_, deadline, _))| Reverse((*deadline, *id)))
                 .collect();
         }
     }
 
     fn stop(&mut self, id: u64) {
-        if let Some((task, _)) = self.tasks.remove(&id) {
+        if let Some((task, ..)) = self.tasks.remove(&id) {
             task.abort();
         }
     }
@@ -61,7 +70,7 @@ impl Running {
                 return Some(deadline);
             }
             self.deadlines.pop();
-            if self.tasks.get(&id).is_some_and(|(_, d)| *d == deadline) {
+            if self.tasks.get(&id).is_some_and(|(_, d, _)| *d == deadline) {
                 self.stop(id);
             }
         }
@@ -71,7 +80,7 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        for (task, _) in self.tasks.values() {
+        for (task, ..) in self.tasks.values() {
             task.abort();
         }
     }
@@ -91,7 +100,7 @@ pub(super) async fn serve<T, F, Fut>(
     F: Fn(tarpc::context::Context, RequestFrame) -> Fut,
     Fut: Future<Output = ReplyFrame> + Send + 'static,
 {
-    let (replies, mut ready) = mpsc::channel::<(u64, ReplyFrame)>(PENDING_REPLIES);
+    let (replies, mut ready) = mpsc::channel::<(u64, u64, ReplyFrame)>(PENDING_REPLIES);
     let mut running = Running::default();
     let mut timer = Box::pin(tokio::time::sleep_until(Instant::now()));
     let mut armed: Option<Instant> = None;
@@ -109,9 +118,14 @@ pub(super) async fn serve<T, F, Fut>(
                         break;
                     }
                 }
-                let Poll::Ready(Some((id, reply))) = ready.poll_recv(cx) else {
+                let Poll::Ready(Some((id, number, reply))) = ready.poll_recv(cx) else {
                     break;
                 };
+                // The reply of a request cancelled or stopped meanwhile is not written: its id
+                // may already belong to another request.
+                if running.tasks.get(&id).is_none_or(|(.., n)| *n != number) {
+                    continue;
+                }
                 running.tasks.remove(&id);
                 let response = Response {
                     request_id: id,
@@ -137,11 +151,12 @@ pub(super) async fn serve<T, F, Fut>(
                         let handler = call(request.context, frame);
                         let replies = replies.clone();
                         let id = request.id;
+                        let number = running.next();
                         let task = tokio::spawn(async move {
                             let reply = handler.await;
-                            let _ = replies.send((id, reply)).await;
+                            let _ = replies.send((id, number, reply)).await;
                         });
-                        running.start(id, task.abort_handle(), deadline);
+                        running.start(id, task.abort_handle(), deadline, number);
                         if armed.is_none_or(|at| deadline < at) {
                             timer.as_mut().reset(deadline);
                             armed = Some(deadline);

@@ -522,3 +522,89 @@ async fn a_peer_that_reads_none_of_its_replies_is_closed_at_the_frame_timeout() 
     assert!(start.elapsed() < Duration::from_secs(6));
     echo_works(provider.addr).await;
 }
+
+/// A length-prefixed cancel of request `id`.
+fn cancel(id: u64) -> Vec<u8> {
+    let message: ClientMessage<v2::WireRequest> = ClientMessage::Cancel {
+        trace_context: Default::default(),
+        request_id: id,
+    };
+    let mut codec = Bincode::<(), ClientMessage<v2::WireRequest>>::default();
+    let body = Pin::new(&mut codec).serialize(&message).unwrap();
+    let mut bytes = (body.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+#[tokio::test]
+async fn an_id_reused_after_a_cancel_gets_its_own_reply_not_the_cancelled_ones() {
+    let mut config = config();
+    config.max_buffered_bytes = 16 << 20;
+    config.connection.per_connection = 16 << 20;
+    let provider = provider(config).await;
+    let mut stream = connect_slow_reader(provider.addr).await;
+    // Six echoes of 900 KiB: their replies wait for a reader that does not read yet.
+    let mut bytes = Vec::new();
+    for id in 1..=6 {
+        bytes.extend(frame(
+            id,
+            "echo",
+            vec![7; 900 << 10],
+            Duration::from_secs(60),
+        ));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    until("six echoes ran", || {
+        provider.runs.load(Ordering::SeqCst) == 6
+    })
+    .await;
+    // Cancelled, their ids reused by small echoes.
+    let mut again = Vec::new();
+    for id in 2..=6 {
+        again.extend(cancel(id));
+        again.extend(frame(
+            id,
+            "echo",
+            vec![id as u8; 8],
+            Duration::from_secs(60),
+        ));
+    }
+    stream.write_all(&again).await.unwrap();
+    until("five more ran", || {
+        provider.runs.load(Ordering::SeqCst) == 11
+    })
+    .await;
+    // Replies written before their cancel arrived are on their way already; every other
+    // cancelled reply is dropped, and each new request gets its own reply, once.
+    let mut replies: Vec<(u64, usize)> = Vec::new();
+    while let Ok(reply) = tokio::time::timeout(Duration::from_millis(500), reply(&mut stream)).await
+    {
+        let Ok(v2::WireResponse::Call(v2::ReplyFrame(crate::transport::Reply::Done(body)))) =
+            reply.message
+        else {
+            panic!("not a reply: {:?}", reply.message)
+        };
+        let echoed: Vec<u8> = crate::service::decode(&body).unwrap();
+        replies.push((reply.request_id, echoed.len()));
+    }
+    let count = |id: u64, len: usize| replies.iter().filter(|r| **r == (id, len)).count();
+    assert_eq!(count(1, 900 << 10), 1, "{replies:?}");
+    for id in 2..=6 {
+        assert_eq!(
+            count(id, 8),
+            1,
+            "the new request {id} answered once: {replies:?}"
+        );
+        assert!(count(id, 900 << 10) <= 1, "{replies:?}");
+        let last = replies.iter().rev().find(|r| r.0 == id);
+        assert_eq!(
+            last,
+            Some(&(id, 8)),
+            "nothing of the old request after the new: {replies:?}"
+        );
+    }
+    assert!(
+        replies.iter().filter(|r| r.1 == 900 << 10).count() < 6,
+        "some cancelled replies were dropped, not written: {replies:?}"
+    );
+}
