@@ -25,7 +25,7 @@ use futures::{Sink, Stream};
 use tarpc::{ClientMessage, Response};
 use tokio::time::{Instant, Sleep};
 
-use super::stalled::Watched;
+use super::caller_frames::CallerFrames;
 use crate::fast_map::FastMap;
 use crate::transport::wire::v2::{ReplyFrame, RequestFrame, WireRequest, WireResponse};
 use crate::transport::{Reply, Request};
@@ -79,7 +79,7 @@ struct Waiting {
 /// The connection's task: writes what is queued, reads replies. Ends with the connection; when
 /// it does (or is dropped: aborted for idling, the node stopping), every waiting call fails.
 pub(super) struct Dispatch<S> {
-    io: Watched<S, WireRequest, WireResponse>,
+    io: CallerFrames<S, WireRequest, WireResponse>,
     calls: Arc<Shared>,
     /// Fires at the earliest deadline in the heap.
     timer: Pin<Box<Sleep>>,
@@ -87,7 +87,7 @@ pub(super) struct Dispatch<S> {
 
 impl Calls {
     /// The calls of a connection over `io`, and the task to spawn for it.
-    pub(super) fn new<S>(io: Watched<S, WireRequest, WireResponse>) -> (Self, Dispatch<S>) {
+    pub(super) fn new<S>(io: CallerFrames<S, WireRequest, WireResponse>) -> (Self, Dispatch<S>) {
         let shared = Arc::new(Shared {
             state: Mutex::default(),
             writer: AtomicWaker::new(),
@@ -409,7 +409,8 @@ mod tests {
 
     fn connection(buffer: usize) -> (Calls, DuplexStream) {
         let (caller, provider) = tokio::io::duplex(buffer);
-        let (calls, dispatch) = Calls::new(Watched::new(caller, 1 << 20, Duration::from_secs(10)));
+        let (calls, dispatch) =
+            Calls::new(CallerFrames::new(caller, 1 << 20, Duration::from_secs(10)));
         tokio::spawn(dispatch);
         (calls, provider)
     }

@@ -19,9 +19,9 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::MAX_DEADLINE;
+use super::caller_frames::CallerFrames;
 use super::calling::{Calls, Ended};
 use super::limit::{InFlightLimit, NoPlace};
-use super::stalled::Watched;
 use crate::fast_map::FastMap;
 use crate::rate_limited::RateLimited;
 use crate::registry::NodeInfo;
@@ -495,11 +495,14 @@ where
         in_flight: in_flight.clone(),
     };
     let (client, dispatch) = if version >= 2 {
-        let (calls, dispatch) =
-            Calls::new(Watched::new(stream, config.max_frame, config.frame_timeout));
+        let (calls, dispatch) = Calls::new(CallerFrames::new(
+            stream,
+            config.max_frame,
+            config.frame_timeout,
+        ));
         (WireClient::V2(calls), spawn_dispatch(to, dispatch, idle))
     } else {
-        let transport = Watched::new(stream, config.max_frame, config.frame_timeout);
+        let transport = CallerFrames::new(stream, config.max_frame, config.frame_timeout);
         let tarpc::client::NewClient { client, dispatch } =
             v1::WireClient::new(tarpc_config, transport);
         (WireClient::V1(client), spawn_dispatch(to, dispatch, idle))

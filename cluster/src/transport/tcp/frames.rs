@@ -433,6 +433,41 @@ where
     }
 }
 
+/// Writes `message` into `buffer` as one frame (a 4-byte big-endian length, then bincode with
+/// tokio-serde's options), straight into the buffer behind a length filled in after: no buffer
+/// of its own, no copy. Its body's length; nothing is written if it fails or is over `max`.
+pub(super) fn write_frame(
+    buffer: &mut BytesMut,
+    message: &impl serde::Serialize,
+    max: usize,
+) -> io::Result<usize> {
+    let at = buffer.len();
+    buffer.put_u32(0);
+    let written = bincode::DefaultOptions::new()
+        .serialize_into((&mut *buffer).writer(), message)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        .and_then(|()| {
+            let len = buffer.len() - at - 4;
+            if len > max {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("a frame of {len} bytes, over the frame limit ({max})"),
+                ));
+            }
+            u32::try_from(len).map_err(|_| io::Error::other("a frame over 4 GiB"))
+        });
+    match written {
+        Ok(len) => {
+            buffer[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            Ok(len as usize)
+        }
+        Err(e) => {
+            buffer.truncate(at);
+            Err(e)
+        }
+    }
+}
+
 impl<S, Req, Resp> Sink<Response<Resp>> for Frames<S, Req, Resp>
 where
     S: AsyncWrite + Unpin,
@@ -451,29 +486,11 @@ where
 
     fn start_send(mut self: Pin<&mut Self>, reply: Response<Resp>) -> io::Result<()> {
         let this = &mut *self;
-        // Written straight into the connection's buffer behind a length filled in after: no
-        // buffer of its own per reply, no copy (bincode's options as tokio-serde's codec).
-        let at = this.write.len();
-        this.write.put_u32(0);
-        let written = bincode::DefaultOptions::new()
-            .serialize_into((&mut this.write).writer(), &reply)
-            .map_err(io::Error::other)
-            .and_then(|()| {
-                u32::try_from(this.write.len() - at - 4)
-                    .map_err(|_| io::Error::other("a reply over 4 GiB"))
-            });
-        let len = match written {
-            Ok(len) => len,
-            Err(e) => {
-                this.write.truncate(at);
-                return Err(e);
-            }
-        };
-        this.write[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        let len = write_frame(&mut this.write, &reply, usize::MAX)?;
         // The request's hold (its bytes and its reply's) ends; the bytes to write are counted
         // instead, until written.
         this.holds.remove(&reply.request_id);
-        let written = this.account.force(4 + len as usize);
+        let written = this.account.force(4 + len);
         match &mut this.unwritten {
             Some(unwritten) => unwritten.absorb(written),
             None => this.unwritten = Some(written),

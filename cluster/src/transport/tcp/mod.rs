@@ -4,6 +4,7 @@
 
 mod answering;
 mod budget;
+mod caller_frames;
 mod calling;
 mod channel;
 mod codec;
@@ -14,7 +15,6 @@ mod frames;
 mod limit;
 mod opening;
 mod serve;
-mod stalled;
 #[cfg(test)]
 mod tests;
 

@@ -23,8 +23,10 @@ use serde::de::DeserializeOwned;
 use tarpc::{ClientMessage, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
-use tokio_util::bytes::{Buf, BufMut, BytesMut};
+use tokio_util::bytes::{Buf, BytesMut};
 use tokio_util::io::{poll_read_buf, poll_write_buf};
+
+use super::frames::write_frame;
 
 /// Bytes read from the socket at a time, at least.
 const READ_CHUNK: usize = 8 << 10;
@@ -35,7 +37,7 @@ const READ_CHUNK: usize = 8 << 10;
 const WRITE_BOUNDARY: usize = 8 << 10;
 
 /// One connection a caller opened, as tarpc's client transport.
-pub(super) struct Watched<S, Req, Resp> {
+pub(super) struct CallerFrames<S, Req, Resp> {
     io: S,
     max_frame: usize,
     timeout: Duration,
@@ -47,7 +49,7 @@ pub(super) struct Watched<S, Req, Resp> {
     messages: PhantomData<fn(Req) -> Resp>,
 }
 
-impl<S, Req, Resp> Watched<S, Req, Resp> {
+impl<S, Req, Resp> CallerFrames<S, Req, Resp> {
     pub(super) fn new(io: S, max_frame: usize, timeout: Duration) -> Self {
         Self {
             io,
@@ -111,7 +113,7 @@ impl<S, Req, Resp> Watched<S, Req, Resp> {
     }
 }
 
-impl<S, Req, Resp> Stream for Watched<S, Req, Resp>
+impl<S, Req, Resp> Stream for CallerFrames<S, Req, Resp>
 where
     S: AsyncRead + Unpin,
     Response<Resp>: DeserializeOwned,
@@ -160,7 +162,7 @@ where
     }
 }
 
-impl<S: AsyncWrite + Unpin, Req, Resp> Watched<S, Req, Resp> {
+impl<S: AsyncWrite + Unpin, Req, Resp> CallerFrames<S, Req, Resp> {
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.write.is_empty() {
             if ready!(poll_write_buf(Pin::new(&mut self.io), cx, &mut self.write))? == 0 {
@@ -171,7 +173,7 @@ impl<S: AsyncWrite + Unpin, Req, Resp> Watched<S, Req, Resp> {
     }
 }
 
-impl<S, Req, Resp> Sink<ClientMessage<Req>> for Watched<S, Req, Resp>
+impl<S, Req, Resp> Sink<ClientMessage<Req>> for CallerFrames<S, Req, Resp>
 where
     S: AsyncWrite + Unpin,
     ClientMessage<Req>: Serialize,
@@ -187,32 +189,8 @@ where
 
     fn start_send(mut self: Pin<&mut Self>, message: ClientMessage<Req>) -> io::Result<()> {
         let this = &mut *self;
-        let at = this.write.len();
-        this.write.put_u32(0);
-        let written = bincode::DefaultOptions::new()
-            .serialize_into((&mut this.write).writer(), &message)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-            .and_then(|()| {
-                let len = this.write.len() - at - 4;
-                // The call path checks sizes before sending; this is the codec's own guard.
-                if len > this.max_frame {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("a request frame of {len} bytes, over the frame limit"),
-                    ));
-                }
-                u32::try_from(len).map_err(|_| io::Error::other("a request over 4 GiB"))
-            });
-        match written {
-            Ok(len) => {
-                this.write[at..at + 4].copy_from_slice(&len.to_be_bytes());
-                Ok(())
-            }
-            Err(e) => {
-                this.write.truncate(at);
-                Err(e)
-            }
-        }
+        // The call path checks sizes before sending; the limit here is the codec's own guard.
+        write_frame(&mut this.write, &message, this.max_frame).map(|_| ())
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -233,7 +211,7 @@ mod tests {
 
     use super::*;
 
-    type Caller<S> = Watched<S, u32, String>;
+    type Caller<S> = CallerFrames<S, u32, String>;
 
     fn frame(body: &[u8]) -> Vec<u8> {
         let mut f = (body.len() as u32).to_be_bytes().to_vec();
