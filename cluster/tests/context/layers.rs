@@ -16,6 +16,14 @@ impl Log {
     fn take(&self) -> Vec<String> {
         std::mem::take(&mut self.0.lock().unwrap())
     }
+
+    /// Logs how a request was served, as `function Outcome`.
+    fn served(&self, ctx: &Context, served: Served) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("{} {served:?}", ctx.function()));
+    }
 }
 
 /// Puts a tenant on every call and logs every outcome.
@@ -60,11 +68,7 @@ impl ProviderLayer for RequireTenant {
     }
 
     fn on_served(&self, ctx: &Context, served: Served, _elapsed: Duration) {
-        self.0
-            .0
-            .lock()
-            .unwrap()
-            .push(format!("{} {served:?}", ctx.function()));
+        self.0.served(ctx, served);
     }
 }
 
@@ -274,11 +278,7 @@ struct Record(Log);
 
 impl ProviderLayer for Record {
     fn on_served(&self, ctx: &Context, served: Served, _elapsed: Duration) {
-        self.0
-            .0
-            .lock()
-            .unwrap()
-            .push(format!("{} {served:?}", ctx.function()));
+        self.0.served(ctx, served);
     }
 }
 
@@ -308,12 +308,10 @@ async fn a_handler_stopped_at_its_deadline_is_told_to_the_layers_as_expired() {
             .unwrap_err();
         assert!(matches!(&err, CallError::Rpc(e) if e.kind() == cluster::RpcErrorKind::Timeout));
         // The transport stops the handler at the deadline; wait for the layer to hear of it.
-        for _ in 0..500 {
-            if !served.0.lock().unwrap().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        crate::support::until("the layer hears of it", || {
+            !served.0.lock().unwrap().is_empty()
+        })
+        .await;
         assert_eq!(served.take(), ["place Expired"]);
     }
 }

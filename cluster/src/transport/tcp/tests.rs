@@ -453,14 +453,15 @@ async fn connect_slow_reader(to: SocketAddr) -> TcpStream {
     handshaken(socket.connect(to).await.unwrap()).await
 }
 
-#[tokio::test]
-async fn an_id_reused_while_its_reply_waits_closes_the_connection_and_gives_every_byte_back() {
+/// A provider with a 16 MiB budget and a connection to it that has sent six echoes of
+/// 900 KiB (ids 1 to 6), all run, whose replies (more than the kernel's socket buffers take)
+/// wait for a reader that does not read yet.
+async fn six_echoes_waiting_for_their_reader() -> (Provider, TcpStream) {
     let mut config = config();
     config.max_buffered_bytes = 16 << 20;
     config.connection.per_connection = 16 << 20;
     let provider = provider(config).await;
     let mut stream = connect_slow_reader(provider.addr).await;
-    // Replies of 6 × 900 KiB: more than the kernel's socket buffers take, so some wait here.
     let mut bytes = Vec::new();
     for id in 1..=6 {
         bytes.extend(frame(
@@ -475,6 +476,12 @@ async fn an_id_reused_while_its_reply_waits_closes_the_connection_and_gives_ever
         provider.runs.load(Ordering::SeqCst) == 6
     })
     .await;
+    (provider, stream)
+}
+
+#[tokio::test]
+async fn an_id_reused_while_its_reply_waits_closes_the_connection_and_gives_every_byte_back() {
+    let (provider, mut stream) = six_echoes_waiting_for_their_reader().await;
     // tarpc still tracks id 6, whose reply waits for a reader that does not read.
     let again = frame(6, "echo", vec![7; 100], Duration::from_secs(60));
     let _ = stream.write_all(&again).await;
@@ -538,26 +545,7 @@ fn cancel(id: u64) -> Vec<u8> {
 
 #[tokio::test]
 async fn an_id_reused_after_a_cancel_gets_its_own_reply_not_the_cancelled_ones() {
-    let mut config = config();
-    config.max_buffered_bytes = 16 << 20;
-    config.connection.per_connection = 16 << 20;
-    let provider = provider(config).await;
-    let mut stream = connect_slow_reader(provider.addr).await;
-    // Six echoes of 900 KiB: their replies wait for a reader that does not read yet.
-    let mut bytes = Vec::new();
-    for id in 1..=6 {
-        bytes.extend(frame(
-            id,
-            "echo",
-            vec![7; 900 << 10],
-            Duration::from_secs(60),
-        ));
-    }
-    stream.write_all(&bytes).await.unwrap();
-    until("six echoes ran", || {
-        provider.runs.load(Ordering::SeqCst) == 6
-    })
-    .await;
+    let (provider, mut stream) = six_echoes_waiting_for_their_reader().await;
     // Cancelled, their ids reused by small echoes.
     let mut again = Vec::new();
     for id in 2..=6 {
