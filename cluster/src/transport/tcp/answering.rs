@@ -5,15 +5,23 @@
 //! tarpc's server kept per request a span with an OpenTelemetry context (three allocations), an
 //! `Abortable` pair and a deadline-queue entry, beside the task; here the task's own abort handle
 //! and one timer per connection, at the earliest deadline of the requests running.
+//!
+//! A handler hands its reply over without waiting (an unbounded queue, emptied into
+//! `Running::pending` on every turn of the loop, even while the writer is full): a handler that
+//! had to wait for room took a wake-up of its own, and its task a send future beside the
+//! handler's. What is pending stays bounded all the same: replies are kept for requests still
+//! running, which the frame reader bounds (a request's hold is given back only when its reply
+//! is written, or when it is cancelled or expires), and those of requests stopped since are
+//! dropped before they make up most of it.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::Pin;
 use std::task::Poll;
 
-use futures::{Sink, Stream};
+use futures::{FutureExt, Sink, Stream};
 use tarpc::{ClientMessage, Response};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -22,22 +30,32 @@ use tokio::time::Instant;
 use crate::fast_map::FastMap;
 use crate::transport::wire::v2::{ReplyFrame, RequestFrame, WireRequest, WireResponse};
 
-/// Replies handlers may have ready before they wait for the writer (their bytes are counted
-/// until written, `budget.rs`).
-const PENDING_REPLIES: usize = 8;
-
 /// The handlers running for one connection: stopped when it ends, however it ends (the task
 /// serving it is aborted when the peer goes: `channel.rs`).
-#[derive(Default)]
-struct Running {
+struct Running<R = ReplyFrame> {
     /// By request id: the handler's task, its deadline, and which request of that id it is (a
     /// peer may reuse an id once its request was cancelled).
     tasks: FastMap<u64, (AbortHandle, Instant, u64)>,
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     started: u64,
+    /// Replies waiting for the writer, oldest first: one per request running, and some of
+    /// requests stopped since (skipped when they come up, or dropped when they would make up
+    /// most of it: a peer that cancels and never reads cannot pile them up).
+    pending: VecDeque<(u64, u64, R)>,
 }
 
-impl Running {
+impl<R> Default for Running<R> {
+    fn default() -> Self {
+        Self {
+            tasks: FastMap::default(),
+            deadlines: BinaryHeap::new(),
+            started: 0,
+            pending: VecDeque::new(),
+        }
+    }
+}
+
+impl<R> Running<R> {
     /// The number of the next request to start, to hand its handler.
     fn next(&mut self) -> u64 {
         self.started += 1;
@@ -57,10 +75,41 @@ impl Running {
         }
     }
 
+    /// Stops the request running under `id`, if one is.
     fn stop(&mut self, id: u64) {
-        if let Some((task, ..)) = self.tasks.remove(&id) {
-            task.abort();
+        let Some((task, ..)) = self.tasks.remove(&id) else {
+            return;
+        };
+        task.abort();
+        if self.pending.len() > 2 * self.tasks.len() + 64 {
+            let tasks = &self.tasks;
+            self.pending
+                .retain(|(id, number, _)| tasks.get(id).is_some_and(|(.., n)| n == number));
         }
+    }
+
+    /// Whether `number` is the request running under `id` (not one cancelled or stopped, whose
+    /// id another request may hold now).
+    fn runs(&self, id: u64, number: u64) -> bool {
+        self.tasks.get(&id).is_some_and(|(.., n)| *n == number)
+    }
+
+    /// A handler's reply, kept until the writer has room if its request still runs.
+    fn answered(&mut self, id: u64, number: u64, reply: R) {
+        if self.runs(id, number) {
+            self.pending.push_back((id, number, reply));
+        }
+    }
+
+    /// The oldest reply of a request still running, that request now over.
+    fn next_reply(&mut self) -> Option<(u64, R)> {
+        while let Some((id, number, reply)) = self.pending.pop_front() {
+            if self.runs(id, number) {
+                self.tasks.remove(&id);
+                return Some((id, reply));
+            }
+        }
+        None
     }
 
     /// Stops the handlers past their deadline; the earliest deadline left.
@@ -78,7 +127,7 @@ impl Running {
     }
 }
 
-impl Drop for Running {
+impl<R> Drop for Running<R> {
     fn drop(&mut self) {
         for (task, ..) in self.tasks.values() {
             task.abort();
@@ -100,16 +149,21 @@ pub(super) async fn serve<T, F, Fut>(
     F: Fn(tarpc::context::Context, RequestFrame) -> Fut,
     Fut: Future<Output = ReplyFrame> + Send + 'static,
 {
-    let (replies, mut ready) = mpsc::channel::<(u64, u64, ReplyFrame)>(PENDING_REPLIES);
+    let (replies, mut ready) = mpsc::unbounded_channel::<(u64, u64, ReplyFrame)>();
     let mut running = Running::default();
     let mut timer = Box::pin(tokio::time::sleep_until(Instant::now()));
     let mut armed: Option<Instant> = None;
     poll_fn(|cx| {
         loop {
-            // Replies, while the writer has room.
+            // Replies ready, all of them: the reply of a request cancelled or stopped meanwhile
+            // is dropped (its id may already belong to another request).
+            while let Poll::Ready(Some((id, number, reply))) = ready.poll_recv(cx) {
+                running.answered(id, number, reply);
+            }
+            // Written while the writer has room.
             let mut wrote = false;
             let mut blocked = false;
-            loop {
+            while !running.pending.is_empty() {
                 match Pin::new(&mut frames).poll_ready(cx) {
                     Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(_)) => return Poll::Ready(()),
@@ -118,15 +172,9 @@ pub(super) async fn serve<T, F, Fut>(
                         break;
                     }
                 }
-                let Poll::Ready(Some((id, number, reply))) = ready.poll_recv(cx) else {
+                let Some((id, reply)) = running.next_reply() else {
                     break;
                 };
-                // The reply of a request cancelled or stopped meanwhile is not written: its id
-                // may already belong to another request.
-                if running.tasks.get(&id).is_none_or(|(.., n)| *n != number) {
-                    continue;
-                }
-                running.tasks.remove(&id);
                 let response = Response {
                     request_id: id,
                     message: Ok(WireResponse::Call(reply)),
@@ -148,14 +196,15 @@ pub(super) async fn serve<T, F, Fut>(
                     Poll::Ready(Some(Ok(ClientMessage::Request(request)))) => {
                         let deadline = deadline_of(&request.context);
                         let WireRequest::Call { request: frame } = request.message;
-                        let handler = call(request.context, frame);
                         let replies = replies.clone();
                         let id = request.id;
                         let number = running.next();
-                        let task = tokio::spawn(async move {
-                            let reply = handler.await;
-                            let _ = replies.send((id, number, reply)).await;
-                        });
+                        // A `map`, not an `async` block: that would keep the handler's future
+                        // twice in the task (as its capture and as what it awaits), past the
+                        // allocator's per-thread cache.
+                        let task = tokio::spawn(call(request.context, frame).map(move |reply| {
+                            let _ = replies.send((id, number, reply));
+                        }));
                         running.start(id, task.abort_handle(), deadline, number);
                         if armed.is_none_or(|at| deadline < at) {
                             timer.as_mut().reset(deadline);
@@ -190,4 +239,68 @@ pub(super) async fn serve<T, F, Fut>(
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(running: &mut Running<&'static str>, id: u64) -> u64 {
+        let number = running.next();
+        let task = tokio::spawn(std::future::pending::<()>()).abort_handle();
+        running.start(
+            id,
+            task,
+            Instant::now() + std::time::Duration::from_secs(60),
+            number,
+        );
+        number
+    }
+
+    #[tokio::test]
+    async fn replies_of_stopped_requests_are_not_written() {
+        let mut running = Running::default();
+        let (one, two, three) = (
+            start(&mut running, 1),
+            start(&mut running, 2),
+            start(&mut running, 3),
+        );
+        running.answered(1, one, "one");
+        running.answered(2, two, "two");
+        running.stop(2);
+        running.answered(3, three, "three");
+        assert_eq!(running.next_reply(), Some((1, "one")));
+        assert_eq!(running.next_reply(), Some((3, "three")));
+        assert_eq!(running.next_reply(), None);
+        assert!(running.tasks.is_empty(), "a written reply ends its request");
+    }
+
+    #[tokio::test]
+    async fn an_id_reused_after_a_cancel_gets_only_its_own_reply() {
+        let mut running = Running::default();
+        let old = start(&mut running, 5);
+        running.answered(5, old, "old, pending");
+        running.stop(5);
+        let new = start(&mut running, 5);
+        // The old handler's reply arriving late is not kept either.
+        running.answered(5, old, "old, late");
+        assert_eq!(running.next_reply(), None);
+        running.answered(5, new, "new");
+        assert_eq!(running.next_reply(), Some((5, "new")));
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_cancels_and_never_reads_cannot_pile_up_replies() {
+        let mut running = Running::default();
+        let waiting = start(&mut running, 1);
+        running.answered(1, waiting, "kept");
+        for _ in 0..10_000 {
+            let number = start(&mut running, 7);
+            running.answered(7, number, "cancelled");
+            running.stop(7);
+            assert!(running.pending.len() <= 2 * running.tasks.len() + 65);
+        }
+        assert_eq!(running.next_reply(), Some((1, "kept")));
+        assert_eq!(running.next_reply(), None);
+    }
 }
