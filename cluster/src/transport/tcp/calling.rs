@@ -83,7 +83,14 @@ pub(super) struct Dispatch<S> {
     calls: Arc<Shared>,
     /// Fires at the earliest deadline in the heap.
     timer: Pin<Box<Sleep>>,
+    /// Replies read and not yet handed over: handed over together, under one lock.
+    read: Vec<Response<WireResponse>>,
+    /// The calls to wake once the lock is let go (kept, so that no turn allocates).
+    wake: Vec<Waker>,
 }
+
+/// Replies handed over under one lock at most: a connection's callers wait for no more.
+const BATCH: usize = 32;
 
 impl Calls {
     /// The calls of a connection over `io`, and the task to spawn for it.
@@ -96,6 +103,8 @@ impl Calls {
             io,
             calls: shared.clone(),
             timer: Box::pin(tokio::time::sleep_until(Instant::now())),
+            read: Vec::with_capacity(BATCH),
+            wake: Vec::new(),
         };
         (Self(shared), dispatch)
     }
@@ -269,20 +278,33 @@ impl Drop for Wait<'_> {
 }
 
 impl<S> Dispatch<S> {
-    /// Hands a reply to its call, if it still waits.
-    fn complete(&self, reply: Response<WireResponse>) {
-        let outcome = match reply.message {
-            Ok(WireResponse::Call(ReplyFrame(reply))) => Ok(reply),
-            Err(refused) => Err(Ended::Busy(refused.detail)),
-        };
+    /// Hands the replies read to their calls, those still waiting, and ends the calls whose
+    /// deadline passed if the timer says one did: one lock for all of it, the calls woken
+    /// after. The earliest deadline still ahead, if any.
+    fn hand_over(&mut self, due: bool) -> Option<Instant> {
         let mut state = self.calls.lock();
-        if let Some(waiting) = state.waiting.get_mut(&reply.request_id) {
-            waiting.outcome = Some(outcome);
-            if let Some(waker) = waiting.waker.take() {
-                drop(state);
-                waker.wake();
+        for reply in self.read.drain(..) {
+            let outcome = match reply.message {
+                Ok(WireResponse::Call(ReplyFrame(reply))) => Ok(reply),
+                Err(refused) => Err(Ended::Busy(refused.detail)),
+            };
+            if let Some(waiting) = state.waiting.get_mut(&reply.request_id) {
+                waiting.outcome = Some(outcome);
+                self.wake.extend(waiting.waker.take());
             }
         }
+        // The clock is read only when the timer is due: nothing can have expired before.
+        let next = if due {
+            state.expire(Instant::now(), &mut self.wake)
+        } else {
+            state
+                .deadlines
+                .peek()
+                .map(|Reverse((deadline, _))| *deadline)
+        };
+        drop(state);
+        self.wake.drain(..).for_each(Waker::wake);
+        next
     }
 }
 
@@ -328,27 +350,31 @@ where
                 return Poll::Ready(Err(e));
             }
             let mut read = false;
-            loop {
+            while this.read.len() < BATCH {
                 match Pin::new(&mut this.io).poll_next(cx) {
                     Poll::Ready(Some(Ok(reply))) => {
-                        this.complete(reply);
+                        this.read.push(reply);
                         read = true;
                     }
-                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
-                    Poll::Ready(None) => return Poll::Ready(Ok(())),
+                    // Replies read before the end still reach their calls.
+                    Poll::Ready(Some(Err(e))) => {
+                        this.hand_over(false);
+                        return Poll::Ready(Err(e));
+                    }
+                    Poll::Ready(None) => {
+                        this.hand_over(false);
+                        return Poll::Ready(Ok(()));
+                    }
                     Poll::Pending => break,
                 }
             }
-            // Deadlines: one timer for the connection, at the earliest one.
-            let mut wakers = Vec::new();
-            let next = this.calls.lock().expire(Instant::now(), &mut wakers);
-            for waker in wakers {
-                waker.wake();
-            }
-            if let Some(next) = next {
-                if this.timer.deadline() != next {
-                    this.timer.as_mut().reset(next);
-                }
+            // Deadlines: one timer for the connection, at the earliest one (a request queued
+            // since with an earlier one moves it).
+            let due = this.timer.as_mut().poll(cx).is_ready();
+            if let Some(next) = this.hand_over(due)
+                && (due || next < this.timer.deadline())
+            {
+                this.timer.as_mut().reset(next);
                 if this.timer.as_mut().poll(cx).is_ready() {
                     continue;
                 }
@@ -483,6 +509,35 @@ mod tests {
             ended = timed => assert!(matches!(ended, Err(Ended::Timeout)), "{ended:?}"),
         }
         assert_eq!(start.elapsed(), Duration::from_millis(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_call_ends_at_its_own_deadline_whatever_order_they_came_in() {
+        // The timer is armed for the first call's deadline; each later, earlier one moves it,
+        // and one that passes ends only its own call.
+        let (calls, mut provider) = connection(1 << 16);
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let ctx = tarpc::context::current;
+        let late = calls.call(ctx(), request(), at(900));
+        // Written: the connection's task has run, its timer set for 900 ms.
+        let first = match read(&mut provider).await {
+            ClientMessage::Request(r) => r.id,
+            _ => panic!("not a request"),
+        };
+        let soon = calls.call(ctx(), request(), at(300));
+        tokio::task::yield_now().await;
+        let sooner = calls.call(ctx(), request(), at(100));
+        let ended = |call| async move { (call.await, start.elapsed()) };
+        let (sooner, soon) = tokio::join!(ended(sooner), ended(soon));
+        assert!(matches!(sooner.0, Err(Ended::Timeout)), "{:?}", sooner.0);
+        assert_eq!(sooner.1, Duration::from_millis(100));
+        assert!(matches!(soon.0, Err(Ended::Timeout)), "{:?}", soon.0);
+        assert_eq!(soon.1, Duration::from_millis(300));
+        // The one still waiting gets its reply.
+        answer(&mut provider, first).await;
+        assert_eq!(late.await.unwrap(), Reply::Done(vec![1, 2]));
+        assert!(start.elapsed() < Duration::from_millis(900));
     }
 
     #[tokio::test(start_paused = true)]
