@@ -52,6 +52,7 @@ const MIN_FRAME: usize = 4 << 10;
 /// |---|---|
 /// | `name` | `node-<generation>` |
 /// | `listen` | `127.0.0.1:0` (a port the OS picks) |
+/// | `advertise` | the address listened on; required when that is a wildcard (`0.0.0.0`, `[::]`) |
 /// | `registry` | a private [`MemoryRegistry`]: the node sees only itself |
 /// | `memory` | off: real TCP |
 /// | `max_frame` | 8 MiB (4 KiB to 1 GiB) |
@@ -86,6 +87,7 @@ pub struct NodeBuilder {
     provider_layers: Vec<Arc<dyn ProviderLayer>>,
     name: Option<String>,
     listen: Option<SocketAddr>,
+    advertise: Option<SocketAddr>,
     registry: Option<Arc<dyn Registry>>,
     memory: Option<MemoryNetwork>,
     max_frame: Option<usize>,
@@ -126,6 +128,14 @@ impl NodeBuilder {
     /// The address to serve calls on.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = Some(addr);
+        self
+    }
+
+    /// The address other nodes call this one at, which its registry entry carries: set it
+    /// when the node listens on a wildcard (`0.0.0.0`, `[::]`), behind NAT or a container's
+    /// port mapping. Its port 0 stands for the port the node listens on.
+    pub fn advertise(mut self, addr: SocketAddr) -> Self {
+        self.advertise = Some(addr);
         self
     }
 
@@ -328,6 +338,28 @@ impl NodeBuilder {
             ));
         }
         let over_tcp = self.memory.is_none();
+        if let Some(advertised) = self.advertise {
+            if !over_tcp {
+                return Err(StartError::Setting(
+                    "advertise() is for TCP: a node on a memory network has its address there"
+                        .to_owned(),
+                ));
+            }
+            if advertised.ip().is_unspecified() {
+                return Err(StartError::Setting(format!(
+                    "advertise({advertised}) is a wildcard: advertise the address other nodes reach this one at"
+                )));
+            }
+        }
+        if over_tcp
+            && self.advertise.is_none()
+            && let Some(listen) = self.listen
+            && listen.ip().is_unspecified()
+        {
+            return Err(StartError::Setting(format!(
+                "the node listens on {listen}, which other nodes cannot call it at: give advertise() the address they reach it by"
+            )));
+        }
         let tls = match (&self.identity, self.insecure, &self.memory) {
             (Some(_), true, _) => {
                 return Err(StartError::Setting(
@@ -429,8 +461,13 @@ impl NodeBuilder {
                     idle_timeout,
                     tls: tls.clone(),
                 };
+                // Where other nodes call: what it advertises, on the port it got for port 0.
+                let advertised = self.advertise.map_or(local, |a| match a.port() {
+                    0 => SocketAddr::new(a.ip(), local.port()),
+                    _ => a,
+                });
                 (
-                    local,
+                    advertised,
                     Listener::Tcp { stop, task },
                     Connector::Tcp(TcpConnector::new(connecting)),
                 )

@@ -95,7 +95,8 @@ impl Node {
         &self.inner.info.name
     }
 
-    /// Where the node serves calls.
+    /// Where other nodes call this one: the address it advertises ([`NodeBuilder::advertise`]),
+    /// which is the one it listens on unless that was set.
     pub fn addr(&self) -> SocketAddr {
         self.inner.info.addr
     }

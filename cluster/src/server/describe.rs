@@ -35,8 +35,8 @@ pub(crate) const FUNCTION: &str = "describe";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Described {
-    /// The node as it knows itself. Its address is where it listens, which may be a wildcard
-    /// (`0.0.0.0`): a caller keeps the address it reached the node at.
+    /// The node as it knows itself, with the address it advertises (behind NAT, not the one a
+    /// caller reached it at: a caller keeps that one).
     pub node: NodeInfo,
     /// The services it offers now, with their full descriptions (timeouts, retry policy,
     /// idempotence); empty while it drains.

@@ -220,3 +220,77 @@ async fn a_call_through_gossip_reaches_a_provider_on_another_node() {
         "{err:?}"
     );
 }
+
+/// A node on `0.0.0.0` for both gossip and calls, advertising loopback (port 0: the ports it
+/// got), as a node in a container advertises the host's address.
+async fn behind_a_wildcard(name: &str, seeds: &[std::net::SocketAddr]) -> (Node, GossipRegistry) {
+    let wildcard: std::net::SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let registry = GossipRegistry::new(
+        GossipConfig::new()
+            .keyring(crate::support::keyring())
+            .listen(wildcard)
+            .advertise(loopback)
+            .seeds(seeds.iter().map(|s| s.to_string())),
+    );
+    let node = Node::builder()
+        .identity(crate::support::identity(name))
+        .listen(wildcard)
+        .advertise(loopback)
+        .registry(registry.clone())
+        .start()
+        .await
+        .expect("node starts");
+    (node, registry)
+}
+
+#[tokio::test]
+async fn nodes_on_a_wildcard_are_called_at_the_address_they_advertise() {
+    let (provider, gossip) = behind_a_wildcard("n0", &[]).await;
+    let seed = gossip.gossip_addr().unwrap();
+    assert_eq!(seed.ip().to_string(), "127.0.0.1", "gossips as {seed}");
+    assert_eq!(provider.addr().ip().to_string(), "127.0.0.1");
+    assert_ne!(provider.addr().port(), 0, "the port it got, not 0");
+    let (client, _gossip) = behind_a_wildcard("n1", &[seed]).await;
+    let engine = std::sync::Arc::new(Engine::new("n0", Mode::Answer));
+    let _r = provider.serve(SearchServer::new(engine)).await.unwrap();
+    seen(&client, 10 * SEC, |n| providers(n) == 1)
+        .await
+        .expect("the registration spreads");
+    assert_eq!(
+        client.registry().lookup("search")[0].node.addr,
+        provider.addr()
+    );
+    let found = SearchClient::new(&client)
+        .search("rust".into())
+        .await
+        .unwrap();
+    assert_eq!(found[0].title, "rust from n0");
+}
+
+#[tokio::test]
+async fn a_wildcard_without_an_address_to_advertise_is_refused_at_start() {
+    let wildcard: std::net::SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let refused = Node::builder()
+        .identity(crate::support::identity("n0"))
+        .listen(wildcard)
+        .start()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(&refused, cluster::StartError::Setting(why) if why.contains("advertise()")),
+        "{refused}"
+    );
+    let wildcard_advertised = Node::builder()
+        .identity(crate::support::identity("n0"))
+        .advertise(wildcard)
+        .start()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(&wildcard_advertised, cluster::StartError::Setting(why) if why.contains("wildcard")),
+        "{wildcard_advertised}"
+    );
+}

@@ -14,6 +14,11 @@
 //! change (`breaking: …` or `compatible: …`, `docs/compatibility.md`) and exits 1 when one
 //! breaks clients of OLD on NEW providers or clients of NEW on a rollback to OLD.
 //!
+//! `run` listens on loopback (ports from the OS) unless told otherwise: `--listen ADDR` and
+//! `--gossip-listen ADDR` set where it serves calls and gossips, `--advertise ADDR` and
+//! `--gossip-advertise ADDR` the addresses peers reach it by (required with a wildcard such as
+//! `0.0.0.0:7300`; port 0 stands for the port listened on).
+//!
 //! `run` prints `gossip=<addr> rpc=<addr>` on its first line of stdout, then serves until
 //! SIGTERM or ctrl-c (a clean leave) or SIGKILL (a crash). `--probe` serves the `probe` service
 //! too (for the abuse suite). Logs (`RUST_LOG`, ERROR by default) go to stderr through a bounded
@@ -31,6 +36,8 @@ const USAGE: &str = "usage:
   cluster-node key                 (prints a new gossip key: a line for gossip.key)
   cluster-node [run] --name NAME --certs DIR [--seed HOST:PORT]...
   cluster-node [run] --name NAME --insecure --cluster-id ID [--seed HOST:PORT]...
+  run also takes --listen ADDR, --advertise ADDR (calls), --gossip-listen ADDR,
+    --gossip-advertise ADDR (gossip): required to advertise with a wildcard such as 0.0.0.0:7300
   run also takes --probe: serve the `probe` service beside `greeter` (for tests)
   cluster-node compat OLD.json NEW.json   (exits 1 on a breaking change)";
 
@@ -45,11 +52,21 @@ struct Args {
     days: Option<u32>,
     insecure: bool,
     probe: bool,
+    listen: Option<std::net::SocketAddr>,
+    advertise: Option<std::net::SocketAddr>,
+    gossip_listen: Option<std::net::SocketAddr>,
+    gossip_advertise: Option<std::net::SocketAddr>,
 }
 
 fn fail(message: &str) -> ! {
     eprintln!("cluster-node: {message}\n\n{USAGE}");
     std::process::exit(2);
+}
+
+fn address(flag: &str, value: &str) -> std::net::SocketAddr {
+    value
+        .parse()
+        .unwrap_or_else(|_| fail(&format!("{flag} takes IP:PORT, not `{value}`")))
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Args {
@@ -77,6 +94,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> Args {
             "--dir" => parsed.dir = Some(value.into()),
             "--cluster" | "--cluster-id" => parsed.cluster = Some(value),
             "--node" => parsed.node = Some(value),
+            "--listen" => parsed.listen = Some(address(&arg, &value)),
+            "--advertise" => parsed.advertise = Some(address(&arg, &value)),
+            "--gossip-listen" => parsed.gossip_listen = Some(address(&arg, &value)),
+            "--gossip-advertise" => parsed.gossip_advertise = Some(address(&arg, &value)),
             "--days" => {
                 parsed.days = Some(
                     value
@@ -174,7 +195,13 @@ async fn run(args: Args) {
     let name = args
         .name
         .unwrap_or_else(|| format!("node-{}", std::process::id()));
-    let gossip = GossipConfig::new().seeds(args.seeds);
+    let mut gossip = GossipConfig::new().seeds(args.seeds);
+    if let Some(listen) = args.gossip_listen {
+        gossip = gossip.listen(listen);
+    }
+    if let Some(advertise) = args.gossip_advertise {
+        gossip = gossip.advertise(advertise);
+    }
     let (builder, gossip) = match (&args.certs, args.insecure) {
         (Some(dir), false) => {
             let identity = Identity::from_dir(dir, &name).unwrap_or_else(|e| {
@@ -205,7 +232,14 @@ async fn run(args: Args) {
         ),
     };
     let registry = GossipRegistry::new(gossip);
-    let node = match builder.registry(registry.clone()).start().await {
+    let mut builder = builder.registry(registry.clone());
+    if let Some(listen) = args.listen {
+        builder = builder.listen(listen);
+    }
+    if let Some(advertise) = args.advertise {
+        builder = builder.advertise(advertise);
+    }
+    let node = match builder.start().await {
         Ok(node) => node,
         Err(e) => {
             eprintln!("cluster-node: {name} cannot start: {e}");

@@ -11,7 +11,7 @@ use crate::registry::RegistryError;
 /// | setting | default | why |
 /// |---|---|---|
 /// | `listen` | `127.0.0.1:0` (a port the OS picks) | |
-/// | `advertise` | the listen address | set it when peers reach this node by another address |
+/// | `advertise` | the listen address; required when that is a wildcard (`0.0.0.0`, `[::]`) | set it when peers reach this node by another address (NAT, a container's port mapping); its port 0 stands for the listen port |
 /// | `seeds` | none | a few `host:port` gossip addresses of other nodes |
 /// | `keyring` or `insecure` | neither: joining fails | a keyring seals every datagram (ChaCha20-Poly1305); `insecure()` gossips in plaintext, said by name |
 /// | `cluster_id` | the cluster of the node's certificate | set it only for an `insecure()` registry, where it is required |
@@ -186,6 +186,20 @@ impl GossipConfig {
             )))
         };
         let within = |d: Duration, range: &RangeInclusive<Duration>| range.contains(&d);
+        match self.advertise {
+            Some(advertise) if advertise.ip().is_unspecified() => {
+                return Err(RegistryError::Gossip(format!(
+                    "GossipConfig::advertise is {advertise}, a wildcard: advertise the address peers reach this node at"
+                )));
+            }
+            None if self.listen.ip().is_unspecified() => {
+                return Err(RegistryError::Gossip(format!(
+                    "GossipConfig::listen is {}, which peers cannot gossip to: give GossipConfig::advertise the address they reach this node at",
+                    self.listen
+                )));
+            }
+            _ => {}
+        }
         if !within(self.gossip_interval, &GOSSIP_INTERVAL) {
             return bad("gossip_interval", &self.gossip_interval, "1ms..=1h");
         }
@@ -271,6 +285,24 @@ mod tests {
     #[test]
     fn the_defaults_are_valid() {
         GossipConfig::new().validate().unwrap();
+    }
+
+    #[test]
+    fn a_wildcard_is_never_advertised() {
+        let wildcard: SocketAddr = "0.0.0.0:7280".parse().unwrap();
+        let why = |config: GossipConfig| match config.validate() {
+            Err(RegistryError::Gossip(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        let listening = why(GossipConfig::new().listen(wildcard));
+        assert!(listening.contains("GossipConfig::advertise"), "{listening}");
+        let advertising = why(GossipConfig::new().advertise(wildcard));
+        assert!(advertising.contains("a wildcard"), "{advertising}");
+        GossipConfig::new()
+            .listen(wildcard)
+            .advertise("10.0.0.3:7280".parse().unwrap())
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -276,7 +276,11 @@ impl GossipRegistry {
             tries += 1;
             let listen = config::resolve_port(config.listen)
                 .map_err(|e| RegistryError::Gossip(e.to_string()))?;
-            let advertise = config.advertise.unwrap_or(listen);
+            // Port 0 in `advertise` stands for the port listened on.
+            let advertise = config.advertise.map_or(listen, |a| match a.port() {
+                0 => SocketAddr::new(a.ip(), listen.port()),
+                _ => a,
+            });
             let chitchat_config = ChitchatConfig {
                 chitchat_id: ChitchatId::new(own.name.clone(), own.generation, advertise),
                 cluster_id: cluster_id.clone(),
