@@ -8,6 +8,7 @@ use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use tokio::sync::{broadcast, watch};
 
 use super::{NodeInfo, RegistryEvent, ServiceEntry};
+use super::summary::Summary;
 use crate::fast_map::FastMap;
 
 /// A snapshot of the registry. Lookups clone an `Arc` of a slice: readers never copy entries.
@@ -177,6 +178,8 @@ pub struct LocalCopy {
     // Moves on every replacement, after the new index is in place: a reader that reads it
     // before a lookup never stamps an older index with a newer count (`client/route.rs`).
     generation: AtomicU64,
+    // The changes in the log: each at DEBUG, counted at INFO.
+    summary: Summary,
 }
 
 impl Default for LocalCopy {
@@ -189,6 +192,7 @@ impl Default for LocalCopy {
             events,
             changes,
             generation: AtomicU64::new(0),
+            summary: Summary::default(),
         }
     }
 }
@@ -237,10 +241,11 @@ impl LocalCopy {
             return;
         }
         for event in events {
-            log(&event);
+            self.summary.note(&event);
             // No subscriber is not an error: events are for whoever listens.
             let _ = self.events.send(event);
         }
+        self.summary.changed();
         self.changes.send_modify(|v| *v += 1);
     }
 
@@ -266,27 +271,6 @@ impl LocalCopy {
     /// that lookup found is still the copy's.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
-    }
-}
-
-fn log(event: &RegistryEvent) {
-    match event {
-        RegistryEvent::ServiceUp(e) => tracing::info!(
-            "service {} {} became available on node {}",
-            e.description.name,
-            e.description.version,
-            e.node
-        ),
-        RegistryEvent::ServiceDown(e) => {
-            tracing::info!(
-                "service {} {} went away from node {}",
-                e.description.name,
-                e.description.version,
-                e.node
-            )
-        }
-        RegistryEvent::NodeUp(n) => tracing::info!("node {n} is up"),
-        RegistryEvent::NodeDown(n) => tracing::info!("node {n} is down"),
     }
 }
 

@@ -9,6 +9,7 @@ mod entry;
 pub(crate) mod gossip;
 mod index;
 mod memory;
+mod summary;
 
 use std::future::Future;
 use std::pin::Pin;
