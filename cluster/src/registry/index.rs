@@ -7,8 +7,8 @@ use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 use tokio::sync::{broadcast, watch};
 
-use super::{NodeInfo, RegistryEvent, ServiceEntry};
 use super::summary::Summary;
+use super::{NodeInfo, RegistryEvent, ServiceEntry};
 use crate::fast_map::FastMap;
 
 /// A snapshot of the registry. Lookups clone an `Arc` of a slice: readers never copy entries.

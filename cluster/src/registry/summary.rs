@@ -146,11 +146,17 @@ mod tests {
     async fn a_burst_of_changes_is_one_line_at_once_and_one_when_the_period_is_up() {
         let summary = Summary::default();
         node_up(&summary, "a");
-        let first = summary.due(Instant::now()).expect("the first change is said at once");
+        let first = summary
+            .due(Instant::now())
+            .expect("the first change is said at once");
         assert!(first.contains("1 node(s) up"), "{first}");
         for name in ["b", "c", "d"] {
             node_up(&summary, name);
-            assert_eq!(summary.due(Instant::now()), None, "within the period: counted");
+            assert_eq!(
+                summary.due(Instant::now()),
+                None,
+                "within the period: counted"
+            );
         }
         assert!(summary.counts().timer, "a timer writes the rest");
         tokio::time::sleep(EVERY + Duration::from_millis(1)).await;
