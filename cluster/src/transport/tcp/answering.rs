@@ -6,13 +6,13 @@
 //! `Abortable` pair and a deadline-queue entry, beside the task; here the task's own abort handle
 //! and one timer per connection, at the earliest deadline of the requests running.
 //!
-//! A handler hands its reply over without waiting (an unbounded queue, emptied into
-//! `Running::pending` on every turn of the loop, even while the writer is full): a handler that
-//! had to wait for room took a wake-up of its own, and its task a send future beside the
-//! handler's. What is pending stays bounded all the same: replies are kept for requests still
-//! running, which the frame reader bounds (a request's hold is given back only when its reply
-//! is written, or when it is cancelled or expires), and those of requests stopped since are
-//! dropped before they make up most of it.
+//! A handler hands its reply over without waiting (an unbounded queue, emptied on every turn
+//! of the loop, even while the writer is full): a handler that had to wait for room took a
+//! wake-up of its own, and its task a send future beside the handler's. What waits for the
+//! writer stays bounded all the same: a reply is kept with its request (`Running`), for
+//! requests still running, which the frame reader bounds (a request's hold, which counts its
+//! reply's bytes, is given back only when the reply is written, or when the request is
+//! cancelled or expires, and then the reply goes with it).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -33,15 +33,27 @@ use crate::transport::wire::v2::{ReplyFrame, RequestFrame, WireRequest, WireResp
 /// The handlers running for one connection: stopped when it ends, however it ends (the task
 /// serving it is aborted when the peer goes: `channel.rs`).
 struct Running<R = ReplyFrame> {
-    /// By request id: the handler's task, its deadline, and which request of that id it is (a
-    /// peer may reuse an id once its request was cancelled).
-    tasks: FastMap<u64, (AbortHandle, Instant, u64)>,
+    /// By request id (a peer may reuse an id once its request was cancelled).
+    tasks: FastMap<u64, Handler<R>>,
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     started: u64,
-    /// Replies waiting for the writer, oldest first: one per request running, and some of
-    /// requests stopped since (skipped when they come up, or dropped when they would make up
-    /// most of it: a peer that cancels and never reads cannot pile them up).
-    pending: VecDeque<(u64, u64, R)>,
+    /// The requests answered, in the order of their replies, which wait for the writer with
+    /// their request in `tasks`; and some of requests stopped since, skipped when they come up
+    /// (or dropped when they would make up most of it: a peer that cancels and never reads
+    /// cannot pile them up).
+    pending: VecDeque<(u64, u64)>,
+}
+
+/// One request running, or answered and waiting for the writer.
+struct Handler<R> {
+    task: AbortHandle,
+    deadline: Instant,
+    /// Which request of its id it is.
+    number: u64,
+    /// Its reply, once the handler has returned. Kept here, not in `pending`, so that it goes
+    /// when its request is stopped: the frame reader gives back the request's hold then, which
+    /// counted the reply's bytes, and a reply counted nowhere must not stay.
+    reply: Option<R>,
 }
 
 impl<R> Default for Running<R> {
@@ -63,49 +75,57 @@ impl<R> Running<R> {
     }
 
     fn start(&mut self, id: u64, task: AbortHandle, deadline: Instant, number: u64) {
-        self.tasks.insert(id, (task, deadline, number));
+        let handler = Handler {
+            task,
+            deadline,
+            number,
+            reply: None,
+        };
+        self.tasks.insert(id, handler);
         self.deadlines.push(Reverse((deadline, id)));
         // Entries of requests that ended are left in the heap; rebuilt before they pile up.
         if self.deadlines.len() > 2 * self.tasks.len() + 64 {
             self.deadlines = self
                 .tasks
                 .iter()
-                .map(|(id, (_, deadline, _))| Reverse((*deadline, *id)))
+                .map(|(id, handler)| Reverse((handler.deadline, *id)))
                 .collect();
         }
     }
 
-    /// Stops the request running under `id`, if one is.
+    /// Stops the request running under `id`, if one is, with its reply if it left one.
     fn stop(&mut self, id: u64) {
-        let Some((task, ..)) = self.tasks.remove(&id) else {
+        let Some(handler) = self.tasks.remove(&id) else {
             return;
         };
-        task.abort();
+        handler.task.abort();
         if self.pending.len() > 2 * self.tasks.len() + 64 {
             let tasks = &self.tasks;
             self.pending
-                .retain(|(id, number, _)| tasks.get(id).is_some_and(|(.., n)| n == number));
+                .retain(|(id, number)| tasks.get(id).is_some_and(|h| h.number == *number));
         }
     }
 
-    /// Whether `number` is the request running under `id` (not one cancelled or stopped, whose
-    /// id another request may hold now).
-    fn runs(&self, id: u64, number: u64) -> bool {
-        self.tasks.get(&id).is_some_and(|(.., n)| *n == number)
+    /// The request running under `id` if it is the `number`th (not one cancelled or stopped,
+    /// whose id another request may hold now).
+    fn current(&mut self, id: u64, number: u64) -> Option<&mut Handler<R>> {
+        self.tasks.get_mut(&id).filter(|h| h.number == number)
     }
 
     /// A handler's reply, kept until the writer has room if its request still runs.
     fn answered(&mut self, id: u64, number: u64, reply: R) {
-        if self.runs(id, number) {
-            self.pending.push_back((id, number, reply));
+        if let Some(handler) = self.current(id, number) {
+            handler.reply = Some(reply);
+            self.pending.push_back((id, number));
         }
     }
 
     /// The oldest reply of a request still running, that request now over.
     fn next_reply(&mut self) -> Option<(u64, R)> {
-        while let Some((id, number, reply)) = self.pending.pop_front() {
-            if self.runs(id, number) {
-                self.tasks.remove(&id);
+        while let Some((id, number)) = self.pending.pop_front() {
+            if self.current(id, number).is_some()
+                && let Some(reply) = self.tasks.remove(&id).and_then(|h| h.reply)
+            {
                 return Some((id, reply));
             }
         }
@@ -119,7 +139,7 @@ impl<R> Running<R> {
                 return Some(deadline);
             }
             self.deadlines.pop();
-            if self.tasks.get(&id).is_some_and(|(_, d, _)| *d == deadline) {
+            if self.tasks.get(&id).is_some_and(|h| h.deadline == deadline) {
                 self.stop(id);
             }
         }
@@ -129,8 +149,8 @@ impl<R> Running<R> {
 
 impl<R> Drop for Running<R> {
     fn drop(&mut self) {
-        for (task, ..) in self.tasks.values() {
-            task.abort();
+        for handler in self.tasks.values() {
+            handler.task.abort();
         }
     }
 }
@@ -243,9 +263,11 @@ pub(super) async fn serve<T, F, Fut>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
-    fn start(running: &mut Running<&'static str>, id: u64) -> u64 {
+    fn start<R>(running: &mut Running<R>, id: u64) -> u64 {
         let number = running.next();
         let task = tokio::spawn(std::future::pending::<()>()).abort_handle();
         running.start(
@@ -287,6 +309,34 @@ mod tests {
         assert_eq!(running.next_reply(), None);
         running.answered(5, new, "new");
         assert_eq!(running.next_reply(), Some((5, "new")));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_requests_reply_goes_with_it() {
+        // Cancelled or expired, a request's hold ends, and with it the count of its reply's
+        // bytes: the reply itself must not stay behind, waiting for a writer that may never
+        // have room (from an outside review: it did, up to 65 replies of `max_frame` each).
+        let mut running = Running::default();
+        let reply = Arc::new(());
+        for id in 0..64 {
+            let number = start(&mut running, id);
+            running.answered(id, number, Arc::clone(&reply));
+            running.stop(id);
+        }
+        assert_eq!(
+            Arc::strong_count(&reply),
+            1,
+            "replies of stopped requests kept"
+        );
+        let number = start(&mut running, 99);
+        running.answered(99, number, Arc::clone(&reply));
+        let past = Instant::now() + std::time::Duration::from_secs(61);
+        running.expire(past);
+        assert_eq!(
+            Arc::strong_count(&reply),
+            1,
+            "the reply of an expired request kept"
+        );
     }
 
     #[tokio::test]
