@@ -60,7 +60,7 @@ pub(crate) struct FrameLimits {
 
 /// How long after its deadline a request's hold is kept: tarpc forgets the request at its
 /// deadline, and a peer that reuses the id just then is taken for one that reuses an id.
-const EXPIRY_GRACE: Duration = Duration::from_secs(1);
+pub(super) const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 
 /// A request as this transport tags it: with the id of its frame, against which its reply's
 /// bytes are counted.
@@ -375,7 +375,13 @@ where
                     }
                 }
                 Poll::Ready(Err(e)) => return this.end(End::Quiet(format!("reading failed: {e}"))),
+                // Requests past their deadline (and the grace) are forgotten here too: the
+                // timer armed for the first of them has fired, and re-armed for it would fire
+                // again at once, for ever, on a quiet connection (from an outside review).
                 Poll::Pending => {
+                    if this.forget_expired() {
+                        continue;
+                    }
                     return match this.timed_out(cx) {
                         Some(why) => this.end(why),
                         None => Poll::Pending,

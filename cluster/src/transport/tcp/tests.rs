@@ -596,3 +596,46 @@ async fn an_id_reused_after_a_cancel_gets_its_own_reply_not_the_cancelled_ones()
         "some cancelled replies were dropped, not written: {replies:?}"
     );
 }
+
+/// CPU time this thread has used (user and system, in clock ticks of 10 ms): a
+/// `#[tokio::test]` runs its runtime, and every task it spawns, on its own thread, so this is
+/// the test's alone, whatever other tests run beside it.
+fn thread_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("Linux");
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a name") + 2..]
+        .split(' ')
+        .collect();
+    // After the name, utime and stime are the 12th and 13th fields.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+#[tokio::test]
+async fn a_quiet_connection_does_not_spin_once_its_requests_are_past_their_deadline() {
+    // From an outside review: the frame reader keeps each request's expiry (its deadline plus a
+    // second's grace) to give back its hold; on a connection with nothing more to read, the
+    // timer for the first expiry fired and was armed again for it, at once, for ever: a core
+    // spent per quiet connection, forever with a request stopped at its deadline (no reply,
+    // no cancel to end its hold). Waits out the grace in real time: it is a constant.
+    let provider = provider(config()).await;
+    let mut stream = connect(provider.addr).await;
+    let short = Duration::from_millis(10);
+    stream
+        .write_all(&frame(1, "echo", b"ping".to_vec(), short))
+        .await
+        .unwrap();
+    assert_eq!(reply(&mut stream).await.request_id, 1);
+    stream
+        .write_all(&frame(2, "park", vec![], short))
+        .await
+        .unwrap();
+    until("parked", || provider.runs.load(Ordering::SeqCst) == 2).await;
+    tokio::time::sleep(super::frames::EXPIRY_GRACE + Duration::from_millis(100)).await;
+    let before = thread_cpu();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let used = thread_cpu() - before;
+    assert!(
+        used < Duration::from_millis(100),
+        "{used:?} of CPU in half a second of a quiet connection"
+    );
+}
