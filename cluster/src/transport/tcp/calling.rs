@@ -609,4 +609,69 @@ mod tests {
             .await;
         assert!(matches!(after, Err(Ended::NotSent(_))), "{after:?}");
     }
+
+    // From an outside review of the batched hand-over and the timer moved without the clock.
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_deadline_queued_while_nothing_can_be_written_ends_its_call_on_time() {
+        let (calls, _provider) = connection(64);
+        let start = Instant::now();
+        let big = Arc::new(Request {
+            args: vec![0; 4096],
+            ..Request::clone(&request())
+        });
+        let stuck = calls.call(
+            tarpc::context::current(),
+            big,
+            start + Duration::from_millis(900),
+        );
+        tokio::pin!(stuck);
+        assert!(futures::poll!(&mut stuck).is_pending());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // The timer is armed at 900 ms and the writer is full.
+        let timed = calls.call(
+            tarpc::context::current(),
+            request(),
+            start + Duration::from_millis(100),
+        );
+        let ended = timed.await;
+        assert!(matches!(ended, Err(Ended::Timeout)), "{ended:?}");
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        let ended = stuck.await;
+        assert!(matches!(ended, Err(Ended::Timeout)), "{ended:?}");
+        assert_eq!(start.elapsed(), Duration::from_millis(900));
+    }
+
+    #[tokio::test]
+    async fn replies_read_with_the_end_of_the_connection_reach_their_calls() {
+        let (calls, mut provider) = connection(1 << 16);
+        let ctx = tarpc::context::current;
+        let waiting: Vec<_> = (0..40)
+            .map(|_| calls.call(ctx(), request(), far()))
+            .collect();
+        let closing = async {
+            let mut ids = Vec::new();
+            while ids.len() < 40 {
+                if let ClientMessage::Request(r) = read(&mut provider).await {
+                    ids.push(r.id);
+                }
+            }
+            // All forty replies and the end in one write: one read sees them all.
+            let mut bytes = Vec::new();
+            for id in ids {
+                let reply = Response {
+                    request_id: id,
+                    message: Ok(WireResponse::Call(ReplyFrame(Reply::Done(vec![1, 2])))),
+                };
+                let body = bincode::DefaultOptions::new().serialize(&reply).unwrap();
+                bytes.extend((body.len() as u32).to_be_bytes());
+                bytes.extend(body);
+            }
+            provider.write_all(&bytes).await.unwrap();
+            drop(provider);
+        };
+        let (ended, ()) = tokio::join!(futures::future::join_all(waiting), closing);
+        for e in ended {
+            assert_eq!(e.unwrap(), Reply::Done(vec![1, 2]));
+        }
+    }
 }
