@@ -459,6 +459,14 @@ mod tests {
         provider.write_all(&body).await.unwrap();
     }
 
+    /// A request with `n` bytes of arguments.
+    fn request_of(n: usize) -> Arc<Request> {
+        Arc::new(Request {
+            args: vec![0; n],
+            ..Request::clone(&request())
+        })
+    }
+
     fn far() -> Instant {
         Instant::now() + Duration::from_secs(60)
     }
@@ -494,10 +502,7 @@ mod tests {
         // written.
         let (calls, _provider) = connection(64);
         let start = Instant::now();
-        let big = Arc::new(Request {
-            args: vec![0; 4096],
-            ..Request::clone(&request())
-        });
+        let big = request_of(4096);
         let stuck = calls.call(tarpc::context::current(), big, far());
         let timed = calls.call(
             tarpc::context::current(),
@@ -543,10 +548,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn calls_given_up_while_nothing_can_be_written_leave_nothing_behind() {
         let (calls, _provider) = connection(64);
-        let big = Arc::new(Request {
-            args: vec![0; 1 << 16],
-            ..Request::clone(&request())
-        });
+        let big = request_of(1 << 16);
         let stuck = calls.call(tarpc::context::current(), big, far());
         tokio::pin!(stuck);
         for round in 0..100u64 {
@@ -615,10 +617,7 @@ mod tests {
     async fn an_earlier_deadline_queued_while_nothing_can_be_written_ends_its_call_on_time() {
         let (calls, _provider) = connection(64);
         let start = Instant::now();
-        let big = Arc::new(Request {
-            args: vec![0; 4096],
-            ..Request::clone(&request())
-        });
+        let big = request_of(4096);
         let stuck = calls.call(
             tarpc::context::current(),
             big,
