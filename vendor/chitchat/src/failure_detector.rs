@@ -18,6 +18,9 @@ pub struct FailureDetector {
     live_nodes: HashSet<ChitchatId>,
     /// Denotes dead nodes.
     dead_nodes: HashMap<ChitchatId, Instant>,
+    /// Not upstream's: live nodes whose phi is past the threshold, silent for less than
+    /// `min_dead_after` (`FailureDetectorConfig`).
+    suspect_nodes: HashSet<ChitchatId>,
 }
 
 impl FailureDetector {
@@ -27,6 +30,7 @@ impl FailureDetector {
             config,
             live_nodes: HashSet::new(),
             dead_nodes: HashMap::new(),
+            suspect_nodes: HashSet::new(),
         }
     }
 
@@ -53,13 +57,57 @@ impl FailureDetector {
             .report_heartbeat();
     }
 
+    /// Not upstream's: a heartbeat heard from the node itself. Its window is warmed with the
+    /// initial interval if it has no interval yet (a first heartbeat, or the first since it was
+    /// declared dead), so that its phi is defined and the node is live at once; then it is
+    /// marked live or dead as at the end of a round.
+    pub fn report_first_hand_heartbeat(&mut self, chitchat_id: &ChitchatId) {
+        let initial_interval = self.config.initial_interval;
+        let window = self.get_or_create_sampling_window(chitchat_id);
+        window.report_heartbeat();
+        window.warm(initial_interval);
+        self.update_node_liveness(chitchat_id);
+    }
+
+    /// Not upstream's: whether the node is live but suspect (see `update_node_liveness`).
+    pub fn is_suspect(&self, chitchat_id: &ChitchatId) -> bool {
+        self.suspect_nodes.contains(chitchat_id)
+    }
+
+    /// How long since the node's last heartbeat.
+    fn silence(&self, chitchat_id: &ChitchatId) -> Option<Duration> {
+        Some(self.node_samples.get(chitchat_id)?.last_heartbeat?.elapsed())
+    }
+
+    /// Whether the node was live at its last liveness update.
+    pub fn is_live(&self, chitchat_id: &ChitchatId) -> bool {
+        self.live_nodes.contains(chitchat_id)
+    }
+
     /// Marks the node as dead or alive based on the current phi value.
+    ///
+    /// Not upstream's: a live node whose phi passes the threshold is only suspect while it has
+    /// been silent for less than `min_dead_after`, and dead after. Upstream's phi is silence
+    /// divided by the mean interval between heartbeats, and that mean shrinks as the cluster
+    /// grows (every peer relays every node's heartbeat), so a fixed threshold declared a node
+    /// dead after 0.4 s of silence at 100 nodes: a stall that short is no crash.
     pub fn update_node_liveness(&mut self, chitchat_id: &ChitchatId) {
         let phi_opt = self.phi(chitchat_id);
         let is_alive = phi_opt
             .map(|phi| phi <= self.config.phi_threshold)
             .unwrap_or(false);
-        debug!(node_id=%chitchat_id.node_id, phi=?phi_opt, is_alive=is_alive, "computing node liveness");
+        let is_suspect = !is_alive
+            && phi_opt.is_some()
+            && self.live_nodes.contains(chitchat_id)
+            && self
+                .silence(chitchat_id)
+                .is_some_and(|silence| silence < self.config.min_dead_after);
+        debug!(node_id=%chitchat_id.node_id, phi=?phi_opt, is_alive=is_alive, is_suspect, "computing node liveness");
+        if is_suspect {
+            self.suspect_nodes.insert(chitchat_id.clone());
+            return;
+        }
+        self.suspect_nodes.remove(chitchat_id);
         if is_alive {
             self.live_nodes.insert(chitchat_id.clone());
             self.dead_nodes.remove(chitchat_id);
@@ -92,6 +140,7 @@ impl FailureDetector {
         for chitchat_id in &garbage_collected_nodes {
             self.dead_nodes.remove(chitchat_id);
             self.node_samples.remove(chitchat_id);
+            self.suspect_nodes.remove(chitchat_id);
         }
         garbage_collected_nodes
     }
@@ -155,6 +204,10 @@ pub struct FailureDetectorConfig {
     pub initial_interval: Duration,
     /// Threshold period after which dead node can be removed from the cluster.
     pub dead_node_grace_period: Duration,
+    /// Not upstream's: the least silence after which a live node is declared dead; before it,
+    /// a node past the phi threshold is only suspect. Zero (the default) is upstream's detector.
+    #[serde(default)]
+    pub min_dead_after: Duration,
 }
 
 impl FailureDetectorConfig {
@@ -171,6 +224,7 @@ impl FailureDetectorConfig {
             max_interval,
             initial_interval,
             dead_node_grace_period,
+            min_dead_after: Duration::ZERO,
         }
     }
 }
@@ -183,6 +237,7 @@ impl Default for FailureDetectorConfig {
             max_interval: Duration::from_secs(10),
             initial_interval: Duration::from_secs(5),
             dead_node_grace_period: Duration::from_secs(24 * 60 * 60), // 24 hours
+            min_dead_after: Duration::ZERO,
         }
     }
 }
@@ -244,6 +299,14 @@ impl SamplingWindow {
             // This is fine.
         }
         self.last_heartbeat = Some(now);
+    }
+
+    /// Not upstream's: gives an empty window one interval of `initial`, so that phi is defined
+    /// from the last heartbeat on (see `FailureDetector::report_first_hand_heartbeat`).
+    fn warm(&mut self, initial: Duration) {
+        if self.intervals.len() == 0 {
+            self.intervals.append(initial.as_secs_f64());
+        }
     }
 
     /// Forget about all previous intervals.

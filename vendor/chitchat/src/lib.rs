@@ -89,7 +89,7 @@ pub struct Chitchat {
     cluster_state: ClusterState,
     failure_detector: FailureDetector,
     /// Notifies listeners when a change has occurred in the set of live nodes.
-    previous_live_nodes: HashMap<ChitchatId, Version>,
+    previous_live_nodes: HashMap<ChitchatId, (Version, bool)>,
     live_nodes_watcher_tx: watch::Sender<BTreeMap<ChitchatId, NodeState>>,
     live_nodes_watcher_rx: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
 }
@@ -136,9 +136,25 @@ impl Chitchat {
     /// Digest contains important information about the list of members in
     /// the cluster.
     fn report_heartbeats_in_digest(&mut self, digest: &Digest) {
+        self.report_heartbeats_in_digest_from(digest, None);
+    }
+
+    /// Not upstream's: the digest's entry for the node that sent it (`from`, the address it
+    /// advertises) is first-hand news that it is alive now. It counts as a live node at once,
+    /// instead of after three heartbeats relayed over two rounds (upstream's guard against the
+    /// stale state of a dead node, which a relayed heartbeat may be). Returns whether that made
+    /// it live.
+    fn report_heartbeats_in_digest_from(
+        &mut self,
+        digest: &Digest,
+        from: Option<SocketAddr>,
+    ) -> bool {
+        let mut revived = false;
         for (chitchat_id, node_digest) in &digest.node_digests {
-            self.report_heartbeat(chitchat_id, node_digest.heartbeat);
+            let first_hand = from == Some(chitchat_id.gossip_advertise_addr);
+            revived |= self.report_heartbeat_from(chitchat_id, node_digest.heartbeat, first_hand);
         }
+        revived
     }
 
     /// Sets what peers may make this node hold (not upstream's: see `limits.rs`). Nodes held
@@ -171,6 +187,31 @@ impl Chitchat {
     }
 
     pub(crate) fn process_message(&mut self, msg: ChitchatMessage) -> Option<ChitchatMessage> {
+        self.process_message_from(None, msg)
+    }
+
+    /// Not upstream's: [`Self::process_message`] for a message that came from `from`, whose
+    /// sender's own heartbeat is first-hand (`report_heartbeats_in_digest_from`). A node made
+    /// live by it is published to the live-nodes watcher at once, not at the end of the round.
+    pub(crate) fn process_message_from(
+        &mut self,
+        from: Option<SocketAddr>,
+        msg: ChitchatMessage,
+    ) -> Option<ChitchatMessage> {
+        let mut revived = false;
+        let reply = self.answer(from, msg, &mut revived);
+        if revived {
+            self.update_nodes_liveness();
+        }
+        reply
+    }
+
+    fn answer(
+        &mut self,
+        from: Option<SocketAddr>,
+        msg: ChitchatMessage,
+        revived: &mut bool,
+    ) -> Option<ChitchatMessage> {
         self.update_self_heartbeat();
 
         match msg {
@@ -183,7 +224,7 @@ impl Chitchat {
                     );
                     return Some(ChitchatMessage::BadCluster);
                 }
-                self.report_heartbeats_in_digest(&digest);
+                *revived |= self.report_heartbeats_in_digest_from(&digest, from);
                 let scheduled_for_deletion: HashSet<_> =
                     self.scheduled_for_deletion_nodes().collect();
                 let self_digest = self.compute_digest(&scheduled_for_deletion);
@@ -199,7 +240,9 @@ impl Chitchat {
                 })
             }
             ChitchatMessage::SynAck { digest, delta } => {
-                self.report_heartbeats_in_digest(&digest);
+                // The digest first: a delta is applied only to nodes it admitted. A node it made
+                // live is published with the delta's keys (`process_message_from`).
+                *revived |= self.report_heartbeats_in_digest_from(&digest, from);
                 self.process_delta(delta);
                 let scheduled_for_deletion =
                     self.scheduled_for_deletion_nodes().collect::<HashSet<_>>();
@@ -233,8 +276,19 @@ impl Chitchat {
     /// Reports heartbeats to the failure detector for nodes in the delta for which we received an
     /// update.
     fn report_heartbeat(&mut self, chitchat_id: &ChitchatId, heartbeat: Heartbeat) {
+        self.report_heartbeat_from(chitchat_id, heartbeat, false);
+    }
+
+    /// Not upstream's `first_hand` (`report_heartbeats_in_digest_from`): a newer heartbeat heard
+    /// from the node itself makes it live at once. Returns whether it did.
+    fn report_heartbeat_from(
+        &mut self,
+        chitchat_id: &ChitchatId,
+        heartbeat: Heartbeat,
+        first_hand: bool,
+    ) -> bool {
         if chitchat_id == self.self_chitchat_id() {
-            return;
+            return false;
         }
 
         let should_init_if_absent = self
@@ -246,18 +300,27 @@ impl Chitchat {
         // Not upstream's: a new node is admitted only if there is room for it (`limits.rs`).
         let node_state = if should_init_if_absent {
             let Some(node_state) = self.cluster_state.admit_node(chitchat_id) else {
-                return;
+                return false;
             };
             node_state
         } else if let Some(node_state) = self.cluster_state.node_state_mut(chitchat_id) {
             node_state
         } else {
-            return;
+            return false;
         };
 
+        if first_hand {
+            if !node_state.try_set_heartbeat_first_hand(heartbeat) {
+                return false;
+            }
+            let was_live = self.failure_detector.is_live(chitchat_id);
+            self.failure_detector.report_first_hand_heartbeat(chitchat_id);
+            return !was_live;
+        }
         if node_state.try_set_heartbeat(heartbeat) {
             self.failure_detector.report_heartbeat(chitchat_id);
         }
+        false
     }
 
     /// Marks the node as dead or alive depending on the new phi values and updates the live nodes
@@ -272,7 +335,9 @@ impl Chitchat {
             .live_nodes()
             .flat_map(|chitchat_id| {
                 if let Some(node_state) = self.node_state(chitchat_id) {
-                    return Some((chitchat_id.clone(), node_state.max_version()));
+                    // Not upstream's: the suspicion too, so that watchers hear of it.
+                    let suspect = self.failure_detector.is_suspect(chitchat_id);
+                    return Some((chitchat_id.clone(), (node_state.max_version(), suspect)));
                 }
                 warn!("node state for {chitchat_id:?} is absent");
                 None
@@ -359,6 +424,12 @@ impl Chitchat {
 
     pub fn live_nodes_watcher(&self) -> watch::Receiver<BTreeMap<ChitchatId, NodeState>> {
         self.live_nodes_watcher_rx.clone()
+    }
+
+    /// Not upstream's: whether a live node is suspect, past the phi threshold but silent for
+    /// less than `FailureDetectorConfig::min_dead_after`.
+    pub fn is_suspect(&self, chitchat_id: &ChitchatId) -> bool {
+        self.failure_detector.is_suspect(chitchat_id)
     }
 
     /// Returns the set of nodes considered dead by the failure detector.

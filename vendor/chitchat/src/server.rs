@@ -303,7 +303,7 @@ impl Server {
                 debug!(from=%from_addr, ?version, "dropped a message of a newer protocol version");
                 return Ok(());
             }
-            chitchat.process_message(envelope.message)
+            chitchat.process_message_from(Some(from_addr), envelope.message)
         };
         // Send the reply, if any, echoing the version the peer used: having
         // decoded its message we know it supports that format, so the reply is

@@ -447,6 +447,17 @@ impl NodeState {
         }
     }
 
+    /// Not upstream's: [`Self::try_set_heartbeat`] for a heartbeat heard from the node itself,
+    /// which counts even when it is the first one heard.
+    pub(crate) fn try_set_heartbeat_first_hand(&mut self, heartbeat_new_value: Heartbeat) -> bool {
+        if heartbeat_new_value > self.heartbeat {
+            self.heartbeat = heartbeat_new_value;
+            true
+        } else {
+            false
+        }
+    }
+
     fn digest(&self) -> NodeDigest {
         NodeDigest {
             heartbeat: self.heartbeat,
