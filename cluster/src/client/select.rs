@@ -49,8 +49,9 @@ struct Candidate<'e> {
 /// health check are passed over, unless more than half the eligible ones fail (the panic
 /// threshold, `NodeBuilder::panic_threshold`: then all are called, and a WARN says so). Among
 /// those it prefers, in this order, providers that have neither failed in this call (`avoid`)
-/// nor been ejected lately (failure accrual, at most half of them), then those that have not
-/// failed in this call, then any.
+/// nor been ejected lately (failure accrual, at most half of them) nor are on a node the
+/// registry suspects (silent lately, not yet dead), then those that have not failed in this
+/// call, then any.
 /// Within the preferred ones it takes two in turn, the turn shared by every client of the
 /// service on this node, and sends to the one with fewer requests outstanding (power of two
 /// choices; turns rather than random picks, so that a quiet client spreads its calls exactly
@@ -109,15 +110,21 @@ pub(crate) fn choose(
         candidates.retain(|c| c.entry.description.version == newest);
     }
     let panicked = pass_over_failing(client, &mut candidates);
-    let none_ejected = candidates.iter().all(|c| c.load.ejected_until.is_none());
+    let none_ejected = candidates
+        .iter()
+        .all(|c| c.load.ejected_until.is_none() && !c.entry.suspect);
     if routable && !panicked && none_ejected {
         keep_route(client, function, &candidates, registry, ejections);
     }
     cap_ejections(&mut candidates);
-    let rank = |c: &Candidate<'_>| match (c.failed_here, c.load.ejected_until.is_some()) {
-        (false, false) => 0,
-        (false, true) => 1,
-        (true, _) => 2,
+    // A suspect node (silent lately, not yet dead) ranks with an ejected one: a last resort.
+    let rank = |c: &Candidate<'_>| {
+        let doubted = c.load.ejected_until.is_some() || c.entry.suspect;
+        match (c.failed_here, doubted) {
+            (false, false) => 0,
+            (false, true) => 1,
+            (true, _) => 2,
+        }
     };
     let Some(best) = candidates.iter().map(rank).min() else {
         return Err(miss(client, &entries, function, excluded));

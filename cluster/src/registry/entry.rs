@@ -89,6 +89,12 @@ pub struct ServiceEntry {
     /// shared dependency down, than every replica broken).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub failing: bool,
+    /// Its node is suspect, as this node sees it: live, but silent for longer than its peers'
+    /// heartbeats let expect (the gossip registry's `phi_threshold`), not yet for long enough to
+    /// be dead (`dead_after`). Clients call it only when no replica that is not suspect can be.
+    /// Local to the node that holds the copy: it is never sent, and never makes an event.
+    #[serde(skip)]
+    pub suspect: bool,
 }
 
 impl ServiceEntry {
@@ -98,7 +104,22 @@ impl ServiceEntry {
             node,
             description,
             failing: false,
+            suspect: false,
         }
+    }
+
+    /// The entry, marked as on a suspect node or not.
+    pub fn with_suspect(mut self, suspect: bool) -> Self {
+        self.suspect = suspect;
+        self
+    }
+
+    /// The same provider, as an event tells it: the node, the description and whether it
+    /// fails its health check, but not whether this node suspects its node.
+    pub(crate) fn same_provider(&self, other: &ServiceEntry) -> bool {
+        self.node == other.node
+            && self.failing == other.failing
+            && self.description == other.description
     }
 
     /// The entry, marked as failing its health check or not.

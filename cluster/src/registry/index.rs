@@ -111,6 +111,14 @@ impl Index {
         }
     }
 
+    /// The nodes of the entries marked suspect.
+    fn suspected(&self) -> std::collections::BTreeSet<&str> {
+        self.entries()
+            .filter(|e| e.suspect)
+            .map(|e| e.node.name.as_str())
+            .collect()
+    }
+
     /// The events that turn `self` into `next`, departures first (services down, then nodes
     /// down), then arrivals (nodes up, then services up): a consumer applying them in order
     /// never holds a service whose node it has dropped, and a node restarted under the same
@@ -130,7 +138,8 @@ impl Index {
         // The same `Arc` is the same entry: a backend that republishes what it kept (the
         // resolver backend) is not compared field by field (`ServiceDescription` is not `Eq`,
         // so `Arc`'s own `==` compares the values).
-        let same = |a: &Arc<ServiceEntry>, b: &Arc<ServiceEntry>| Arc::ptr_eq(a, b) || a == b;
+        let same =
+            |a: &Arc<ServiceEntry>, b: &Arc<ServiceEntry>| Arc::ptr_eq(a, b) || a.same_provider(b);
         let mut down: Vec<_> = old
             .iter()
             .filter(|(k, e)| new.get(*k).is_none_or(|n| !same(n, e)))
@@ -231,13 +240,20 @@ impl LocalCopy {
         self.index.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Replaces the index with `next`, logging and sending an event for each change.
+    /// Replaces the index with `next`, logging and sending an event for each change. A change
+    /// of suspicion alone (`ServiceEntry::suspect`) makes no event, but moves
+    /// [`changes`](Self::changes): lookups answer differently.
     pub(crate) fn replace(&self, next: Index) {
         let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let events = self.current().changes_to(&next);
+        let current = self.current();
+        let events = current.changes_to(&next);
+        let suspicion = current.suspected() != next.suspected();
         *self.index.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
         self.generation.fetch_add(1, Ordering::Release);
         if events.is_empty() {
+            if suspicion {
+                self.changes.send_modify(|v| *v += 1);
+            }
             return;
         }
         for event in events {

@@ -260,3 +260,46 @@ async fn a_peer_whose_connection_failed_is_passed_over_for_a_cool_down() {
         assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }
+
+#[tokio::test]
+async fn a_replica_on_a_suspect_node_is_called_only_when_every_other_is_suspect_too() {
+    let cluster = Cluster::memory();
+    let (_a, a_engine) = cluster.provider("search-a", Mode::Answer).await;
+    let (_b, b_engine) = cluster.provider("search-b", Mode::Answer).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    // What the gossip registry does when a node has been silent for a while, not yet for
+    // `dead_after`: the entry stays, marked.
+    let suspect = |name: &str| {
+        let entry = cluster::Registry::lookup(&cluster.registry, "search")
+            .iter()
+            .find(|e| e.node.name == name)
+            .unwrap()
+            .as_ref()
+            .clone();
+        entry.with_suspect(true)
+    };
+    cluster::Registry::register(&cluster.registry, suspect("search-a"))
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        client.search("rust".into()).await.unwrap();
+    }
+    assert_eq!(
+        a_engine.counters.started(),
+        0,
+        "a suspect replica is passed over"
+    );
+    assert_eq!(b_engine.counters.started(), 10);
+
+    cluster::Registry::register(&cluster.registry, suspect("search-b"))
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        client.search("rust".into()).await.unwrap();
+    }
+    assert_eq!(
+        a_engine.counters.started(),
+        5,
+        "when all are suspect, all are called, in turn"
+    );
+}

@@ -9,3 +9,4 @@ mod forge;
 mod gossip;
 mod hostile;
 mod limits;
+mod liveness;

@@ -37,7 +37,8 @@ impl GossipRegistry {
         let config = &self.inner.config;
         let round = config.gossip_interval;
         let rounds = round.saturating_mul(5);
-        let poll = (round / 4).max(Duration::from_millis(1));
+        // Capped: with long rounds the first exchange still comes back in a round trip.
+        let poll = (round / 4).clamp(Duration::from_millis(1), Duration::from_millis(20));
         let own = running.handle.chitchat_id().clone();
         if !config.seeds.is_empty() {
             // A first exchange with a seed is one round trip; a cluster whose seeds are all

@@ -17,7 +17,9 @@ use crate::registry::RegistryError;
 /// | `cluster_id` | the cluster of the node's certificate | set it only for an `insecure()` registry, where it is required |
 /// | `replay_window` | 30 s | a sealed datagram sent longer ago (by the sender's clock) is refused: nodes' clocks must agree within it |
 /// | `gossip_interval` | 200 ms | a crashed node is out of every lookup in about 2 s (30 nodes) |
-/// | `phi_threshold` | 6 | chitchat defaults to 8; 6 keeps crash detection near 2 s at 30 nodes, at the price of less tolerance for a stalled process (about 1.5 s of silence) |
+/// | `phi_threshold` | 6 | past it a node is *suspect*: still in lookups, called only when no replica that is not suspect can be (about 0.4–1.2 s of silence, shorter in larger clusters, where heartbeats are relayed more often) |
+/// | `dead_after` | 2 s | the least silence before a node is dead and out of every lookup: a stall shorter than this (a pause, a starved CPU) takes no provider away; a crash is out of every lookup in this and one round |
+/// | `push_fanout` | 128 | a change of this node's own state (its start, a registration) is pushed at once to this many peers, live ones first (all of them in a cluster of up to 129); the rest hear it by gossip, in a round or two. Each push costs a digest of every node each way |
 /// | `purge_after` | 1 h | a dead node's state is forgotten after this |
 /// | `max_entry_bytes` | 16 KiB | chitchat silently stops replicating a node that has a value of 64 KB or more |
 /// | `max_nodes` | 1,024 | every SYN carries every node's id in one datagram: about 1,200 ids of 10 characters fit |
@@ -49,8 +51,12 @@ pub struct GossipConfig {
     pub replay_window: Duration,
     /// Time between gossip rounds.
     pub gossip_interval: Duration,
-    /// The failure detector's threshold.
+    /// The failure detector's threshold, past which a node is suspect.
     pub phi_threshold: f64,
+    /// The least silence before a node is declared dead.
+    pub dead_after: Duration,
+    /// The most peers a change of this node's own state is pushed to at once.
+    pub push_fanout: usize,
     /// How long a dead node's state is kept.
     pub purge_after: Duration,
     /// The largest encoded service description accepted at registration.
@@ -75,6 +81,8 @@ impl Default for GossipConfig {
             replay_window: Duration::from_secs(30),
             gossip_interval: Duration::from_millis(200),
             phi_threshold: 6.0,
+            dead_after: Duration::from_secs(2),
+            push_fanout: 128,
             purge_after: Duration::from_secs(3600),
             max_entry_bytes: 16 * 1024,
             max_nodes: 1024,
@@ -147,6 +155,20 @@ impl GossipConfig {
         self
     }
 
+    /// The least silence before a node is declared dead (below it, a node past the phi
+    /// threshold is only suspect).
+    pub fn dead_after(mut self, silence: Duration) -> Self {
+        self.dead_after = silence;
+        self
+    }
+
+    /// The most peers a change of this node's own state is pushed to at once; 0 leaves every
+    /// change to gossip rounds.
+    pub fn push_fanout(mut self, peers: usize) -> Self {
+        self.push_fanout = peers;
+        self
+    }
+
     /// How long a dead node's state is kept.
     pub fn purge_after(mut self, period: Duration) -> Self {
         self.purge_after = period;
@@ -203,6 +225,12 @@ impl GossipConfig {
         if !within(self.gossip_interval, &GOSSIP_INTERVAL) {
             return bad("gossip_interval", &self.gossip_interval, "1ms..=1h");
         }
+        if !within(self.dead_after, &DEAD_AFTER) {
+            return bad("dead_after", &self.dead_after, "0s..=1h");
+        }
+        if self.push_fanout > usize::from(u16::MAX) {
+            return bad("push_fanout", &self.push_fanout, "0..=65535");
+        }
         if !within(self.purge_after, &PURGE_AFTER) {
             return bad("purge_after", &self.purge_after, "1s..=30 days");
         }
@@ -249,6 +277,7 @@ impl GossipConfig {
 
 const GOSSIP_INTERVAL: RangeInclusive<Duration> =
     Duration::from_millis(1)..=Duration::from_secs(3600);
+const DEAD_AFTER: RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(3600);
 const PURGE_AFTER: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(30 * 24 * 3600);
 const REPLAY_WINDOW: RangeInclusive<Duration> =
@@ -314,6 +343,8 @@ mod tests {
             c().gossip_interval(Duration::from_secs(3601)),
             "gossip_interval",
         );
+        refused(c().dead_after(Duration::MAX), "dead_after");
+        refused(c().push_fanout(usize::MAX), "push_fanout");
         refused(c().purge_after(Duration::MAX), "purge_after");
         refused(c().purge_after(Duration::ZERO), "purge_after");
         refused(c().replay_window(Duration::MAX), "replay_window");

@@ -3,6 +3,7 @@
 
 mod claim;
 mod config;
+mod push;
 pub(crate) mod state;
 mod transport;
 
@@ -68,6 +69,9 @@ struct Running {
     // Waits for chitchat's task to end, which it does only when told to (`stop` aborts this
     // first) or when it fails: then the registry is marked failed.
     ended: OnceLock<tokio::task::JoinHandle<()>>,
+    // Wakes the pusher (`push.rs`), which pushes this node's own changes to its peers.
+    push: Arc<Notify>,
+    pusher: OnceLock<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Running {
@@ -166,7 +170,16 @@ impl GossipRegistry {
             chitchat,
             watcher,
             ended: OnceLock::new(),
+            push: Arc::new(Notify::new()),
+            pusher: OnceLock::new(),
         });
+        let config = &self.inner.config;
+        let _ = running.pusher.set(tokio::spawn(push::push_changes(
+            Arc::downgrade(&running),
+            running.push.clone(),
+            config.push_fanout,
+            push::spacing(config.gossip_interval),
+        )));
         *self.inner.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.clone());
         *self.inner.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // Published first: an end seen before `running` is in place would go unnoticed.
@@ -292,6 +305,7 @@ impl GossipRegistry {
                     // The default (5 s) makes a crash right after start take over 10 s to detect.
                     initial_interval: config.gossip_interval,
                     dead_node_grace_period: config.purge_after,
+                    min_dead_after: config.dead_after,
                     ..FailureDetectorConfig::default()
                 },
                 marked_for_deletion_grace_period: config.purge_after,
@@ -321,27 +335,20 @@ impl GossipRegistry {
         }
     }
 
-    /// Changes this node's own state (unless `edit` refuses), then pushes it to every live peer
-    /// at once rather than waiting for the next gossip round.
+    /// Changes this node's own state (unless `edit` refuses), then has it pushed to its peers
+    /// at once rather than waiting for the next gossip round (`push.rs`).
     async fn change(
         &self,
         edit: impl FnOnce(&mut chitchat::NodeState) -> Result<(), RegistryError>,
     ) -> Result<(), RegistryError> {
         let running = self.running_or_stopped()?;
-        let peers: Vec<SocketAddr> = {
+        {
             let mut cc = running.chitchat.lock().await;
             let me = cc.self_node_state();
             edit(me)?;
             state::bump_revision(me);
-            let own = cc.self_chitchat_id().clone();
-            cc.live_nodes()
-                .filter(|id| **id != own)
-                .map(|id| id.gossip_advertise_addr)
-                .collect()
-        };
-        for peer in peers {
-            let _ = running.handle.gossip(peer);
         }
+        running.push.notify_one();
         self.rebuild(&running).await;
         Ok(())
     }
@@ -363,6 +370,9 @@ impl GossipRegistry {
         running.watcher.abort();
         if let Some(ended) = running.ended.get() {
             ended.abort();
+        }
+        if let Some(pusher) = running.pusher.get() {
+            pusher.abort();
         }
         Some(running)
     }
@@ -393,6 +403,9 @@ async fn watch_end(
         *slot = None;
     }
     running.watcher.abort();
+    if let Some(pusher) = running.pusher.get() {
+        pusher.abort();
+    }
     let why = match result {
         Ok(()) => "it returned".to_owned(),
         Err(e) => format!("{e:#}"),

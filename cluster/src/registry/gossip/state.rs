@@ -193,6 +193,7 @@ pub(super) fn build_index_with(cc: &Chitchat, parsed: &mut Parsed) -> Index {
         let node = NodeInfo::new(&*id.node_id, addr, id.generation_id)
             .with_max_frame(max_frame)
             .with_wire(wire);
+        let suspect = cc.is_suspect(id);
         let mut before = parsed.by_key.remove(id).unwrap_or_default();
         let mut now = HashMap::with_capacity(before.len());
         for (key, value) in state.iter_prefix(SERVICE) {
@@ -208,7 +209,9 @@ pub(super) fn build_index_with(cc: &Chitchat, parsed: &mut Parsed) -> Index {
             };
             if let Some(d) = &description {
                 let failing = state.get(&failing_key(&d.name)).is_some();
-                let entry = ServiceEntry::new(node.clone(), d.clone()).with_failing(failing);
+                let entry = ServiceEntry::new(node.clone(), d.clone())
+                    .with_failing(failing)
+                    .with_suspect(suspect);
                 entries.push(Arc::new(entry));
             }
             now.insert(key.to_owned(), (value.version, description));
