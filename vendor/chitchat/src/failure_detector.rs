@@ -8,6 +8,10 @@ use tracing::debug;
 
 use crate::ChitchatId;
 
+/// Not upstream's: deaths younger than this are never left out of digests by the
+/// `max_dead_in_digest` cap.
+pub const RECENT_DEATH: Duration = Duration::from_secs(30);
+
 /// A phi accrual failure detector implementation.
 pub struct FailureDetector {
     /// Heartbeat samples for each node.
@@ -156,23 +160,34 @@ impl FailureDetector {
     }
 
     /// Returns the list of nodes considered dead by the failure detector.
+    ///
+    /// Not upstream's: besides the nodes dead for half the grace period, those past the newest
+    /// `max_dead_in_digest` deaths older than [`RECENT_DEATH`]: every digest lists every node
+    /// not scheduled, so crash loops and rollouts under new names grew every datagram for half
+    /// the grace period. Recent deaths are spared: a node that has just joined holds every peer
+    /// as dead until it hears it twice.
     pub fn scheduled_for_deletion_nodes(&self) -> impl Iterator<Item = &ChitchatId> {
         let now = Instant::now();
         let half_dead_node_grace_period = self.config.dead_node_grace_period / 2;
-        // Note: we can't just compute the threshold now - half_dead_node_grace_period, because it
-        // would underflow on some platform (MacOS).
-        self.dead_nodes
-            .iter()
-            .filter_map(move |(chitchat_id, time_of_death)| {
-                if time_of_death
-                    .checked_add(half_dead_node_grace_period)
-                    .is_some_and(|scheduled_at| scheduled_at < now)
-                {
-                    Some(chitchat_id)
-                } else {
-                    None
-                }
-            })
+        let mut scheduled = Vec::new();
+        let mut older = Vec::new();
+        for (chitchat_id, time_of_death) in &self.dead_nodes {
+            // Note: we can't just compute the threshold now - half_dead_node_grace_period,
+            // because it would underflow on some platform (MacOS).
+            if time_of_death
+                .checked_add(half_dead_node_grace_period)
+                .is_some_and(|scheduled_at| scheduled_at < now)
+            {
+                scheduled.push(chitchat_id);
+            } else if now.saturating_duration_since(*time_of_death) > RECENT_DEATH {
+                older.push((time_of_death, chitchat_id));
+            }
+        }
+        if older.len() > self.config.max_dead_in_digest {
+            older.sort_unstable_by(|a, b| b.0.cmp(a.0));
+            scheduled.extend(older.drain(..).skip(self.config.max_dead_in_digest).map(|(_, id)| id));
+        }
+        scheduled.into_iter()
     }
 
     /// Returns the current phi value of a node.
@@ -208,6 +223,15 @@ pub struct FailureDetectorConfig {
     /// a node past the phi threshold is only suspect. Zero (the default) is upstream's detector.
     #[serde(default)]
     pub min_dead_after: Duration,
+    /// Not upstream's: the most nodes dead for longer than [`RECENT_DEATH`] that digests list
+    /// (the newest deaths); the others are treated as scheduled for deletion. Unbounded by
+    /// default (upstream's).
+    #[serde(default = "unbounded")]
+    pub max_dead_in_digest: usize,
+}
+
+fn unbounded() -> usize {
+    usize::MAX
 }
 
 impl FailureDetectorConfig {
@@ -225,6 +249,7 @@ impl FailureDetectorConfig {
             initial_interval,
             dead_node_grace_period,
             min_dead_after: Duration::ZERO,
+            max_dead_in_digest: usize::MAX,
         }
     }
 }
@@ -238,6 +263,7 @@ impl Default for FailureDetectorConfig {
             initial_interval: Duration::from_secs(5),
             dead_node_grace_period: Duration::from_secs(24 * 60 * 60), // 24 hours
             min_dead_after: Duration::ZERO,
+            max_dead_in_digest: usize::MAX,
         }
     }
 }

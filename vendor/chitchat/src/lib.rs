@@ -426,6 +426,13 @@ impl Chitchat {
         self.live_nodes_watcher_rx.clone()
     }
 
+    /// Not upstream's: the bytes of the digest every SYN and SYN-ACK of this node carries now.
+    pub fn digest_len(&self) -> usize {
+        let scheduled_for_deletion: HashSet<_> = self.scheduled_for_deletion_nodes().collect();
+        self.compute_digest(&scheduled_for_deletion)
+            .serialized_len(self.config.protocol_version)
+    }
+
     /// Not upstream's: whether a live node is suspect, past the phi threshold but silent for
     /// less than `FailureDetectorConfig::min_dead_after`.
     pub fn is_suspect(&self, chitchat_id: &ChitchatId) -> bool {

@@ -24,6 +24,11 @@ use super::index::{Index, LocalCopy};
 use super::{NodeInfo, Registry, RegistryError, RegistryFuture, ServiceEntry};
 use crate::security::seal::Sealer;
 
+/// The most nodes dead for over 30 s that this node's digests list, the newest deaths: the
+/// others stay held until `purge_after` but are no longer sent (`vendor/chitchat/README.md`).
+/// A hundred rollouts' worth of names at 60 bytes each would otherwise ride in every datagram.
+pub(crate) const DEAD_IN_DIGEST: usize = 128;
+
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
 ///
 /// ```no_run
@@ -228,6 +233,17 @@ impl GossipRegistry {
             .map_or(0, |r| r.total())
     }
 
+    /// The bytes of the digest of every node state this node knows, which every gossip
+    /// message it starts or answers carries (0 when stopped). Past about 1,450 bytes (some 25
+    /// nodes) a SYN is fragmented on a 1,500-byte MTU network; `docs/registry.md` says what that
+    /// costs.
+    pub async fn digest_bytes(&self) -> usize {
+        match self.running() {
+            Some(running) => running.chitchat.lock().await.digest_len(),
+            None => 0,
+        }
+    }
+
     /// Gossip datagrams dropped since the registry was made: not sealed, not opened with any
     /// key held, replayed, or not gossip at all.
     pub fn dropped_datagrams(&self) -> u64 {
@@ -306,6 +322,7 @@ impl GossipRegistry {
                     initial_interval: config.gossip_interval,
                     dead_node_grace_period: config.purge_after,
                     min_dead_after: config.dead_after,
+                    max_dead_in_digest: DEAD_IN_DIGEST,
                     ..FailureDetectorConfig::default()
                 },
                 marked_for_deletion_grace_period: config.purge_after,
