@@ -64,9 +64,13 @@ fn secrets() -> &'static (cluster::Authority, cluster::GossipKey) {
 }
 
 async fn member(name: String, seeds: Vec<String>) -> Member {
+    member_with(name, seeds, GossipConfig::new()).await
+}
+
+async fn member_with(name: String, seeds: Vec<String>, config: GossipConfig) -> Member {
     let (ca, key) = secrets();
     let registry = GossipRegistry::new(
-        GossipConfig::new()
+        config
             .keyring(cluster::Keyring::new(key.clone()))
             .seeds(seeds),
     );
@@ -166,6 +170,82 @@ async fn convergence(n: usize, rounds: usize) -> (Stats, Stats) {
     (Stats(reach), Stats(drop))
 }
 
+/// A description of about `bytes` bytes of JSON: functions whose signatures do not repeat, so
+/// that it compresses about as a real one would.
+fn large_description(name: &str, bytes: usize) -> ServiceDescription {
+    let functions = (0..bytes / 175)
+        .map(|i| {
+            let signature = format!(
+                "f{i}(u64, String, Vec<u8>, Option<{:016x}>) -> Result<Vec<u8>, Error{i}>",
+                fastrand::u64(..)
+            );
+            FunctionDescription::new(&format!("f{i}"), &signature, i % 2 == 0, CallOptions::new())
+        })
+        .collect();
+    ServiceDescription::new(
+        name,
+        version(1, 0, 0, "", ""),
+        None,
+        CallOptions::new(),
+        functions,
+    )
+}
+
+/// One node of `n` registers `services` descriptions of `bytes` each, one after the other (all
+/// nodes allow 4 MiB of state per node): how long until every other node holds them all, and
+/// how many times meanwhile another node dropped out of one's lookups (a flap).
+async fn large_state(n: usize, services: usize, bytes: usize) -> (Duration, Duration, usize) {
+    let config = || GossipConfig::new().max_bytes_per_node(4 << 20);
+    let mut members: Vec<Member> = Vec::new();
+    for i in 0..n {
+        let joined = member_with(format!("n{i}"), seeds(&members), config()).await;
+        members.push(joined);
+    }
+    everywhere(&nodes(&members), Duration::from_secs(60), |node| {
+        node.registry().nodes().len() == n
+    })
+    .await
+    .expect("the cluster converges");
+    let mut downs: Vec<_> = members[..n - 1]
+        .iter()
+        .map(|m| m.node.registry().events())
+        .collect();
+    let provider = &members[n - 1];
+    let descriptions: Vec<_> = (0..services)
+        .map(|s| Arc::new(large_description(&format!("big{s}"), bytes)))
+        .collect();
+    let start = Instant::now();
+    for d in descriptions {
+        let entry = ServiceEntry::new(provider.node.info().clone(), d);
+        provider.node.registry().register(entry).await.unwrap();
+    }
+    let registered = start.elapsed();
+    let others = nodes(&members[..n - 1]);
+    let name = provider.node.name().to_owned();
+    let held = everywhere(&others, Duration::from_secs(120), |node| {
+        node.registry()
+            .services()
+            .iter()
+            .filter(|e| e.node.name == name)
+            .count()
+            == services
+    })
+    .await
+    .expect("the large state spreads");
+    let flaps = downs
+        .iter_mut()
+        .map(|events| {
+            std::iter::from_fn(|| events.try_recv().ok())
+                .filter(|e| matches!(e, cluster::registry::RegistryEvent::NodeDown(_)))
+                .count()
+        })
+        .sum();
+    for m in &members {
+        m.node.kill().await;
+    }
+    (registered, held, flaps)
+}
+
 /// ns per lookup of one service among `services`, each with three providers.
 async fn lookup_cost(services: usize, lookups: usize) -> (f64, f64) {
     let registry = MemoryRegistry::new();
@@ -231,6 +311,16 @@ async fn main() {
             ms(reach.max()),
             ms(drop.median()),
             ms(drop.max())
+        );
+    }
+    if !smoke {
+        let (services, bytes) = (150, 15_000);
+        let (registered, held, flaps) = large_state(5, services, bytes).await;
+        println!(
+            "\none node of 5 registers {services} descriptions of {bytes} B ({:.1} MB): registered in {}, held by every other node after {}, {flaps} flaps of other nodes meanwhile",
+            (services * bytes) as f64 / 1e6,
+            ms(registered),
+            ms(held)
         );
     }
     let (plain, filtered) = lookup_cost(1000, lookups).await;

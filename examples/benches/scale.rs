@@ -184,6 +184,7 @@ async fn main() {
     let keyring = cluster::Keyring::from_file(dir.join("gossip.key")).unwrap();
 
     let mut watchers = Vec::new();
+    let mut registries = Vec::new();
     let mut traces = Vec::new();
     let mut seeds: Vec<String> = Vec::new();
     for i in 0..WATCHERS {
@@ -196,6 +197,7 @@ async fn main() {
             .await
             .unwrap();
         seeds.push(registry.gossip_addr().unwrap().to_string());
+        registries.push(registry.clone());
         let trace = Arc::new(Trace::default());
         tokio::spawn(watch(node.clone(), trace.clone()));
         traces.push(trace);
@@ -215,8 +217,9 @@ async fn main() {
         everywhere(&traces, started, &p.name, true).await;
     }
     println!(
-        "{nodes} nodes ({processes} processes, {WATCHERS} watchers in the bench) converged {:.1} s after the first start",
-        started.elapsed().as_secs_f64()
+        "{nodes} nodes ({processes} processes, {WATCHERS} watchers in the bench) converged {:.1} s after the first start; digest {} B",
+        started.elapsed().as_secs_f64(),
+        registries[0].digest_bytes().await
     );
     let settle = || tokio::time::sleep(Duration::from_millis(500));
 
@@ -264,6 +267,11 @@ async fn main() {
     row("crash: SIGKILL → out of every lookup", &crashes);
     println!(
         "\nstalls of {stall_ms} ms (SIGSTOP, SIGCONT): {stalls_lost} of {rounds} took the node out of a watcher's lookup"
+    );
+    println!(
+        "digest after {} departures: {} B",
+        rounds * 2,
+        registries[0].digest_bytes().await
     );
     drop(running);
     for w in watchers {
