@@ -65,6 +65,7 @@ mod fast_map;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod layer;
+mod net;
 mod node;
 pub mod options;
 mod rate_limited;

@@ -172,7 +172,7 @@ where
 /// Whether something accepts TCP connections at `addr` within `wait`.
 async fn answers(addr: SocketAddr, wait: Duration) -> bool {
     matches!(
-        tokio::time::timeout(wait, tokio::net::TcpStream::connect(addr)).await,
+        tokio::time::timeout(wait, crate::net::TcpStream::connect(addr)).await,
         Ok(Ok(_))
     )
 }

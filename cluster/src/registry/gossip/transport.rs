@@ -46,7 +46,7 @@ pub(super) struct GossipTransport {
 #[async_trait]
 impl Transport for GossipTransport {
     async fn open(&self, listen: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let socket = tokio::net::UdpSocket::bind(listen)
+        let socket = crate::net::UdpSocket::bind(listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot bind {listen}/UDP for gossip: {e}"))?;
         Ok(Box::new(GossipSocket {
@@ -61,7 +61,7 @@ impl Transport for GossipTransport {
 }
 
 struct GossipSocket {
-    socket: tokio::net::UdpSocket,
+    socket: crate::net::UdpSocket,
     sealer: Option<Arc<Sealer>>,
     dropped: Arc<Dropped>,
     buf: Box<[u8]>,
@@ -281,7 +281,7 @@ mod tests {
 
     async fn socket() -> GossipSocket {
         GossipSocket {
-            socket: tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+            socket: crate::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
             sealer: None,
             dropped: Arc::default(),
             buf: vec![0; 16].into_boxed_slice(),

@@ -14,7 +14,6 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
@@ -23,6 +22,7 @@ use super::caller_frames::CallerFrames;
 use super::calling::{Calls, Ended};
 use super::limit::{InFlightLimit, NoPlace};
 use crate::fast_map::FastMap;
+use crate::net::TcpStream;
 use crate::rate_limited::RateLimited;
 use crate::registry::NodeInfo;
 use crate::security::tls::{self, Tls};

@@ -11,7 +11,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use tarpc::server::{BaseChannel, Channel};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::task::JoinSet;
@@ -24,6 +23,7 @@ use super::established::{Established, Full, Peer};
 use super::frames::{FrameLimits, Frames};
 use super::opening::{OpeningSlot, Openings};
 use crate::error::Reason;
+use crate::net::{TcpListener, TcpStream};
 use crate::rate_limited::RateLimited;
 use crate::security::tls::{TLS_HANDSHAKE_RECORD, Tls};
 use crate::server::Dispatcher;
@@ -145,6 +145,9 @@ async fn connection(
     // Replies are small frames written one by one: without this, Nagle's algorithm holds each
     // behind the client's delayed ACK.
     let _ = stream.set_nodelay(true);
+    // turmoil's `peek` takes `&mut self`, tokio's `&self` (`crate::net`): one binding for both.
+    #[allow(unused_mut)]
+    let mut stream = stream;
     let mut first = [0u8; 1];
     let tls_client = match tokio::time::timeout(OPENING_TIMEOUT, stream.peek(&mut first)).await {
         Ok(Ok(1)) => first[0] == TLS_HANDSHAKE_RECORD,
