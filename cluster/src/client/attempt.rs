@@ -351,7 +351,9 @@ impl<'a> Attempts<'a> {
                 )));
             }
             let number = self.attempts.len() + self.attempts_left_out + 1;
-            tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt");
+            // The generation tells a restarted node from its predecessor at the same address
+            // (the simulation's invariants read it: `tests/simulation/`).
+            tracing::debug!(attempt = number, node = %chosen.entry.node, generation = chosen.entry.node.generation, "attempt");
             let addr = chosen.entry.node.addr;
             let peers = &self.client.node.peers;
             let generation = chosen.entry.node.generation;
