@@ -158,6 +158,7 @@ impl Cluster {
     pub fn bounce(&mut self, name: &str) {
         self.sim.bounce(name);
         self.gone(name);
+        self.world.lock().running.insert(name.to_owned());
     }
 
     /// The process is no more: it is no observer and no expected provider until it says up.

@@ -182,3 +182,53 @@ fn slow_nodes() {
         }
     });
 }
+
+/// Faults the seed picks: three in a row, 3 s apart, among a partition of a random minority,
+/// a crash, a restart in place, a slow host and a lossy one; then every link is healed. The
+/// sweep's widest net: each seed is another sequence.
+#[test]
+fn faults_the_seed_picks() {
+    sweep("chaos", 7, |c| {
+        let mut rng = fastrand::Rng::with_seed(c.seed);
+        let n = c.names.len();
+        let mut cut = Vec::new();
+        let mut slow = Vec::new();
+        let mut lossy = Vec::new();
+        for _ in 0..3 {
+            let host = c.names[rng.usize(..n)].clone();
+            match rng.u8(..5) {
+                0 => {
+                    let size = rng.usize(1..=n / 4);
+                    let start = rng.usize(..=n - size);
+                    let side = c.group(start..start + size);
+                    c.partition(&side);
+                    cut.push(side);
+                }
+                1 if c.world.lock().running.len() > n / 2 => c.crash(&host),
+                2 => c.bounce(&host),
+                3 => {
+                    c.slow(&host, Duration::from_millis(rng.u64(50..400)));
+                    slow.push(host);
+                }
+                _ => {
+                    for other in c.names.clone().iter().filter(|o| **o != host) {
+                        c.sim.set_link_fail_rate(host.as_str(), other.as_str(), 0.3);
+                    }
+                    lossy.push(host);
+                }
+            }
+            c.run_for(3 * SEC);
+        }
+        for side in &cut {
+            c.repair(side);
+        }
+        for host in &slow {
+            c.slow(host, Duration::from_millis(5));
+        }
+        for host in &lossy {
+            for other in c.names.clone().iter().filter(|o| *o != host) {
+                c.sim.set_link_fail_rate(host.as_str(), other.as_str(), 0.0);
+            }
+        }
+    });
+}
