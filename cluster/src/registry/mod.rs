@@ -18,7 +18,7 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, watch};
 
 pub use entry::{NodeInfo, RegistryEvent, ServiceEntry};
-pub use gossip::{GossipConfig, GossipRegistry};
+pub use gossip::{GossipConfig, GossipRegistry, GossipTraffic};
 pub use index::LocalCopy;
 pub use memory::MemoryRegistry;
 use semver::VersionReq;

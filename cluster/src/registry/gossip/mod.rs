@@ -29,6 +29,21 @@ use crate::security::seal::Sealer;
 /// A hundred rollouts' worth of names at 60 bytes each would otherwise ride in every datagram.
 pub(crate) const DEAD_IN_DIGEST: usize = 128;
 
+/// Gossip's bytes and datagrams on the wire (sealed; a datagram too large for one goes as two
+/// parts, counted apart), since the registry was made: [`GossipRegistry::traffic`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GossipTraffic {
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Datagrams sent.
+    pub sent_datagrams: u64,
+    /// Bytes received, dropped ones included.
+    pub received_bytes: u64,
+    /// Datagrams received, dropped ones included.
+    pub received_datagrams: u64,
+}
+
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
 ///
 /// ```no_run
@@ -57,6 +72,7 @@ struct Inner {
     /// The cluster of the node's certificate, once its node has said it.
     bound: Mutex<Option<String>>,
     dropped: Arc<transport::Dropped>,
+    traffic: Arc<transport::Traffic>,
     /// Why gossip ended without being told to, if it did.
     failure: Mutex<Option<String>>,
     /// The updates chitchat refused from peers (for its limits), since it last started.
@@ -98,6 +114,7 @@ impl GossipRegistry {
                 withdrawn: Mutex::new(None),
                 bound: Mutex::new(None),
                 dropped: Arc::default(),
+                traffic: Arc::default(),
                 failure: Mutex::new(None),
                 refusals: Mutex::new(None),
                 parsed: Mutex::default(),
@@ -244,6 +261,18 @@ impl GossipRegistry {
         }
     }
 
+    /// What gossip has cost this node on the wire since the registry was made, both ways.
+    pub fn traffic(&self) -> GossipTraffic {
+        let t = &self.inner.traffic;
+        let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        GossipTraffic {
+            sent_bytes: read(&t.sent_bytes),
+            sent_datagrams: read(&t.sent_datagrams),
+            received_bytes: read(&t.received_bytes),
+            received_datagrams: read(&t.received_datagrams),
+        }
+    }
+
     /// Gossip datagrams dropped since the registry was made: not sealed, not opened with any
     /// key held, replayed, or not gossip at all.
     pub fn dropped_datagrams(&self) -> u64 {
@@ -290,6 +319,7 @@ impl GossipRegistry {
         let carriage = transport::GossipTransport {
             sealer,
             dropped: self.inner.dropped.clone(),
+            traffic: self.inner.traffic.clone(),
         };
         Ok((cluster, carriage))
     }

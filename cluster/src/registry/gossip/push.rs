@@ -22,6 +22,9 @@ use tokio::sync::Notify;
 
 use super::Running;
 
+/// Peers pushed to at once, before a millisecond's pause.
+const BURST: usize = 16;
+
 /// The least time between two pushes: changes within it go out together.
 pub(super) fn spacing(gossip_interval: Duration) -> Duration {
     (gossip_interval / 8).max(Duration::from_millis(1))
@@ -41,8 +44,14 @@ pub(super) async fn push_changes(
             return;
         };
         let peers = targets(&*running.chitchat.lock().await, fanout);
-        for peer in peers {
-            let _ = running.handle.gossip(peer);
+        let handle = &running.handle;
+        for (i, peer) in peers.into_iter().enumerate() {
+            // Paced: every peer answers with a digest of every node, and a hundred answers at
+            // once overflow a receive buffer that is not large enough.
+            if i > 0 && i % BURST == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let _ = handle.gossip(peer);
         }
         drop(running);
         tokio::time::sleep(spacing).await;

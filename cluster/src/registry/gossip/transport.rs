@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,18 +42,43 @@ pub(super) const LOG_EVERY: Duration = Duration::from_secs(10);
 pub(super) struct GossipTransport {
     pub(super) sealer: Option<Arc<Sealer>>,
     pub(super) dropped: Arc<Dropped>,
+    pub(super) traffic: Arc<Traffic>,
+}
+
+/// Bytes and datagrams on the wire (sealed, parts counted apart), both ways, since the registry
+/// was made: what gossip costs this node.
+#[derive(Debug, Default)]
+pub(super) struct Traffic {
+    pub(super) sent_bytes: AtomicU64,
+    pub(super) sent_datagrams: AtomicU64,
+    pub(super) received_bytes: AtomicU64,
+    pub(super) received_datagrams: AtomicU64,
+}
+
+impl Traffic {
+    fn sent(&self, bytes: usize) {
+        self.sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.sent_datagrams.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn received(&self, bytes: usize) {
+        self.received_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.received_datagrams.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[async_trait]
 impl Transport for GossipTransport {
     async fn open(&self, listen: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let socket = crate::net::UdpSocket::bind(listen)
+        let socket = crate::net::bind_udp(listen, crate::net::GOSSIP_RECV_BUFFER)
             .await
             .map_err(|e| anyhow::anyhow!("cannot bind {listen}/UDP for gossip: {e}"))?;
         Ok(Box::new(GossipSocket {
             socket,
             sealer: self.sealer.clone(),
             dropped: self.dropped.clone(),
+            traffic: self.traffic.clone(),
             buf: vec![0; MAX_DATAGRAM + 1].into_boxed_slice(),
             pending: VecDeque::new(),
             next_id: rand_u64(),
@@ -64,6 +90,7 @@ struct GossipSocket {
     socket: crate::net::UdpSocket,
     sealer: Option<Arc<Sealer>>,
     dropped: Arc<Dropped>,
+    traffic: Arc<Traffic>,
     buf: Box<[u8]>,
     /// First halves: (from, message id, received, bytes).
     pending: VecDeque<(SocketAddr, u64, Instant, Vec<u8>)>,
@@ -89,6 +116,7 @@ impl Socket for GossipSocket {
         // A failed send costs that datagram (gossip sends again next round), never the
         // transport: chitchat would stop on an error.
         if bytes.len() <= MAX_DATAGRAM {
+            self.traffic.sent(bytes.len());
             if let Err(e) = self.socket.send_to(&bytes, to).await {
                 tracing::debug!("a gossip datagram to {to} was not sent: {e}");
             }
@@ -101,6 +129,7 @@ impl Socket for GossipSocket {
                 part.extend_from_slice(&self.next_id.to_be_bytes());
                 part.push(index as u8);
                 part.extend_from_slice(chunk);
+                self.traffic.sent(part.len());
                 if let Err(e) = self.socket.send_to(&part, to).await {
                     tracing::debug!("a gossip datagram to {to} was not sent: {e}");
                 }
@@ -129,6 +158,7 @@ impl Socket for GossipSocket {
                 }
                 Err(e) => return Err(e.into()),
             };
+            self.traffic.received(len);
             let datagram = self.buf[..len].to_vec();
             let whole = if datagram.starts_with(&PART) {
                 match self.join(from, datagram) {
@@ -284,6 +314,7 @@ mod tests {
             socket: crate::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
             sealer: None,
             dropped: Arc::default(),
+            traffic: Arc::default(),
             buf: vec![0; 16].into_boxed_slice(),
             pending: VecDeque::new(),
             next_id: 0,
