@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ struct Process {
 }
 
 impl Process {
-    fn start(name: &str, certs: &PathBuf, seeds: &[String]) -> (Self, Instant) {
+    fn start(name: &str, certs: &Path, seeds: &[String]) -> (Self, Instant) {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cluster-node"));
         command
             .args(["--name", name, "--certs", certs.to_str().unwrap()])
@@ -222,6 +222,7 @@ async fn main() {
         registries[0].digest_bytes().await
     );
     let settle = || tokio::time::sleep(Duration::from_millis(500));
+    let (traffic_from, churn_from) = (registries[0].traffic(), Instant::now());
 
     let (mut joins, mut leaves, mut crashes) = (Vec::new(), Vec::new(), Vec::new());
     let mut stalls_lost = 0;
@@ -272,6 +273,13 @@ async fn main() {
         "digest after {} departures: {} B",
         rounds * 2,
         registries[0].digest_bytes().await
+    );
+    let (traffic, secs) = (registries[0].traffic(), churn_from.elapsed().as_secs_f64());
+    println!(
+        "one watcher's gossip during the rounds ({secs:.0} s): {:.0} kB/s sent in {:.0} datagrams/s, {:.0} kB/s received",
+        (traffic.sent_bytes - traffic_from.sent_bytes) as f64 / secs / 1e3,
+        (traffic.sent_datagrams - traffic_from.sent_datagrams) as f64 / secs,
+        (traffic.received_bytes - traffic_from.received_bytes) as f64 / secs / 1e3,
     );
     drop(running);
     for w in watchers {
