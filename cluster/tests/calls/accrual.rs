@@ -1,5 +1,7 @@
 //! Balancing and failure accrual on real sockets: the turn is the node's, and a replica that
-//! times out or panics in a row is passed over like one whose socket is dead, never all of them.
+//! times out or panics in a row is passed over like one whose socket is dead, never all of them;
+//! one on a node the registry suspects is a last resort too (the in-process registry only: a
+//! suspicion is local to the copy that holds it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,4 +118,53 @@ async fn a_call_a_replica_refuses_before_running_goes_to_another_at_once() {
         .unwrap_err();
     assert!(start.elapsed() >= Duration::from_secs(1), "{err}");
     assert!(err.report().attempts.len() > 1, "{err}");
+}
+
+#[tokio::test]
+async fn a_replica_on_a_suspect_node_is_called_only_when_every_other_is_suspect_too() {
+    let cluster = Cluster::memory();
+    let (_a, a_engine) = cluster.provider("search-a", Mode::Answer).await;
+    let (_b, b_engine) = cluster.provider("search-b", Mode::Answer).await;
+    let client = SearchClient::new(&cluster.node("client").await);
+    // What the gossip registry does when a node has been silent for a while, not yet for
+    // `dead_after`: the entry stays, marked.
+    let suspect = |name: &str| {
+        let entry = cluster
+            .registry
+            .lookup("search")
+            .iter()
+            .find(|e| e.node.name == name)
+            .unwrap()
+            .as_ref()
+            .clone();
+        entry.with_suspect(true)
+    };
+    cluster
+        .registry
+        .register(suspect("search-a"))
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        client.search("rust".into()).await.unwrap();
+    }
+    assert_eq!(
+        a_engine.counters.started(),
+        0,
+        "a suspect replica is passed over"
+    );
+    assert_eq!(b_engine.counters.started(), 10);
+
+    cluster
+        .registry
+        .register(suspect("search-b"))
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        client.search("rust".into()).await.unwrap();
+    }
+    assert_eq!(
+        a_engine.counters.started(),
+        5,
+        "when all are suspect, all are called, in turn"
+    );
 }
