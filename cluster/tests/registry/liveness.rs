@@ -1,10 +1,11 @@
 //! Issue 14's liveness: a new node is in every lookup without waiting for gossip rounds, and a
 //! silent node is suspect (a last resort) before it is dead (out of every lookup).
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cluster::Node;
-use cluster::registry::{GossipConfig, GossipRegistry};
+use cluster::registry::{GossipConfig, GossipRegistry, Registry};
 
 use crate::support::{Engine, Mode, SearchServer, identity, keyring, providers, seen};
 
@@ -12,22 +13,53 @@ const SEC: Duration = Duration::from_secs(1);
 
 async fn node_with(
     name: &str,
-    seeds: &[std::net::SocketAddr],
+    seeds: &[SocketAddr],
     config: GossipConfig,
 ) -> (Node, GossipRegistry) {
+    node_at(name, seeds, config, None)
+        .await
+        .expect("node starts")
+}
+
+/// A node serving `search`, calls on `rpc` if given.
+async fn node_at(
+    name: &str,
+    seeds: &[SocketAddr],
+    config: GossipConfig,
+    rpc: Option<SocketAddr>,
+) -> Result<(Node, GossipRegistry), cluster::StartError> {
     let config = config
         .keyring(keyring())
         .seeds(seeds.iter().map(|s| s.to_string()));
     let registry = GossipRegistry::new(config);
-    let node = Node::builder()
+    let mut builder = Node::builder()
         .identity(identity(name))
-        .registry(registry.clone())
-        .start()
-        .await
-        .expect("node starts");
+        .registry(registry.clone());
+    if let Some(rpc) = rpc {
+        builder = builder.listen(rpc);
+    }
+    let node = builder.start().await?;
     let engine = std::sync::Arc::new(Engine::new(name, Mode::Answer));
     let _registration = node.serve(SearchServer::new(engine)).await.unwrap();
-    (node, registry)
+    Ok((node, registry))
+}
+
+fn free_udp() -> SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.local_addr().unwrap()
+}
+
+fn generation_of(registry: &GossipRegistry, name: &str) -> u64 {
+    let nodes = registry.nodes();
+    nodes.iter().find(|n| n.name == name).unwrap().generation
+}
+
+/// Whether `node` lists generation `generation` of `name` as a provider.
+fn lists(node: &Node, name: &str, generation: u64) -> bool {
+    node.registry()
+        .lookup("search")
+        .iter()
+        .any(|e| e.node.name == name && e.node.generation == generation)
 }
 
 #[tokio::test]
@@ -96,4 +128,87 @@ async fn a_silent_node_is_suspect_first_and_out_of_lookups_only_after_dead_after
         "out of lookups after {dead:?} of silence, before dead_after (1 s)"
     );
     watcher.kill().await;
+}
+
+// From the outside review: a node at the address of a dead one (a restart at the same port, an
+// IP recycled to another process) still lists the dead one in its digests. Only the newest
+// generation at a datagram's source is its sender, heard first-hand; the dead one must not look
+// live to a node that first hears of it from there.
+#[tokio::test]
+async fn a_dead_generation_at_a_restarted_nodes_address_never_looks_live_to_a_joiner() {
+    let p = free_udp();
+    let (a1, r1) = node_with("a", &[], GossipConfig::new().listen(p)).await;
+    let g1 = generation_of(&r1, "a");
+    let (b, rb) = node_with("b", &[p], GossipConfig::new()).await;
+    seen(&b, 10 * SEC, |n| providers(n) == 2)
+        .await
+        .expect("b sees a");
+    a1.kill().await;
+    seen(&b, 10 * SEC, |n| !lists(n, "a", g1))
+        .await
+        .expect("a is out of b's lookups");
+    let (a2, _) = node_with(
+        "a",
+        &[rb.gossip_addr().unwrap()],
+        GossipConfig::new().listen(p),
+    )
+    .await;
+    seen(&b, 10 * SEC, |n| providers(n) == 2)
+        .await
+        .expect("b sees a again");
+    let (joiner, _) = node_with("j", &[p], GossipConfig::new()).await;
+    seen(&joiner, 10 * SEC, |n| providers(n) == 3)
+        .await
+        .expect("the joiner sees a, b and itself");
+    assert!(
+        seen(&joiner, 3 * SEC, |n| lists(n, "a", g1)).await.is_err(),
+        "the dead generation is in the joiner's lookups"
+    );
+    for node in [joiner, a2, b] {
+        node.kill().await;
+    }
+}
+
+#[tokio::test]
+async fn a_dead_node_whose_addresses_another_took_neither_looks_live_nor_blocks_its_restart() {
+    let p = free_udp();
+    let (a1, r1) = node_with("a", &[], GossipConfig::new().listen(p)).await;
+    let g1 = generation_of(&r1, "a");
+    let rpc = a1.addr();
+    let (b, rb) = node_with("b", &[p], GossipConfig::new()).await;
+    seen(&b, 10 * SEC, |n| providers(n) == 2)
+        .await
+        .expect("b sees a");
+    a1.kill().await;
+    seen(&b, 10 * SEC, |n| !lists(n, "a", g1))
+        .await
+        .expect("a is out of b's lookups");
+    // `c` takes a's gossip and call addresses, and learns a's dead state from b.
+    let (c, _) = node_at(
+        "c",
+        &[rb.gossip_addr().unwrap()],
+        GossipConfig::new().listen(p),
+        Some(rpc),
+    )
+    .await
+    .expect("c starts");
+    seen(&c, 10 * SEC, |n| providers(n) == 2)
+        .await
+        .expect("c sees b");
+    let (joiner, _) = node_with("j", &[p], GossipConfig::new()).await;
+    seen(&joiner, 10 * SEC, |n| providers(n) == 3)
+        .await
+        .expect("the joiner sees b, c and itself");
+    assert!(
+        seen(&joiner, 3 * SEC, |n| lists(n, "a", g1)).await.is_err(),
+        "the dead `a` is in the joiner's lookups, at c's address"
+    );
+    // `a` restarts elsewhere, seeded by its old address, now c's: its claim must not take the
+    // dead generation for a live holder (c accepts connections at a's old call address).
+    let restarted = node_at("a", &[p], GossipConfig::new(), None).await;
+    let restarted = restarted.unwrap_or_else(|e| panic!("a's restart was refused: {e}"));
+    restarted.0.kill().await;
+    for node in [joiner, c, b] {
+        node.kill().await;
+    }
 }

@@ -73,6 +73,15 @@ impl FailureDetector {
         self.update_node_liveness(chitchat_id);
     }
 
+    /// Not upstream's: the nodes dead for longer than `period`.
+    pub fn dead_for_longer_than(&self, period: Duration) -> impl Iterator<Item = &ChitchatId> {
+        let now = Instant::now();
+        self.dead_nodes
+            .iter()
+            .filter(move |(_, died)| now.saturating_duration_since(**died) > period)
+            .map(|(id, _)| id)
+    }
+
     /// Not upstream's: whether the node is live but suspect (see `update_node_liveness`).
     pub fn is_suspect(&self, chitchat_id: &ChitchatId) -> bool {
         self.suspect_nodes.contains(chitchat_id)

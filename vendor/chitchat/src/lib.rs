@@ -92,7 +92,14 @@ pub struct Chitchat {
     previous_live_nodes: HashMap<ChitchatId, (Version, bool)>,
     live_nodes_watcher_tx: watch::Sender<BTreeMap<ChitchatId, NodeState>>,
     live_nodes_watcher_rx: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
+    /// Not upstream's: a node was revived first-hand since the last liveness pass.
+    liveness_due: bool,
+    last_liveness_pass: Option<tokio::time::Instant>,
 }
+
+/// Not upstream's: the least time between two liveness passes run because a node was heard
+/// first-hand (`Chitchat::process_message_from`).
+const REVIVAL_PASS_EVERY: Duration = Duration::from_millis(5);
 
 impl Chitchat {
     pub fn with_chitchat_id_and_seeds(
@@ -110,6 +117,8 @@ impl Chitchat {
             previous_live_nodes,
             live_nodes_watcher_tx,
             live_nodes_watcher_rx,
+            liveness_due: false,
+            last_liveness_pass: None,
         };
 
         let self_node_state = chitchat.self_node_state();
@@ -149,9 +158,20 @@ impl Chitchat {
         digest: &Digest,
         from: Option<SocketAddr>,
     ) -> bool {
+        // Of the entries at the sender's address, only the newest generation is the sender: a
+        // node that took over the address of a dead one (a restart at the same port, an IP
+        // recycled to another process) still lists the dead one, which must not look live.
+        let sender = from.and_then(|from| {
+            digest
+                .node_digests
+                .keys()
+                .filter(|id| id.gossip_advertise_addr == from)
+                .max_by_key(|id| id.generation_id)
+                .cloned()
+        });
         let mut revived = false;
         for (chitchat_id, node_digest) in &digest.node_digests {
-            let first_hand = from == Some(chitchat_id.gossip_advertise_addr);
+            let first_hand = sender.as_ref() == Some(chitchat_id);
             revived |= self.report_heartbeat_from(chitchat_id, node_digest.heartbeat, first_hand);
         }
         revived
@@ -200,10 +220,56 @@ impl Chitchat {
     ) -> Option<ChitchatMessage> {
         let mut revived = false;
         let reply = self.answer(from, msg, &mut revived);
-        if revived {
+        self.liveness_due |= revived;
+        // At most one pass over every node per `REVIVAL_PASS_EVERY`: a peer that revives one
+        // forged node per datagram would otherwise make each datagram cost O(nodes). A pass
+        // skipped here runs with a later message, or at the end of the round.
+        if self.liveness_due
+            && self
+                .last_liveness_pass
+                .is_none_or(|at| at.elapsed() >= REVIVAL_PASS_EVERY)
+        {
             self.update_nodes_liveness();
         }
         reply
+    }
+
+    /// Not upstream's: the nodes whose state is not sent to a peer that sent `digest`: those
+    /// scheduled for deletion, and those dead here for over `RECENT_DEATH` that the peer does
+    /// not list. Two nodes that cap their digests' dead nodes (`max_dead_in_digest`) by their
+    /// own times of death disagree at the margin, and each sent the other, every exchange, the
+    /// whole state of the dead nodes only it listed, which the other held and did not list.
+    fn unshared_with<'a>(
+        &'a self,
+        digest: &Digest,
+        scheduled_for_deletion: &HashSet<&'a ChitchatId>,
+    ) -> HashSet<&'a ChitchatId> {
+        let mut unshared = scheduled_for_deletion.clone();
+        unshared.extend(
+            self.failure_detector
+                .dead_for_longer_than(failure_detector::RECENT_DEATH)
+                .filter(|id| !digest.node_digests.contains_key(*id)),
+        );
+        unshared
+    }
+
+    /// Not upstream's: when the liveness pass skipped by `process_message_from` is due, if one
+    /// is (the server runs it then, so that it never waits for the end of a long round).
+    pub(crate) fn liveness_pass_due(&self) -> Option<tokio::time::Instant> {
+        if !self.liveness_due {
+            return None;
+        }
+        Some(
+            self.last_liveness_pass
+                .map_or_else(tokio::time::Instant::now, |at| at + REVIVAL_PASS_EVERY),
+        )
+    }
+
+    /// Not upstream's: runs the liveness pass if one is due.
+    pub(crate) fn run_due_liveness_pass(&mut self) {
+        if self.liveness_due {
+            self.update_nodes_liveness();
+        }
     }
 
     fn answer(
@@ -229,10 +295,11 @@ impl Chitchat {
                     self.scheduled_for_deletion_nodes().collect();
                 let self_digest = self.compute_digest(&scheduled_for_deletion);
                 let protocol_version = self.config.protocol_version;
+                let unshared = self.unshared_with(&digest, &scheduled_for_deletion);
                 let delta = self.cluster_state.compute_partial_delta_respecting_mtu(
                     &digest,
                     delta_mtu(self_digest.serialized_len(protocol_version)),
-                    &scheduled_for_deletion,
+                    &unshared,
                 );
                 Some(ChitchatMessage::SynAck {
                     digest: self_digest,
@@ -246,10 +313,11 @@ impl Chitchat {
                 self.process_delta(delta);
                 let scheduled_for_deletion =
                     self.scheduled_for_deletion_nodes().collect::<HashSet<_>>();
+                let unshared = self.unshared_with(&digest, &scheduled_for_deletion);
                 let delta = self.cluster_state.compute_partial_delta_respecting_mtu(
                     &digest,
                     delta_mtu(0),
-                    &scheduled_for_deletion,
+                    &unshared,
                 );
                 Some(ChitchatMessage::Ack { delta })
             }
@@ -326,6 +394,8 @@ impl Chitchat {
     /// Marks the node as dead or alive depending on the new phi values and updates the live nodes
     /// watcher accordingly.
     pub(crate) fn update_nodes_liveness(&mut self) {
+        self.liveness_due = false;
+        self.last_liveness_pass = Some(tokio::time::Instant::now());
         for chitchat_id in self.cluster_state.nodes() {
             if chitchat_id != self.self_chitchat_id() {
                 self.failure_detector.update_node_liveness(chitchat_id);

@@ -259,11 +259,20 @@ impl Server {
         let gossip_interval = self.chitchat.lock().await.config.gossip_interval;
         // Not upstream's: `interval` panics on zero.
         let mut gossip_interval = time::interval(gossip_interval.max(Duration::from_millis(1)));
+        // Not upstream's: a liveness pass skipped for a node heard first-hand is run when due.
+        let mut liveness_at: Option<time::Instant> = None;
         loop {
+            let due = async {
+                match liveness_at {
+                    Some(at) => time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 result = self.transport.recv() => match result {
                     Ok(RecvOutcome { from_addr, envelope, .. }) => {
                         let _ = self.handle_envelope(from_addr, envelope).await;
+                        liveness_at = self.chitchat.lock().await.liveness_pass_due();
                     }
                     // Transient errors (e.g. ENOBUFS) are swallowed inside
                     // Socket::recv. An error here means the socket is broken.
@@ -273,7 +282,12 @@ impl Server {
                     }
                 },
                 _ = gossip_interval.tick() => {
-                    self.gossip_multiple().await
+                    self.gossip_multiple().await;
+                    liveness_at = None;
+                },
+                () = due => {
+                    self.chitchat.lock().await.run_due_liveness_pass();
+                    liveness_at = None;
                 },
                 command = self.command_rx.recv() => match command {
                     Some(Command::Gossip(addr)) => {
