@@ -18,7 +18,7 @@ use crate::registry::RegistryError;
 /// | `replay_window` | 30 s | a sealed datagram sent longer ago (by the sender's clock) is refused: nodes' clocks must agree within it |
 /// | `gossip_interval` | 200 ms | a crashed node is out of every lookup in about 2 s (30 nodes) |
 /// | `phi_threshold` | 6 | past it a node is *suspect*: still in lookups, called only when no replica that is not suspect can be (about 0.4–1.2 s of silence, shorter in larger clusters, where heartbeats are relayed more often) |
-/// | `dead_after` | 2 s | the least silence before a node is dead and out of every lookup: a stall shorter than this (a pause, a starved CPU) takes no provider away; a crash is out of every lookup in this and one round |
+/// | `dead_after` | 2 s | the least silence before a node is dead and out of every lookup: a stall shorter than this (a pause, a starved CPU) takes no provider away; a crash is out of every lookup in this and one round. 0: no suspect phase, phi alone declares a node dead (as before issue 14: after about 0.6 s of silence) |
 /// | `push_fanout` | 128 | a change of this node's own state (its start, a registration) is pushed at once to this many peers, live ones first (all of them in a cluster of up to 129); the rest hear it by gossip, in a round or two. Each push costs a digest of every node each way |
 /// | `purge_after` | 1 h | a dead node's state is forgotten after this |
 /// | `max_entry_bytes` | 16 KiB | chitchat silently stops replicating a node that has a value of 64 KB or more |
@@ -156,7 +156,7 @@ impl GossipConfig {
     }
 
     /// The least silence before a node is declared dead (below it, a node past the phi
-    /// threshold is only suspect).
+    /// threshold is only suspect). Zero leaves phi alone to declare it, with no suspect phase.
     pub fn dead_after(mut self, silence: Duration) -> Self {
         self.dead_after = silence;
         self

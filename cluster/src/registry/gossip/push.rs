@@ -25,9 +25,11 @@ use super::Running;
 /// Peers pushed to at once, before a millisecond's pause.
 const BURST: usize = 16;
 
-/// The least time between two pushes: changes within it go out together.
+/// The least time between two pushes, after the last one has gone out (a push to 128 peers
+/// takes 8 ms, paced): changes within it go out together. Short, because a node that starts
+/// and then registers waits this long to be seen with its services.
 pub(super) fn spacing(gossip_interval: Duration) -> Duration {
-    (gossip_interval / 8).max(Duration::from_millis(1))
+    (gossip_interval / 40).max(Duration::from_millis(1))
 }
 
 /// Pushes on every wake-up of `wake`, until `running` is gone (the pusher holds it weakly, as
