@@ -139,14 +139,16 @@ async fn a_replica_on_a_suspect_node_is_called_only_when_every_other_is_suspect_
             .clone();
         entry.with_suspect(true)
     };
-    cluster
-        .registry
-        .register(suspect("search-a"))
-        .await
-        .unwrap();
-    for _ in 0..10 {
-        client.search("rust".into()).await.unwrap();
-    }
+    let mark_then_call = |name: &'static str| {
+        let (cluster, client) = (&cluster, &client);
+        async move {
+            cluster.registry.register(suspect(name)).await.unwrap();
+            for _ in 0..10 {
+                client.search("rust".into()).await.unwrap();
+            }
+        }
+    };
+    mark_then_call("search-a").await;
     assert_eq!(
         a_engine.counters.started(),
         0,
@@ -154,14 +156,7 @@ async fn a_replica_on_a_suspect_node_is_called_only_when_every_other_is_suspect_
     );
     assert_eq!(b_engine.counters.started(), 10);
 
-    cluster
-        .registry
-        .register(suspect("search-b"))
-        .await
-        .unwrap();
-    for _ in 0..10 {
-        client.search("rust".into()).await.unwrap();
-    }
+    mark_then_call("search-b").await;
     assert_eq!(
         a_engine.counters.started(),
         5,

@@ -130,23 +130,31 @@ async fn a_silent_node_is_suspect_first_and_out_of_lookups_only_after_dead_after
     watcher.kill().await;
 }
 
+/// `a` at a gossip address of its own, seen by `b`, then killed and out of `b`'s lookups: its
+/// gossip address, generation and call address, and `b`.
+async fn a_dead_beside_b() -> (SocketAddr, u64, SocketAddr, Node, GossipRegistry) {
+    let p = free_udp();
+    let (a, a_registry) = node_with("a", &[], GossipConfig::new().listen(p)).await;
+    let generation = generation_of(&a_registry, "a");
+    let rpc = a.addr();
+    let (b, b_registry) = node_with("b", &[p], GossipConfig::new()).await;
+    seen(&b, 10 * SEC, |n| providers(n) == 2)
+        .await
+        .expect("b sees a");
+    a.kill().await;
+    seen(&b, 10 * SEC, |n| !lists(n, "a", generation))
+        .await
+        .expect("a is out of b's lookups");
+    (p, generation, rpc, b, b_registry)
+}
+
 // From the outside review: a node at the address of a dead one (a restart at the same port, an
 // IP recycled to another process) still lists the dead one in its digests. Only the newest
 // generation at a datagram's source is its sender, heard first-hand; the dead one must not look
 // live to a node that first hears of it from there.
 #[tokio::test]
 async fn a_dead_generation_at_a_restarted_nodes_address_never_looks_live_to_a_joiner() {
-    let p = free_udp();
-    let (a1, r1) = node_with("a", &[], GossipConfig::new().listen(p)).await;
-    let g1 = generation_of(&r1, "a");
-    let (b, rb) = node_with("b", &[p], GossipConfig::new()).await;
-    seen(&b, 10 * SEC, |n| providers(n) == 2)
-        .await
-        .expect("b sees a");
-    a1.kill().await;
-    seen(&b, 10 * SEC, |n| !lists(n, "a", g1))
-        .await
-        .expect("a is out of b's lookups");
+    let (p, g1, _, b, rb) = a_dead_beside_b().await;
     let (a2, _) = node_with(
         "a",
         &[rb.gossip_addr().unwrap()],
@@ -171,18 +179,7 @@ async fn a_dead_generation_at_a_restarted_nodes_address_never_looks_live_to_a_jo
 
 #[tokio::test]
 async fn a_dead_node_whose_addresses_another_took_neither_looks_live_nor_blocks_its_restart() {
-    let p = free_udp();
-    let (a1, r1) = node_with("a", &[], GossipConfig::new().listen(p)).await;
-    let g1 = generation_of(&r1, "a");
-    let rpc = a1.addr();
-    let (b, rb) = node_with("b", &[p], GossipConfig::new()).await;
-    seen(&b, 10 * SEC, |n| providers(n) == 2)
-        .await
-        .expect("b sees a");
-    a1.kill().await;
-    seen(&b, 10 * SEC, |n| !lists(n, "a", g1))
-        .await
-        .expect("a is out of b's lookups");
+    let (p, g1, rpc, b, rb) = a_dead_beside_b().await;
     // `c` takes a's gossip and call addresses, and learns a's dead state from b.
     let (c, _) = node_at(
         "c",
