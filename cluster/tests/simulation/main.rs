@@ -232,3 +232,32 @@ fn faults_the_seed_picks() {
         }
     });
 }
+
+/// Not an invariant but a figure, in sim time (no CPU to share, latencies of 1–20 ms): how long
+/// a new node takes to be in every node's lookups, and a silent crash to be out of them.
+/// Ignored by default; `SIM_NODES=100 cargo test -p cluster --features simulation --test
+/// simulation timings -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn timings() {
+    let mut c = Cluster::new(8, nodes());
+    c.converge(CONVERGE).expect("the cluster joins");
+    let (mut joins, mut crashes) = (Vec::new(), Vec::new());
+    for round in 0..5 {
+        let n = c.names.len();
+        c.add(&format!("n{n}"), false);
+        joins.push(c.converge(CONVERGE).expect("the new node is seen"));
+        c.run_for(SEC);
+        let victim = c.names[5 + round].clone();
+        c.partition(std::slice::from_ref(&victim));
+        c.crash(&victim);
+        crashes.push(c.converge(CONVERGE).expect("the crash is seen"));
+        c.run_for(SEC);
+    }
+    joins.sort();
+    crashes.sort();
+    println!(
+        "{} nodes, sim time: join into every lookup {joins:?}; silent crash out of every lookup {crashes:?}",
+        nodes()
+    );
+}
