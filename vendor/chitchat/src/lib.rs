@@ -958,7 +958,13 @@ mod tests {
         let mut node1 =
             Chitchat::with_chitchat_id_and_seeds(node_config1, empty_seeds.clone(), vec![]);
         let node_config2 = ChitchatConfig::for_test(10_002);
-        let mut node2 = Chitchat::with_chitchat_id_and_seeds(node_config2, empty_seeds, vec![]);
+        // Not upstream's: room for the 20,000 keys below, past the default limits.
+        let mut node2 = Chitchat::with_chitchat_id_and_seeds(node_config2, empty_seeds, vec![])
+            .with_limits(ChitchatLimits {
+                max_keys_per_node: 30_000,
+                max_bytes_per_node: 1 << 20,
+                ..ChitchatLimits::default()
+            });
         // Because of compression, we need a lot of keys to reach the MTU.
         for i in 0..20_000 {
             let key = format!("k{}", i);

@@ -1437,7 +1437,7 @@ mod tests {
         // We reset node 2
         delta.add_node(node2.clone(), 3, 0);
         delta.add_kv(&node2, "key_d", "4", 4, false);
-        cluster_state.apply_delta(delta);
+        cluster_state.apply_delta(delta, &ChitchatId::for_local_test(1));
 
         let node1_state = cluster_state.node_state(&node1).unwrap();
         assert_eq!(
@@ -1749,7 +1749,7 @@ mod tests {
                 },
             ],
         };
-        node_state.apply_delta(node_delta, Instant::now());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
         assert_eq!(node_state.num_key_values(), 3);
         assert_eq!(node_state.max_version(), 4);
         assert_eq!(node_state.last_gc_version, 0);
@@ -1778,7 +1778,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
         let versioned_a = node_state.get_versioned("key_a").unwrap();
         assert_eq!(versioned_a.version, 3);
         assert_eq!(versioned_a.status, DeletionStatus::Set);
@@ -1802,7 +1802,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
         let versioned_a = node_state.get_versioned("key_a").unwrap();
         assert_eq!(versioned_a.version, 5);
         assert_eq!(versioned_a.status, DeletionStatus::Set);
@@ -1833,7 +1833,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
         let versioned_a = node_state.get_versioned("key_a").unwrap();
         assert_eq!(versioned_a.version, 32);
         assert_eq!(node_state.max_version(), 32);
@@ -1859,7 +1859,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
         assert!(node_state.get_versioned("key_a").is_none());
         let versioned_b = node_state.get_versioned("key_b").unwrap();
         assert_eq!(versioned_b.version, 32);
@@ -1886,7 +1886,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
         assert_eq!(node_state.max_version, 32);
         let versioned_b = node_state.get_versioned("key_b").unwrap();
         assert_eq!(versioned_b.version, 32);
@@ -1928,7 +1928,7 @@ mod tests {
             }],
         };
 
-        let delta_status = node_state.apply_delta(node_delta, Instant::now());
+        let delta_status = node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
 
         assert_eq!(delta_status, DeltaStatus::ApplyAfterReset);
         let monotonic_after = node_state.monotonic_property();
@@ -1977,7 +1977,7 @@ mod tests {
             }],
         };
 
-        let delta_status = node_state_a.apply_delta(node_delta, Instant::now());
+        let delta_status = node_state_a.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
         assert_eq!(delta_status, DeltaStatus::Apply);
         assert_eq!(node_state_a.max_version(), 100);
         assert_eq!(node_state_a.get("key_b").unwrap(), "val_b");
@@ -1998,7 +1998,7 @@ mod tests {
         delta.add_node(node.clone(), 20, 0);
         delta.add_kv(&node, "key_b", "val_b", 18, false);
 
-        let contains_reset = cluster_state.apply_delta(delta);
+        let contains_reset = cluster_state.apply_delta(delta, &ChitchatId::for_local_test(1));
         assert!(!contains_reset);
 
         let node_state_after = cluster_state.node_state(&node).unwrap();
