@@ -323,7 +323,8 @@ fn chitchat_config() -> ChitchatConfig {
         marked_for_deletion_grace_period: Duration::from_secs(3600),
         catchup_callback: None,
         extra_liveness_predicate: None,
-        protocol_version: chitchat::ProtocolVersion::V0,
+        protocol_version: chitchat::ProtocolVersion::V2,
+        datagram_budget: chitchat::DEFAULT_DATAGRAM_BUDGET,
     }
 }
 

@@ -217,9 +217,9 @@ async fn main() {
         everywhere(&traces, started, &p.name, true).await;
     }
     println!(
-        "{nodes} nodes ({processes} processes, {WATCHERS} watchers in the bench) converged {:.1} s after the first start; digest {} B",
+        "{nodes} nodes ({processes} processes, {WATCHERS} watchers in the bench) converged {:.1} s after the first start; digest {}",
         started.elapsed().as_secs_f64(),
-        registries[0].digest_bytes().await
+        parts(&registries[0]).await
     );
     let settle = || tokio::time::sleep(Duration::from_millis(500));
     let (traffic_from, churn_from) = (registries[0].traffic(), Instant::now());
@@ -270,9 +270,9 @@ async fn main() {
         "\nstalls of {stall_ms} ms (SIGSTOP, SIGCONT): {stalls_lost} of {rounds} took the node out of a watcher's lookup"
     );
     println!(
-        "digest after {} departures: {} B",
+        "digest after {} departures: {}",
         rounds * 2,
-        registries[0].digest_bytes().await
+        parts(&registries[0]).await
     );
     let (traffic, secs) = (registries[0].traffic(), churn_from.elapsed().as_secs_f64());
     println!(
@@ -286,4 +286,10 @@ async fn main() {
         w.kill().await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The digest a watcher sends each peer in a round, in bytes and datagrams.
+async fn parts(registry: &GossipRegistry) -> String {
+    let (parts, bytes) = registry.digest_parts().await;
+    format!("{bytes} B in {parts} datagram(s)")
 }

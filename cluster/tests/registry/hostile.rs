@@ -149,7 +149,7 @@ async fn a_datagram_full_of_compressed_blocks_is_refused_and_gossip_goes_on() {
 }
 
 #[tokio::test]
-async fn a_v1_message_is_refused_by_a_node_that_speaks_v0() {
+async fn a_v1_message_is_refused_before_it_is_read() {
     let v1 = syn_v1();
     let refused = ChitchatEnvelope::deserialize_up_to(&mut &v1[..], ProtocolVersion::V0);
     assert!(refused.is_err());

@@ -119,9 +119,9 @@ async fn a_registration_past_the_nodes_own_limit_is_refused_by_name() {
             break;
         }
     }
-    // `rpc`, `status`, `rev`, `frame` and `wire`, and 11 services.
+    // `rpc`, `status`, `rev`, `frame`, `wire` and `chitchat.protocol`, and 10 services.
     let Some((
-        11,
+        10,
         RegistryError::NodeFull {
             setting,
             size,

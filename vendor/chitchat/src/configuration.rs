@@ -41,7 +41,14 @@ pub struct ChitchatConfig {
     /// compresses the digest. This MUST stay `V0` until every node in the cluster runs a version
     /// able to decode the newer format.
     pub protocol_version: ProtocolVersion,
+    /// Not upstream's: the most bytes of a V2 SYN, and of a SYN-ACK whose delta is empty, so
+    /// that each fits one unfragmented datagram once the transport has added its own (`parts.rs`).
+    pub datagram_budget: usize,
 }
+
+/// Not upstream's: the default `datagram_budget`: IPv6's minimum MTU (1,280) less its IP and
+/// UDP headers, which every path carries unfragmented (QUIC's and DNS's choice too).
+pub const DEFAULT_DATAGRAM_BUDGET: usize = 1_232;
 
 impl ChitchatConfig {
     #[cfg(test)]
@@ -59,6 +66,7 @@ impl ChitchatConfig {
             catchup_callback: None,
             extra_liveness_predicate: None,
             protocol_version: ProtocolVersion::V0,
+            datagram_budget: DEFAULT_DATAGRAM_BUDGET,
         }
     }
 }
@@ -79,6 +87,7 @@ impl Default for ChitchatConfig {
             catchup_callback: None,
             extra_liveness_predicate: None,
             protocol_version: ProtocolVersion::V0,
+            datagram_budget: DEFAULT_DATAGRAM_BUDGET,
         }
     }
 }

@@ -11,6 +11,9 @@ mod limits;
 mod listener;
 mod message;
 mod message_serialize;
+mod parts;
+#[cfg(test)]
+mod tests_v2;
 pub(crate) mod serialize;
 mod server;
 mod state;
@@ -35,7 +38,7 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 use tracing::{error, info, warn};
 
-pub use self::configuration::{CatchupCallback, ChitchatConfig};
+pub use self::configuration::{CatchupCallback, ChitchatConfig, DEFAULT_DATAGRAM_BUDGET};
 pub use self::state::{ClusterStateSnapshot, NodeState};
 use crate::digest::Digest;
 pub use crate::message::{ChitchatEnvelope, ChitchatMessage, ProtocolVersion};
@@ -79,6 +82,10 @@ pub(crate) const fn delta_mtu(reserved_len: usize) -> usize {
         .saturating_sub(reserved_len)
 }
 
+/// Not upstream's: the key under which a node says the newest protocol version it speaks
+/// (`Chitchat::version_for`), from V2 on.
+pub const PROTOCOL_KEY: &str = "chitchat.protocol";
+
 /// To prevent dead nodes from being recorded again after deletion,
 /// we keep a local memory of the last nodes that were garbage collected.
 pub(crate) const GARBAGE_COLLECTED_NODE_HISTORY_SIZE: NonZeroUsize =
@@ -108,6 +115,7 @@ impl Chitchat {
         initial_key_values: Vec<(String, String)>,
     ) -> Self {
         let failure_detector = FailureDetector::new(config.failure_detector_config.clone());
+        let protocol_version = config.protocol_version;
         let previous_live_nodes = HashMap::new();
         let (live_nodes_watcher_tx, live_nodes_watcher_rx) = watch::channel(BTreeMap::new());
         let mut chitchat = Chitchat {
@@ -130,6 +138,10 @@ impl Chitchat {
         for (key, value) in initial_key_values {
             self_node_state.set(key, value);
         }
+        // Not upstream's: the version this node speaks, for peers to ask it in (`version_for`).
+        if protocol_version >= ProtocolVersion::V2 {
+            self_node_state.set(PROTOCOL_KEY, protocol_version.to_code());
+        }
         chitchat
     }
 
@@ -140,6 +152,72 @@ impl Chitchat {
             cluster_id: self.config.cluster_id.clone(),
             digest,
         }
+    }
+
+    /// Not upstream's: the SYNs of one exchange in `version`: the whole digest in one (V0, V1),
+    /// or in parts that each fit `ChitchatConfig::datagram_budget` (V2, `parts.rs`).
+    pub(crate) fn create_syn_messages(&self, version: ProtocolVersion) -> Vec<ChitchatMessage> {
+        if version < ProtocolVersion::V2 {
+            return vec![self.create_syn_message()];
+        }
+        let scheduled_for_deletion: HashSet<_> = self.scheduled_for_deletion_nodes().collect();
+        let cluster_id = &self.config.cluster_id;
+        let budget = self
+            .datagram_budget()
+            .saturating_sub(cluster_id.serialized_len());
+        parts::split(
+            self.cluster_state.node_states(),
+            self.self_chitchat_id(),
+            &scheduled_for_deletion,
+            budget,
+        )
+        .into_iter()
+        .map(|digest| ChitchatMessage::Syn {
+            cluster_id: cluster_id.clone(),
+            digest,
+        })
+        .collect()
+    }
+
+    /// Not upstream's: the protocol version to ask the node at `addr` in. A node gossips the
+    /// newest version it speaks under [`PROTOCOL_KEY`] from V2 on; a node of an earlier release
+    /// says nothing and refuses what is newer than it speaks, and so does a node whose state is
+    /// not known here yet: both are asked in V0, which every release reads, and answer in it.
+    /// A cluster in the middle of a rolling upgrade thus keeps gossiping both ways.
+    pub(crate) fn version_for(&self, addr: SocketAddr) -> ProtocolVersion {
+        let theirs = self
+            .cluster_state
+            .node_states()
+            .iter()
+            .filter(|(id, _)| id.gossip_advertise_addr == addr)
+            .max_by_key(|(id, _)| id.generation_id)
+            .and_then(|(_, state)| state.get(PROTOCOL_KEY))
+            .and_then(|code| code.parse().ok())
+            .and_then(ProtocolVersion::from_code)
+            .unwrap_or(ProtocolVersion::V0);
+        theirs.min(self.config.protocol_version)
+    }
+
+    /// Not upstream's: the bytes a digest part may take in a message of its own: the budget
+    /// less the message header.
+    fn datagram_budget(&self) -> usize {
+        self.config
+            .datagram_budget
+            .saturating_sub(ChitchatEnvelope::HEADER_LEN)
+    }
+
+    /// Not upstream's: how many datagrams a round's SYN to one peer takes in V2, and the bytes
+    /// of the whole digest in V2's encoding: what gossip costs as the cluster grows.
+    pub fn digest_parts(&self) -> (usize, usize) {
+        let parts = self.create_syn_messages(ProtocolVersion::V2);
+        let bytes = parts
+            .iter()
+            .map(|syn| match syn {
+                ChitchatMessage::Syn { digest, .. } => digest.serialized_len(ProtocolVersion::V2),
+                _ => 0,
+            })
+            .sum();
+        (parts.len(), bytes)
     }
 
     /// Digest contains important information about the list of members in
@@ -207,19 +285,21 @@ impl Chitchat {
     }
 
     pub(crate) fn process_message(&mut self, msg: ChitchatMessage) -> Option<ChitchatMessage> {
-        self.process_message_from(None, msg)
+        self.process_message_from(None, ProtocolVersion::V0, msg)
     }
 
-    /// Not upstream's: [`Self::process_message`] for a message that came from `from`, whose
-    /// sender's own heartbeat is first-hand (`report_heartbeats_in_digest_from`). A node made
-    /// live by it is published to the live-nodes watcher at once, not at the end of the round.
+    /// Not upstream's: [`Self::process_message`] for a message that came from `from` in
+    /// `version`, whose sender's own heartbeat is first-hand (`report_heartbeats_in_digest_from`).
+    /// A node made live by it is published to the live-nodes watcher at once, not at the end of
+    /// the round. A SYN in V2 is answered for the range it covers (`parts.rs`).
     pub(crate) fn process_message_from(
         &mut self,
         from: Option<SocketAddr>,
+        version: ProtocolVersion,
         msg: ChitchatMessage,
     ) -> Option<ChitchatMessage> {
         let mut revived = false;
-        let reply = self.answer(from, msg, &mut revived);
+        let reply = self.answer(from, version, msg, &mut revived);
         self.liveness_due |= revived;
         // At most one pass over every node per `REVIVAL_PASS_EVERY`: a peer that revives one
         // forged node per datagram would otherwise make each datagram cost O(nodes). A pass
@@ -275,6 +355,7 @@ impl Chitchat {
     fn answer(
         &mut self,
         from: Option<SocketAddr>,
+        version: ProtocolVersion,
         msg: ChitchatMessage,
         revived: &mut bool,
     ) -> Option<ChitchatMessage> {
@@ -293,12 +374,24 @@ impl Chitchat {
                 *revived |= self.report_heartbeats_in_digest_from(&digest, from);
                 let scheduled_for_deletion: HashSet<_> =
                     self.scheduled_for_deletion_nodes().collect();
-                let self_digest = self.compute_digest(&scheduled_for_deletion);
-                let protocol_version = self.config.protocol_version;
+                // Not upstream's: a V2 part is answered for its range, in a datagram of the
+                // same budget when the delta is empty.
+                let self_digest = if version >= ProtocolVersion::V2 {
+                    let empty_delta = Delta::default().serialized_len();
+                    parts::reply(
+                        self.cluster_state.node_states(),
+                        self.self_chitchat_id(),
+                        &scheduled_for_deletion,
+                        &digest,
+                        self.datagram_budget().saturating_sub(empty_delta),
+                    )
+                } else {
+                    self.compute_digest(&scheduled_for_deletion)
+                };
                 let unshared = self.unshared_with(&digest, &scheduled_for_deletion);
                 let delta = self.cluster_state.compute_partial_delta_respecting_mtu(
                     &digest,
-                    delta_mtu(self_digest.serialized_len(protocol_version)),
+                    delta_mtu(self_digest.serialized_len(version)),
                     &unshared,
                 );
                 Some(ChitchatMessage::SynAck {
@@ -319,6 +412,11 @@ impl Chitchat {
                     delta_mtu(0),
                     &unshared,
                 );
+                // Not upstream's: an empty ACK tells the peer nothing; a third of the
+                // datagrams of a quiet cluster's gossip were empty ACKs.
+                if delta.node_deltas.is_empty() {
+                    return None;
+                }
                 Some(ChitchatMessage::Ack { delta })
             }
             ChitchatMessage::Ack { delta } => {
@@ -752,8 +850,10 @@ mod tests {
     fn run_chitchat_handshake(initiating_node: &mut Chitchat, peer_node: &mut Chitchat) {
         let syn_message = initiating_node.create_syn_message();
         let syn_ack_message = peer_node.process_message(syn_message).unwrap();
-        let ack_message = initiating_node.process_message(syn_ack_message).unwrap();
-        assert!(peer_node.process_message(ack_message).is_none());
+        // Not upstream's: an empty ACK is not sent.
+        if let Some(ack_message) = initiating_node.process_message(syn_ack_message) {
+            assert!(peer_node.process_message(ack_message).is_none());
+        }
     }
 
     /// Checks that all of the non-deleted key-values pairs are the same in
@@ -810,7 +910,10 @@ mod tests {
             marked_for_deletion_grace_period: Duration::from_secs(3_600),
             catchup_callback: None,
             extra_liveness_predicate: None,
-            protocol_version: ProtocolVersion::V0,
+            // Not upstream's: the nodes of these tests gossip as `cluster`'s do, in V2, with
+            // a budget small enough that a few nodes' digest takes several parts.
+            protocol_version: ProtocolVersion::V2,
+            datagram_budget: 200,
         };
         start_node_with_config(transport, config).await
     }
@@ -1029,6 +1132,7 @@ mod tests {
                 node_state.get("READY") == Some("true")
             })),
             protocol_version: ProtocolVersion::V0,
+            datagram_budget: DEFAULT_DATAGRAM_BUDGET,
         };
         let mut nodes = Vec::new();
         for chitchat_id in &chitchat_ids {

@@ -95,6 +95,9 @@ pub enum ProtocolVersion {
     V0 = 0,
     /// The digest is serialized using the V1 (compressed) wire format.
     V1 = 1,
+    /// Not upstream's: a digest in parts, each covering a range of node ids in one unfragmented
+    /// datagram, in a compact encoding (`parts.rs`).
+    V2 = 2,
 }
 
 impl ProtocolVersion {
@@ -102,6 +105,7 @@ impl ProtocolVersion {
         match code {
             0 => Some(Self::V0),
             1 => Some(Self::V1),
+            2 => Some(Self::V2),
             _ => None,
         }
     }

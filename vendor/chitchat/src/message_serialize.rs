@@ -114,7 +114,7 @@ impl ChitchatEnvelope {
     /// responder echoes it so its reply is encoded with a format the
     /// initiator is guaranteed to understand.
     pub fn deserialize(buf: &mut &[u8]) -> anyhow::Result<Self> {
-        Self::deserialize_up_to(buf, ProtocolVersion::V1)
+        Self::deserialize_up_to(buf, ProtocolVersion::V2)
     }
 
     /// Deserializes a message of protocol version `newest` or older; a newer one is refused

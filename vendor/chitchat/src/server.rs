@@ -210,7 +210,8 @@ impl ChitchatHandle {
         self.join_handle.await?
     }
 
-    /// Performs a Chitchat "handshake" with another UDP server.
+    /// Performs a Chitchat "handshake" with another UDP server. Not upstream's: with one part of
+    /// the digest in V2, a different part each time (`parts.rs`); a gossip round sends them all.
     pub fn gossip(&self, addr: SocketAddr) -> Result<(), anyhow::Error> {
         self.command_tx.send(Command::Gossip(addr))?;
         Ok(())
@@ -237,6 +238,8 @@ struct Server {
     chitchat: Arc<Mutex<Chitchat>>,
     transport: Box<dyn Socket>,
     rng: SmallRng,
+    /// Not upstream's: which part of the digest the next single-part exchange carries.
+    next_part: usize,
 }
 
 impl Server {
@@ -251,6 +254,7 @@ impl Server {
             command_rx,
             transport,
             rng,
+            next_part: 0,
         }
     }
 
@@ -291,7 +295,7 @@ impl Server {
                 },
                 command = self.command_rx.recv() => match command {
                     Some(Command::Gossip(addr)) => {
-                        let _ = self.gossip(addr).await;
+                        let _ = self.gossip_part(addr).await;
                     },
                     Some(Command::Shutdown) | None => break,
                 }
@@ -317,7 +321,7 @@ impl Server {
                 debug!(from=%from_addr, ?version, "dropped a message of a newer protocol version");
                 return Ok(());
             }
-            chitchat.process_message_from(Some(from_addr), envelope.message)
+            chitchat.process_message_from(Some(from_addr), version, envelope.message)
         };
         // Send the reply, if any, echoing the version the peer used: having
         // decoded its message we know it supports that format, so the reply is
@@ -389,18 +393,41 @@ impl Server {
         chitchat_guard.update_nodes_liveness();
     }
 
-    /// Gossips with another peer.
+    /// Gossips with another peer: a SYN for every part of the digest (not upstream's: one
+    /// datagram each, `parts.rs`), in the version the peer speaks.
     async fn gossip(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
-        let syn = {
+        let (version, syns) = {
             let chitchat = self.chitchat.lock().await;
-            ChitchatEnvelope {
-                version: chitchat.config.protocol_version,
-                message: chitchat.create_syn_message(),
-            }
+            let version = chitchat.version_for(addr);
+            (version, chitchat.create_syn_messages(version))
         };
-        self.transport.send(addr, syn).await?;
+        for message in syns {
+            self.transport
+                .send(addr, ChitchatEnvelope { version, message })
+                .await?;
+        }
         Ok(())
     }
+
+    /// Not upstream's: an exchange of one part of the digest, a different one each time
+    /// ([`ChitchatHandle::gossip`]): every part lists this node's own entry, so one is enough
+    /// to be heard first-hand and to have the peer ask for this node's news.
+    async fn gossip_part(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
+        let syn = {
+            let chitchat = self.chitchat.lock().await;
+            let version = chitchat.version_for(addr);
+            let mut syns = chitchat.create_syn_messages(version);
+            self.next_part = self.next_part.wrapping_add(1);
+            let part = self.next_part % syns.len().max(1);
+            syns.truncate(part + 1);
+            syns.pop().map(|message| ChitchatEnvelope { version, message })
+        };
+        if let Some(syn) = syn {
+            self.transport.send(addr, syn).await?;
+        }
+        Ok(())
+    }
+
 }
 
 #[derive(Debug)]

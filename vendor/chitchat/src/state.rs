@@ -458,7 +458,7 @@ impl NodeState {
         }
     }
 
-    fn digest(&self) -> NodeDigest {
+    pub(crate) fn digest(&self) -> NodeDigest {
         NodeDigest {
             heartbeat: self.heartbeat,
             last_gc_version: self.last_gc_version,
@@ -746,6 +746,7 @@ impl ClusterState {
                 .filter(|(chitchat_id, _)| !scheduled_for_deletion.contains(chitchat_id))
                 .map(|(chitchat_id, node_state)| (chitchat_id.clone(), node_state.digest()))
                 .collect(),
+            covers: Default::default(),
         }
     }
 
@@ -768,6 +769,12 @@ impl ClusterState {
 
         for (chitchat_id, node_state) in &self.node_states {
             if scheduled_for_deletion.contains(chitchat_id) {
+                continue;
+            }
+            // Not upstream's: a V2 part speaks for the nodes it lists and those in its range
+            // (`parts.rs`); of the others it says nothing, not that the sender lacks them.
+            let listed = digest.node_digests.get(chitchat_id);
+            if listed.is_none() && !digest.covers.contains(chitchat_id) {
                 continue;
             }
 

@@ -19,10 +19,11 @@ use crate::registry::RegistryError;
 /// | `gossip_interval` | 200 ms | a crashed node is out of every lookup in about 2 s (30 nodes) |
 /// | `phi_threshold` | 6 | past it a node is *suspect*: still in lookups, called only when no replica that is not suspect can be (about 0.4–1.2 s of silence, shorter in larger clusters, where heartbeats are relayed more often) |
 /// | `dead_after` | 2 s | the least silence before a node is dead and out of every lookup: a stall shorter than this (a pause, a starved CPU) takes no provider away; a crash is out of every lookup in this and one round. 0: no suspect phase, phi alone declares a node dead (as before issue 14: after about 0.6 s of silence) |
-/// | `push_fanout` | 128 | a change of this node's own state (its start, a registration) is pushed at once to this many peers, live ones first (all of them in a cluster of up to 129); the rest hear it by gossip, in a round or two. Each push costs a digest of every node each way |
+/// | `push_fanout` | 128 | a change of this node's own state (its start, a registration) is pushed at once to this many peers, live ones first (all of them in a cluster of up to 129); the rest hear it by gossip, in a round or two. Each push is one datagram of the digest each way |
+/// | `max_datagram` | 1,232 bytes | a gossip round's SYN to a peer is as many datagrams of at most this size as the digest of every node takes (about 50 nodes a datagram), each answered with one of the same size when there is no news: none is IP-fragmented on any path, since 1,232 is IPv6's minimum MTU less its headers. Raise it on a network whose MTU is known to be larger (8,952 with 9,000-byte jumbo frames). A datagram carrying state (a registration's entry of up to `max_entry_bytes`) is larger |
 /// | `purge_after` | 1 h | a dead node's state is forgotten after this |
 /// | `max_entry_bytes` | 16 KiB | chitchat silently stops replicating a node that has a value of 64 KB or more |
-/// | `max_nodes` | 1,024 | every SYN carries every node's id in one datagram: about 1,200 ids of 10 characters fit |
+/// | `max_nodes` | 1,024 | each node costs every node a failure-detector window (800 bytes) and its share of every round's digest (about 25 bytes); a node of an earlier release asks for the whole digest in one datagram, where about 1,200 ids of 10 characters fit |
 /// | `max_keys_per_node` | 256 | a node holds 5 keys and one per service (a deleted one stays for `purge_after`) |
 /// | `max_bytes_per_node` | 256 KiB | sixteen entries of `max_entry_bytes`, a hundred of a usual 2 KiB |
 ///
@@ -57,6 +58,8 @@ pub struct GossipConfig {
     pub dead_after: Duration,
     /// The most peers a change of this node's own state is pushed to at once.
     pub push_fanout: usize,
+    /// The most bytes of a gossip datagram that carries no news (sealed).
+    pub max_datagram: usize,
     /// How long a dead node's state is kept.
     pub purge_after: Duration,
     /// The largest encoded service description accepted at registration.
@@ -83,6 +86,7 @@ impl Default for GossipConfig {
             phi_threshold: 6.0,
             dead_after: Duration::from_secs(2),
             push_fanout: 128,
+            max_datagram: chitchat::DEFAULT_DATAGRAM_BUDGET,
             purge_after: Duration::from_secs(3600),
             max_entry_bytes: 16 * 1024,
             max_nodes: 1024,
@@ -169,6 +173,14 @@ impl GossipConfig {
         self
     }
 
+    /// The most bytes of a gossip datagram that carries no news, sealed: the digest of every
+    /// node goes in as many datagrams of this size as it takes (1,232 by default, which no
+    /// path fragments; 576 to 65,507).
+    pub fn max_datagram(mut self, bytes: usize) -> Self {
+        self.max_datagram = bytes;
+        self
+    }
+
     /// How long a dead node's state is kept.
     pub fn purge_after(mut self, period: Duration) -> Self {
         self.purge_after = period;
@@ -231,6 +243,9 @@ impl GossipConfig {
         if self.push_fanout > usize::from(u16::MAX) {
             return bad("push_fanout", &self.push_fanout, "0..=65535");
         }
+        if !MAX_DATAGRAM.contains(&self.max_datagram) {
+            return bad("max_datagram", &self.max_datagram, "576..=65507");
+        }
         if !within(self.purge_after, &PURGE_AFTER) {
             return bad("purge_after", &self.purge_after, "1s..=30 days");
         }
@@ -282,8 +297,10 @@ const PURGE_AFTER: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(30 * 24 * 3600);
 const REPLAY_WINDOW: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(24 * 3600);
-/// A node's own keys besides its services (`rpc`, `status`, `rev`, `frame`, `wire`), and room
-/// for a few services.
+/// From IPv4's least datagram every host must take whole to UDP's largest.
+const MAX_DATAGRAM: RangeInclusive<usize> = 576..=65_507;
+/// A node's own keys besides its services (`rpc`, `status`, `rev`, `frame`, `wire`,
+/// `chitchat.protocol`), and room for a few services.
 const MIN_KEYS: usize = 16;
 /// Room for those keys' bytes.
 const MIN_OWN_BYTES: usize = 1024;
@@ -357,6 +374,8 @@ mod tests {
         refused(c().max_nodes(1 << 20), "max_nodes");
         refused(c().max_keys_per_node(4), "max_keys_per_node");
         refused(c().max_bytes_per_node(1024), "max_bytes_per_node");
+        refused(c().max_datagram(575), "max_datagram");
+        refused(c().max_datagram(65_508), "max_datagram");
     }
 
     #[test]
@@ -369,6 +388,8 @@ mod tests {
             c().max_nodes(2),
             c().max_keys_per_node(16),
             c().max_entry_bytes(1).max_bytes_per_node(1025),
+            c().max_datagram(576),
+            c().max_datagram(65_507),
         ] {
             config.validate().unwrap();
         }

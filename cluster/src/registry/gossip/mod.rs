@@ -42,6 +42,10 @@ pub struct GossipTraffic {
     pub received_bytes: u64,
     /// Datagrams received, dropped ones included.
     pub received_datagrams: u64,
+    /// Datagrams sent larger than [`GossipConfig::max_datagram`]: those carrying state (a
+    /// registration's entry), and digests asked for whole by a node of an earlier release. In
+    /// a cluster with no news this count stays still.
+    pub oversized_datagrams: u64,
 }
 
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
@@ -250,14 +254,14 @@ impl GossipRegistry {
             .map_or(0, |r| r.total())
     }
 
-    /// The bytes of the digest of every node state this node knows, which every gossip
-    /// message it starts or answers carries (0 when stopped). Past about 1,450 bytes (some 25
-    /// nodes) a SYN is fragmented on a 1,500-byte MTU network; `docs/registry.md` says what that
-    /// costs.
-    pub async fn digest_bytes(&self) -> usize {
+    /// The digest of every node state this node knows, which its gossip rounds send to each
+    /// peer they pick: in how many datagrams (each within [`GossipConfig::max_datagram`], and
+    /// each answered by one), and its bytes in all, before sealing. `(0, 0)` when stopped.
+    /// `docs/registry.md` says what that costs as a cluster grows.
+    pub async fn digest_parts(&self) -> (usize, usize) {
         match self.running() {
-            Some(running) => running.chitchat.lock().await.digest_len(),
-            None => 0,
+            Some(running) => running.chitchat.lock().await.digest_parts(),
+            None => (0, 0),
         }
     }
 
@@ -270,6 +274,7 @@ impl GossipRegistry {
             sent_datagrams: read(&t.sent_datagrams),
             received_bytes: read(&t.received_bytes),
             received_datagrams: read(&t.received_datagrams),
+            oversized_datagrams: read(&t.oversized_datagrams),
         }
     }
 
@@ -318,6 +323,7 @@ impl GossipRegistry {
         };
         let carriage = transport::GossipTransport {
             sealer,
+            max_datagram: config.max_datagram,
             dropped: self.inner.dropped.clone(),
             traffic: self.inner.traffic.clone(),
         };
@@ -359,6 +365,8 @@ impl GossipRegistry {
                 catchup_callback: None,
                 extra_liveness_predicate: None,
                 protocol_version: transport::PROTOCOL,
+                // What chitchat writes; the seal adds its own.
+                datagram_budget: config.max_datagram.saturating_sub(carriage.overhead()),
             };
             let limits = ChitchatLimits {
                 max_nodes: config.max_nodes,

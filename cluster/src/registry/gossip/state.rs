@@ -246,6 +246,7 @@ mod tests {
             catchup_callback: None,
             extra_liveness_predicate: None,
             protocol_version: ProtocolVersion::V0,
+            datagram_budget: chitchat::DEFAULT_DATAGRAM_BUDGET,
         };
         let (_, seeds) = tokio::sync::watch::channel(HashSet::new());
         Chitchat::with_chitchat_id_and_seeds(config, seeds, keys)

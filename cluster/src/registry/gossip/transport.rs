@@ -33,14 +33,17 @@ const MAX_PENDING: usize = 64;
 const MAX_PENDING_PER_SOURCE: usize = 4;
 /// How long a first half waits.
 const PART_TIMEOUT: Duration = Duration::from_secs(2);
-/// The protocol every node speaks, and the newest a datagram may be in: V1's compressed digest
-/// is refused before it is read.
-pub(super) const PROTOCOL: ProtocolVersion = ProtocolVersion::V0;
+/// The protocol every node speaks, and the newest a datagram may be in: digests in parts of one
+/// unfragmented datagram each (`vendor/chitchat/src/parts.rs`). A peer of an earlier release,
+/// which speaks V0 only, is asked in V0 and answered in it.
+pub(super) const PROTOCOL: ProtocolVersion = ProtocolVersion::V2;
 /// At most one WARN about dropped datagrams this often.
 pub(super) const LOG_EVERY: Duration = Duration::from_secs(10);
 
 pub(super) struct GossipTransport {
     pub(super) sealer: Option<Arc<Sealer>>,
+    /// `GossipConfig::max_datagram`: a datagram past it is counted as oversized.
+    pub(super) max_datagram: usize,
     pub(super) dropped: Arc<Dropped>,
     pub(super) traffic: Arc<Traffic>,
 }
@@ -53,18 +56,34 @@ pub(super) struct Traffic {
     pub(super) sent_datagrams: AtomicU64,
     pub(super) received_bytes: AtomicU64,
     pub(super) received_datagrams: AtomicU64,
+    /// Datagrams sent larger than `GossipConfig::max_datagram`.
+    pub(super) oversized_datagrams: AtomicU64,
 }
 
 impl Traffic {
-    fn sent(&self, bytes: usize) {
+    fn sent(&self, bytes: usize, max_datagram: usize) {
         self.sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         self.sent_datagrams.fetch_add(1, Ordering::Relaxed);
+        if bytes > max_datagram {
+            self.oversized_datagrams.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn received(&self, bytes: usize) {
         self.received_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
         self.received_datagrams.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl GossipTransport {
+    /// What the transport adds to each of chitchat's datagrams.
+    pub(super) fn overhead(&self) -> usize {
+        if self.sealer.is_some() {
+            seal::OVERHEAD
+        } else {
+            0
+        }
     }
 }
 
@@ -77,6 +96,7 @@ impl Transport for GossipTransport {
         Ok(Box::new(GossipSocket {
             socket,
             sealer: self.sealer.clone(),
+            max_datagram: self.max_datagram,
             dropped: self.dropped.clone(),
             traffic: self.traffic.clone(),
             buf: vec![0; MAX_DATAGRAM + 1].into_boxed_slice(),
@@ -89,6 +109,7 @@ impl Transport for GossipTransport {
 struct GossipSocket {
     socket: crate::net::UdpSocket,
     sealer: Option<Arc<Sealer>>,
+    max_datagram: usize,
     dropped: Arc<Dropped>,
     traffic: Arc<Traffic>,
     buf: Box<[u8]>,
@@ -116,7 +137,7 @@ impl Socket for GossipSocket {
         // A failed send costs that datagram (gossip sends again next round), never the
         // transport: chitchat would stop on an error.
         if bytes.len() <= MAX_DATAGRAM {
-            self.traffic.sent(bytes.len());
+            self.traffic.sent(bytes.len(), self.max_datagram);
             if let Err(e) = self.socket.send_to(&bytes, to).await {
                 tracing::debug!("a gossip datagram to {to} was not sent: {e}");
             }
@@ -129,7 +150,7 @@ impl Socket for GossipSocket {
                 part.extend_from_slice(&self.next_id.to_be_bytes());
                 part.push(index as u8);
                 part.extend_from_slice(chunk);
-                self.traffic.sent(part.len());
+                self.traffic.sent(part.len(), self.max_datagram);
                 if let Err(e) = self.socket.send_to(&part, to).await {
                     tracing::debug!("a gossip datagram to {to} was not sent: {e}");
                 }
@@ -185,8 +206,13 @@ impl Socket for GossipSocket {
                 }
                 (None, false) => whole,
             };
-            // A newer protocol version is refused before its body is read: V1's digest is a
-            // compressed stream this node never needs to decompress.
+            // A newer protocol version is refused before its body is read, and so is V1,
+            // upstream's compressed digest, which no node of ours sends.
+            if plain.get(2) == Some(&ProtocolVersion::V1.to_code()) {
+                self.dropped
+                    .note(from, "gossip protocol V1, which this node does not speak");
+                continue;
+            }
             match ChitchatEnvelope::deserialize_up_to(&mut &plain[..], PROTOCOL) {
                 Ok(envelope) => {
                     return Ok(RecvOutcome {
@@ -313,6 +339,7 @@ mod tests {
         GossipSocket {
             socket: crate::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
             sealer: None,
+            max_datagram: chitchat::DEFAULT_DATAGRAM_BUDGET,
             dropped: Arc::default(),
             traffic: Arc::default(),
             buf: vec![0; 16].into_boxed_slice(),
