@@ -46,6 +46,27 @@ impl Covers {
     }
 }
 
+/// The node states a digest speaks for: those in its range, then those it lists outside it.
+pub(crate) fn spoken_for<'a>(
+    states: &'a BTreeMap<ChitchatId, NodeState>,
+    digest: &'a Digest,
+) -> impl Iterator<Item = (&'a ChitchatId, &'a NodeState)> + 'a {
+    let covers = &digest.covers;
+    let start = match &covers.from {
+        Some(from) => std::ops::Bound::Included(from),
+        None => std::ops::Bound::Unbounded,
+    };
+    let in_range = states
+        .range((start, std::ops::Bound::Unbounded))
+        .take_while(move |(id, _)| covers.contains(id));
+    let listed = digest
+        .node_digests
+        .keys()
+        .filter(move |id| !covers.contains(id))
+        .filter_map(move |id| states.get_key_value(id));
+    in_range.chain(listed)
+}
+
 /// The entries of a digest part that `state` holds: ids in `covers`, in order, without those
 /// scheduled for deletion.
 fn in_range<'a>(
@@ -105,7 +126,8 @@ pub(crate) fn reply(
     budget: usize,
 ) -> Digest {
     let own_digest = states.get(own).map(NodeState::digest).unwrap_or_default();
-    let longest = longest_id(states.keys().chain(asked.covers.to.iter()));
+    let range = in_range(states, &asked.covers, skip).map(|(id, _)| id);
+    let longest = longest_id(range.chain(asked.covers.to.iter()));
     let mut part = Part::new(own, own_digest, asked.covers.from.clone(), longest);
     for id in asked.node_digests.keys() {
         if let Some(state) = states.get(id)

@@ -767,14 +767,11 @@ impl ClusterState {
     ) -> Delta {
         let mut stale_nodes = SortedStaleNodes::default();
 
-        for (chitchat_id, node_state) in &self.node_states {
+        // Not upstream's: a V2 part speaks for the nodes it lists and those in its range
+        // (`parts.rs`); of the others it says nothing, not that the sender lacks them. Only
+        // those are read: a part costs what its range holds, not every node.
+        for (chitchat_id, node_state) in crate::parts::spoken_for(&self.node_states, digest) {
             if scheduled_for_deletion.contains(chitchat_id) {
-                continue;
-            }
-            // Not upstream's: a V2 part speaks for the nodes it lists and those in its range
-            // (`parts.rs`); of the others it says nothing, not that the sender lacks them.
-            let listed = digest.node_digests.get(chitchat_id);
-            if listed.is_none() && !digest.covers.contains(chitchat_id) {
                 continue;
             }
 
