@@ -49,17 +49,19 @@ async fn converged(registries: &[GossipRegistry]) {
     });
 }
 
-// Two workers: sixty registries gossiping on one thread of a debug build starve each other.
+// Two workers: registries gossiping on one thread of a debug build starve each other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quiet_cluster_gossips_only_in_datagrams_that_no_path_fragments() {
-    let registries = cluster_of(60, GossipConfig::new).await;
+async fn a_quiet_cluster_gossips_only_in_datagrams_within_max_datagram() {
+    // 576 bytes: the digest of 32 nodes takes several datagrams (at the default 1,232 it takes
+    // two from about 55 nodes on: `vendor/chitchat/src/tests_v2.rs` has 60 in one process).
+    let registries = cluster_of(32, || GossipConfig::new().max_datagram(576)).await;
     converged(&registries).await;
     let (parts, bytes) = registries[0].digest_parts().await;
     assert!(
         parts >= 2,
-        "60 nodes' digest takes {bytes} B in {parts} part(s)"
+        "32 nodes' digest takes {bytes} B in {parts} part(s)"
     );
-    // Nothing new for five rounds: every datagram sent within 1,232 bytes, sealed.
+    // Nothing new for five rounds: every datagram sent within 576 bytes, sealed.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before: Vec<_> = registries.iter().map(GossipRegistry::traffic).collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -71,20 +73,9 @@ async fn a_quiet_cluster_gossips_only_in_datagrams_that_no_path_fragments() {
         );
         assert_eq!(
             after.oversized_datagrams, before.oversized_datagrams,
-            "a datagram past 1,232 bytes with no news"
+            "a datagram past 576 bytes with no news"
         );
     }
-    for registry in registries {
-        registry.halt().await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_smaller_budget_takes_more_parts_and_the_cluster_still_converges() {
-    let registries = cluster_of(30, || GossipConfig::new().max_datagram(576)).await;
-    converged(&registries).await;
-    let (parts, _) = registries[0].digest_parts().await;
-    assert!(parts >= 2, "30 nodes in {parts} part(s) of 576 bytes");
     for registry in registries {
         registry.halt().await;
     }

@@ -81,8 +81,9 @@ struct Inner {
     failure: Mutex<Option<String>>,
     /// The updates chitchat refused from peers (for its limits), since it last started.
     refusals: Mutex<Option<Arc<Refusals>>>,
-    /// The descriptions read at the last rebuild: a rebuild reads only what changed.
-    parsed: Mutex<state::Parsed>,
+    /// The descriptions read at the last rebuild: a rebuild reads only what changed. Held
+    /// throughout a rebuild, so that rebuilds publish in the order they read the state.
+    parsed: tokio::sync::Mutex<state::Parsed>,
 }
 
 struct Running {
@@ -121,7 +122,7 @@ impl GossipRegistry {
                 traffic: Arc::default(),
                 failure: Mutex::new(None),
                 refusals: Mutex::new(None),
-                parsed: Mutex::default(),
+                parsed: tokio::sync::Mutex::default(),
             }),
         }
     }
@@ -409,10 +410,7 @@ impl GossipRegistry {
     }
 
     async fn rebuild(&self, running: &Running) {
-        // Replaced under the chitchat lock: two rebuilds (a local change, a gossip event) then
-        // publish in the order they read the state, and an older one never wins.
-        let cc = running.chitchat.lock().await;
-        self.inner.copy.replace(read_index(&self.inner, &cc));
+        rebuild(&self.inner, &running.chitchat).await;
     }
 
     async fn stop(&self) -> Option<Arc<Running>> {
@@ -433,10 +431,14 @@ impl GossipRegistry {
     }
 }
 
-/// The index of `cc`, reading again only the descriptions that changed.
-fn read_index(inner: &Inner, cc: &Chitchat) -> Index {
-    let mut parsed = inner.parsed.lock().unwrap_or_else(|p| p.into_inner());
-    state::build_index_with(cc, &mut parsed)
+/// Replaces the local copy with the index of chitchat's state, parsing only the descriptions
+/// that changed, and those after chitchat's lock is given back (gossip goes on meanwhile). One
+/// rebuild at a time (a local change, a gossip event), so that they publish in the order they
+/// read the state and an older one never wins.
+async fn rebuild(inner: &Inner, chitchat: &tokio::sync::Mutex<Chitchat>) {
+    let mut parsed = inner.parsed.lock().await;
+    let snapshot = state::snapshot(&*chitchat.lock().await, &parsed);
+    inner.copy.replace(state::index_from(snapshot, &mut parsed));
 }
 
 /// Marks the registry failed when chitchat's task ends while `running` is still the running
@@ -485,8 +487,7 @@ async fn watch_gossip(
             changed = live.changed() => if changed.is_err() { return },
             () = notify.notified() => {}
         }
-        let cc = chitchat.lock().await;
-        inner.copy.replace(read_index(&inner, &cc));
+        rebuild(&inner, &chitchat).await;
     }
 }
 

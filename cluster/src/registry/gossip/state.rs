@@ -1,6 +1,6 @@
 //! What each node puts in its gossip state, and the index read back from everyone's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chitchat::{Chitchat, ChitchatId, NodeState, Version};
@@ -157,18 +157,37 @@ pub(super) struct Parsed {
 /// A value's version, and the description read from it.
 type Read = (Version, Option<Arc<ServiceDescription>>);
 
+/// What a rebuild copies out of chitchat under its lock ([`snapshot`]), to be read into an
+/// index after the lock is given back ([`index_from`]): parsing a node's entries (16 KiB of
+/// JSON each at most, 2 MB for a node that registers 150) would otherwise hold up gossip.
+pub(super) struct Snapshot {
+    nodes: Vec<NodeSnapshot>,
+}
+
+struct NodeSnapshot {
+    id: ChitchatId,
+    node: NodeInfo,
+    suspect: bool,
+    /// The services whose `fail:` key is set.
+    failing: HashSet<String>,
+    /// Each `svc:` key with its version, and its value where `Parsed` does not hold that
+    /// version already.
+    services: Vec<(String, Version, Option<String>)>,
+}
+
 /// The index of every live node that is up: its services. Of two generations of one node name
 /// that are up (a restart after a crash, before the old one was declared dead), only the newer
 /// counts, so a restart never resurrects the old entries; one still claiming the name counts for
 /// nothing. An entry that cannot be read is skipped and logged, never fatal.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn build_index(cc: &Chitchat) -> Index {
-    build_index_with(cc, &mut Parsed::default())
+    let mut parsed = Parsed::default();
+    index_from(snapshot(cc, &parsed), &mut parsed)
 }
 
-/// [`build_index`], reading again only the values that changed since `parsed` was filled, in
-/// O(N) for N entries: it runs under the chitchat lock on every gossip event.
-pub(super) fn build_index_with(cc: &Chitchat, parsed: &mut Parsed) -> Index {
+/// What the index of `cc` needs, under chitchat's lock, in O(N) for N entries: the values are
+/// copied only where `parsed` does not hold their version.
+pub(super) fn snapshot(cc: &Chitchat, parsed: &Parsed) -> Snapshot {
     let mut newest: HashMap<&str, &ChitchatId> = HashMap::new();
     // A node of an earlier build says `up` from the start and never `claiming`.
     let up = |id: &ChitchatId| cc.node_state(id).and_then(|s| s.get(STATUS)) == Some(UP);
@@ -179,8 +198,6 @@ pub(super) fn build_index_with(cc: &Chitchat, parsed: &mut Parsed) -> Index {
         }
     }
     let mut nodes = Vec::with_capacity(newest.len());
-    let mut entries = Vec::new();
-    let mut read = HashMap::with_capacity(newest.len());
     for id in newest.into_values() {
         let Some(state) = cc.node_state(id) else {
             continue;
@@ -193,13 +210,49 @@ pub(super) fn build_index_with(cc: &Chitchat, parsed: &mut Parsed) -> Index {
         let node = NodeInfo::new(&*id.node_id, addr, id.generation_id)
             .with_max_frame(max_frame)
             .with_wire(wire);
-        let suspect = cc.is_suspect(id);
-        let mut before = parsed.by_key.remove(id).unwrap_or_default();
-        let mut now = HashMap::with_capacity(before.len());
-        for (key, value) in state.iter_prefix(SERVICE) {
-            let description = match before.remove(key) {
-                Some((version, description)) if version == value.version => description,
-                _ => match serde_json::from_str::<ServiceDescription>(&value.value) {
+        let known = parsed.by_key.get(id);
+        let services = state
+            .iter_prefix(SERVICE)
+            .map(|(key, value)| {
+                let held = known
+                    .and_then(|k| k.get(key))
+                    .is_some_and(|(version, _)| *version == value.version);
+                let text = (!held).then(|| value.value.clone());
+                (key.to_owned(), value.version, text)
+            })
+            .collect();
+        let failing = state
+            .iter_prefix(FAILING)
+            .map(|(key, _)| key[FAILING.len()..].to_owned())
+            .collect();
+        nodes.push(NodeSnapshot {
+            id: id.clone(),
+            node,
+            suspect: cc.is_suspect(id),
+            failing,
+            services,
+        });
+    }
+    Snapshot { nodes }
+}
+
+/// The index of a snapshot, reading the values it copied and taking the others from `parsed`,
+/// which is left holding what this index read. Call it with the `Parsed` the snapshot was taken
+/// against, with no other rebuild in between (`GossipRegistry::rebuild` holds it throughout).
+pub(super) fn index_from(snapshot: Snapshot, parsed: &mut Parsed) -> Index {
+    let mut nodes = Vec::with_capacity(snapshot.nodes.len());
+    let mut entries = Vec::new();
+    let mut read = HashMap::with_capacity(snapshot.nodes.len());
+    for taken in snapshot.nodes {
+        let node = taken.node;
+        let mut before = parsed.by_key.remove(&taken.id).unwrap_or_default();
+        let mut now = HashMap::with_capacity(taken.services.len());
+        for (key, version, text) in taken.services {
+            let description = match (text, before.remove(&key)) {
+                (None, Some((_, description))) => description,
+                (text, _) => match serde_json::from_str::<ServiceDescription>(
+                    text.as_deref().unwrap_or_default(),
+                ) {
                     Ok(d) => Some(Arc::new(d)),
                     Err(e) => {
                         tracing::warn!("node {node} gossips an unreadable entry `{key}`: {e}");
@@ -208,15 +261,14 @@ pub(super) fn build_index_with(cc: &Chitchat, parsed: &mut Parsed) -> Index {
                 },
             };
             if let Some(d) = &description {
-                let failing = state.get(&failing_key(&d.name)).is_some();
                 let entry = ServiceEntry::new(node.clone(), d.clone())
-                    .with_failing(failing)
-                    .with_suspect(suspect);
+                    .with_failing(taken.failing.contains(&d.name))
+                    .with_suspect(taken.suspect);
                 entries.push(Arc::new(entry));
             }
-            now.insert(key.to_owned(), (value.version, description));
+            now.insert(key, (version, description));
         }
-        read.insert(id.clone(), now);
+        read.insert(taken.id, now);
         nodes.push(node);
     }
     parsed.by_key = read;
@@ -267,11 +319,19 @@ mod tests {
         keys.extend(["a", "b"].map(description));
         let mut cc = chitchat(keys);
         let mut parsed = Parsed::default();
-        let first = build_index_with(&cc, &mut parsed);
+        let rebuild = |cc: &Chitchat, parsed: &mut Parsed| index_from(snapshot(cc, parsed), parsed);
+        let first = rebuild(&cc, &mut parsed);
         let (key, value) = description("b");
         cc.self_node_state()
             .set(key, value.replace("1.0.0", "1.1.0"));
-        let second = build_index_with(&cc, &mut parsed);
+        let untouched = snapshot(&cc, &parsed);
+        let copied = |s: &Snapshot| s.nodes[0].services.iter().filter(|v| v.2.is_some()).count();
+        assert_eq!(
+            copied(&untouched),
+            1,
+            "only the changed value is copied under the lock"
+        );
+        let second = rebuild(&cc, &mut parsed);
         let same = |s: &str| {
             Arc::ptr_eq(
                 &first.lookup(s)[0].description,
