@@ -11,8 +11,8 @@ use syn::{Attribute, Meta, Path};
 use crate::errors::Errors;
 use crate::options::{Options, Seen, key_name, skip_value, string, unknown_key};
 
-const SERVICE_KEYS: &str = "name, version, compat, timeout, retry, wait_for_provider, crate";
-const CALL_KEYS: &str = "idempotent, timeout, retry, wait_for_provider";
+const SERVICE_KEYS: &str = "name, version, compat, timeout, retry, hedge, wait_for_provider, crate";
+const CALL_KEYS: &str = "idempotent, at_most_once, timeout, retry, hedge, wait_for_provider";
 
 /// What `#[service(...)]` said. Missing or invalid values are `None`; their errors are reported.
 #[derive(Default)]
@@ -30,6 +30,9 @@ pub(crate) struct ServiceArgs {
 #[derive(Default)]
 pub(crate) struct CallArgs {
     pub(crate) idempotent: bool,
+    pub(crate) at_most_once: bool,
+    /// Where each flag was written, for errors about the pair.
+    pub(crate) flag_spans: Vec<Span>,
     pub(crate) options: Options,
 }
 
@@ -142,7 +145,7 @@ pub(crate) fn parse_call(attr: &Attribute, errors: &mut Errors) -> CallArgs {
         }
         Meta::NameValue(meta) => errors.spanned(
             meta,
-            "expected #[call] or #[call(idempotent, timeout = \"…\", retry(...))]",
+            "expected #[call] or #[call(idempotent, timeout = \"…\", retry(...), hedge(...))]",
         ),
     }
     args
@@ -159,18 +162,28 @@ impl CallArgs {
         if self.options.parse_key(&key, meta, seen, errors)? {
             return Ok(());
         }
-        if key != "idempotent" {
+        if key != "idempotent" && key != "at_most_once" {
             return unknown_key(meta, &key, "#[call]", CALL_KEYS, errors);
         }
         if seen.first(&key, meta.path.span(), errors) {
-            self.idempotent = true;
+            match key.as_str() {
+                "idempotent" => self.idempotent = true,
+                _ => self.at_most_once = true,
+            }
+            self.flag_spans.push(meta.path.span());
         }
         if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
             errors.spanned(
                 &meta.path,
-                "`idempotent` is a flag and takes no value: write #[call(idempotent)]",
+                format!("`{key}` is a flag and takes no value: write #[call({key})]"),
             );
             skip_value(meta)?;
+        }
+        if self.idempotent && self.at_most_once && self.flag_spans.len() == 2 {
+            errors.at(
+                self.flag_spans[1],
+                "a function is `idempotent` (retried anywhere, hedged) or `at_most_once` (retried only on the node it may have run on, which answers from its record), not both",
+            );
         }
         Ok(())
     }

@@ -38,6 +38,7 @@ pub(crate) struct Method {
     pub(crate) result: Option<(Type, Type)>,
     pub(crate) signature: String,
     pub(crate) idempotent: bool,
+    pub(crate) at_most_once: bool,
     pub(crate) options: Options,
 }
 
@@ -95,6 +96,16 @@ impl Method {
             }
         }
         validate::check_fn(function, errors);
+        if let Some(call) = &call
+            && let Some(span) = call.options.hedge_span
+            && !call.idempotent
+        {
+            errors.at(
+                span,
+                "hedge(...) sends copies of a call to several providers at once: only an \
+                 `idempotent` function may be hedged, e.g. #[call(idempotent, hedge(after = \"50ms\", max = 1))]",
+            );
+        }
         let sig = &function.sig;
         // Anything that is not `name: Type` was reported by check_fn; the model is then discarded.
         let args: Vec<Arg> = sig
@@ -131,6 +142,7 @@ impl Method {
             output,
             result,
             idempotent: call.idempotent,
+            at_most_once: call.at_most_once,
             options: call.options,
         }
     }

@@ -1,5 +1,5 @@
-//! The call options shared by `#[service(...)]` and `#[call(...)]`: `timeout`, `retry` and
-//! `wait_for_provider`,
+//! The call options shared by `#[service(...)]` and `#[call(...)]`: `timeout`, `retry`,
+//! `hedge` and `wait_for_provider`,
 //! plus the small value readers every key uses.
 //!
 //! Readers report a wrong value to [`Errors`] and return `Ok(None)`, so the parse goes on and the
@@ -15,6 +15,9 @@ use syn::{Expr, ExprLit, Lit, LitStr, Token, token};
 use crate::duration::{DURATION_HELP, DurationError, parse_millis};
 use crate::errors::Errors;
 
+/// The most hedges of one call (the runtime's `cluster::options::MAX_HEDGES`).
+const MAX_HEDGES: u32 = 8;
+
 /// Options given at one level (the service or one function); `None` means "not given here".
 #[derive(Default)]
 pub(crate) struct Options {
@@ -25,8 +28,19 @@ pub(crate) struct Options {
     /// `wait_for_provider = "dur"`, in milliseconds: how long a call that finds no provider
     /// waits for one (read from the client's own build while no provider is known).
     pub(crate) wait_for_provider: Option<u64>,
+    /// `hedge(after = "dur", max = N)`.
+    pub(crate) hedge: Option<Hedge>,
+    /// Where `hedge` was written, for errors about it.
+    pub(crate) hedge_span: Option<Span>,
     /// Which form of `retry` was seen first (`true` = the list form), to refuse mixing them.
     retry_form: Option<bool>,
+}
+
+/// `hedge(after = "dur", max = N)`: both required.
+pub(crate) struct Hedge {
+    /// In milliseconds.
+    pub(crate) after: u64,
+    pub(crate) max: u32,
 }
 
 /// The two spellings of `retry`.
@@ -47,9 +61,14 @@ pub(crate) struct RetrySettings {
     pub(crate) jitter: Option<bool>,
     /// `overloaded = N`: how often an `Overloaded` refusal is sent again.
     pub(crate) overloaded: Option<u32>,
+    /// Retry throttling: `ratio = 0.2`, `window = "10s"`, `floor = 10`.
+    pub(crate) ratio: Option<f64>,
+    pub(crate) window: Option<u64>,
+    pub(crate) floor: Option<u32>,
 }
 
-const RETRY_KEYS: &str = "after, budget, max_after, factor, jitter, overloaded";
+const RETRY_KEYS: &str =
+    "after, budget, max_after, factor, jitter, overloaded, ratio, window, floor";
 
 impl Options {
     /// Parses `timeout`, `retry` or `wait_for_provider`; returns `Ok(false)` for any other key so the caller can
@@ -70,6 +89,7 @@ impl Options {
                 }
             }
             "retry" => self.parse_retry(meta, seen, errors)?,
+            "hedge" => self.parse_hedge(meta, seen, errors)?,
             "wait_for_provider" => {
                 let fresh = seen.first(key, meta.path.span(), errors);
                 let value = duration(meta, key, false, errors)?;
@@ -80,6 +100,54 @@ impl Options {
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    fn parse_hedge(
+        &mut self,
+        meta: &ParseNestedMeta<'_>,
+        seen: &mut Seen,
+        errors: &mut Errors,
+    ) -> syn::Result<()> {
+        let span = meta.path.span();
+        let fresh = seen.first("hedge", span, errors);
+        if !meta.input.peek(token::Paren) {
+            errors.at(
+                span,
+                "`hedge` needs its settings: hedge(after = \"50ms\", max = 1)",
+            );
+            return skip_value(meta);
+        }
+        let (mut after, mut max) = (None, None);
+        let mut inner_seen = Seen::new("hedge(...)");
+        meta.parse_nested_meta(|inner| {
+            let key = key_name(&inner);
+            let first = inner_seen.first(&key, inner.path.span(), errors);
+            match key.as_str() {
+                "after" => store(first, &mut after, duration(&inner, &key, false, errors)?),
+                "max" => match count(&inner, &key, errors)? {
+                    Some(n) if n == 0 || n > MAX_HEDGES => errors.at(
+                        inner.path.span(),
+                        format!("`max` is the most copies sent besides the first: from 1 to {MAX_HEDGES}"),
+                    ),
+                    n => store(first, &mut max, n),
+                },
+                _ => unknown_key(&inner, &key, "hedge(...)", "after, max", errors)?,
+            }
+            Ok(())
+        })?;
+        for (key, example, given) in [
+            ("after", "after = \"50ms\"", after.is_some()),
+            ("max", "max = 1", max.is_some()),
+        ] {
+            if !given && !inner_seen.contains(key) {
+                errors.at(span, format!("hedge(...) needs `{key}`, e.g. {example}"));
+            }
+        }
+        if fresh && let (Some(after), Some(max)) = (after, max) {
+            self.hedge = Some(Hedge { after, max });
+            self.hedge_span = Some(span);
+        }
+        Ok(())
     }
 
     fn parse_retry(
@@ -154,6 +222,15 @@ impl RetrySettings {
                 boolean(meta, "jitter", "jitter = true", errors)?,
             ),
             "overloaded" => store(fresh, &mut self.overloaded, count(meta, &key, errors)?),
+            "ratio" => store(fresh, &mut self.ratio, ratio(meta, errors)?),
+            "window" => match duration(meta, &key, true, errors)? {
+                Some(millis) if !(1_000..=60_000).contains(&millis) => errors.at(
+                    meta.path.span(),
+                    "`window` is what retry throttling counts over: from 1s to 60s, e.g. window = \"10s\"",
+                ),
+                millis => store(fresh, &mut self.window, millis),
+            },
+            "floor" => store(fresh, &mut self.floor, count(meta, &key, errors)?),
             _ => unknown_key(meta, &key, "retry(...)", RETRY_KEYS, errors)?,
         }
         Ok(())
@@ -367,12 +444,29 @@ fn count(meta: &ParseNestedMeta<'_>, key: &str, errors: &mut Errors) -> syn::Res
     Ok(parsed)
 }
 
-/// The backoff factor: a float or integer literal, at least 1.0.
-fn factor(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option<f64>> {
-    let Some(expr) = value(meta, "factor", "factor = 2.0", errors)? else {
+/// Retry throttling's ratio: a float or integer literal from 0 to 10.
+fn ratio(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option<f64>> {
+    let Some(expr) = value(meta, "ratio", "ratio = 0.2", errors)? else {
         return Ok(None);
     };
-    let parsed = match &expr {
+    Ok(match number(&expr) {
+        Some(ratio) if ratio.is_finite() && (0.0..=10.0).contains(&ratio) => Some(ratio),
+        _ => {
+            errors.spanned(
+                &expr,
+                format!(
+                    "invalid `ratio` `{}`: the share of calls retries may add, a number from 0 to 10, e.g. ratio = 0.2",
+                    expr.to_token_stream()
+                ),
+            );
+            None
+        }
+    })
+}
+
+/// A float or integer literal.
+fn number(expr: &Expr) -> Option<f64> {
+    match expr {
         Expr::Lit(ExprLit {
             lit: Lit::Float(lit),
             ..
@@ -381,8 +475,15 @@ fn factor(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option
             lit: Lit::Int(lit), ..
         }) => lit.base10_parse::<f64>().ok(),
         _ => None,
+    }
+}
+
+/// The backoff factor: a float or integer literal, at least 1.0.
+fn factor(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option<f64>> {
+    let Some(expr) = value(meta, "factor", "factor = 2.0", errors)? else {
+        return Ok(None);
     };
-    Ok(match parsed {
+    Ok(match number(&expr) {
         Some(factor) if factor.is_finite() && factor >= 1.0 => Some(factor),
         _ => {
             errors.spanned(

@@ -131,8 +131,8 @@ fn same_request(a: &Request, b: &Request, with_head: bool) {
     assert_eq!(a.attempt(), b.attempt());
     let (a, b) = (&a.head, &b.head);
     assert_eq!(
-        (a.request_id, a.reply_limit, &a.invalid),
-        (b.request_id, b.reply_limit, &b.invalid)
+        (a.request_id, a.reply_limit, &a.invalid, a.call_id, a.pinned),
+        (b.request_id, b.reply_limit, &b.invalid, b.call_id, b.pinned)
     );
     assert_eq!(a.metadata.entries(), b.metadata.entries());
     match (a.budget_deadline, b.budget_deadline) {
@@ -372,6 +372,9 @@ fn seed_request() -> Request {
             budget_deadline: Some(tokio::time::Instant::now() + Duration::from_millis(1500)),
             encoded_metadata: wire::encode_metadata(&metadata),
             metadata,
+            // An at-most-once retry's headers, so that the fuzzer starts from them too.
+            call_id: Some(u128::MAX / 3),
+            pinned: Some(1_700_000_000_000_000_000),
             ..Head::default()
         },
         attempt: AtomicU32::new(2),

@@ -79,7 +79,7 @@ mod transport;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use client::{Call, CallFuture, Client};
+pub use client::{Call, CallFuture, Client, ReportedFuture};
 pub use cluster_macros::service;
 pub use context::{Context, context};
 pub use error::{CallError, Reason, RpcError, RpcErrorKind, ServiceError};

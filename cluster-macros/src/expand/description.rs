@@ -28,6 +28,7 @@ pub(super) fn expand(service: &Service, p: &TokenStream) -> TokenStream {
         let name = method.ident.unraw().to_string();
         let signature = &method.signature;
         let idempotent = method.idempotent;
+        let at_most_once = method.at_most_once;
         let function_options = options(&method.options, p);
         // The wire shape is traced from the real types when the description is first read:
         // aliases are expanded by then. A type that cannot be traced keeps its text.
@@ -40,6 +41,7 @@ pub(super) fn expand(service: &Service, p: &TokenStream) -> TokenStream {
         let output_text = normalize(output.to_token_stream());
         quote! {
             #p::FunctionDescription::new(#name, #signature, #idempotent, #function_options)
+                .with_at_most_once(#at_most_once)
                 .with_shape(#p::FunctionShape::new(
                     ::std::vec![#(#args),*],
                     #p::trace::<#output>(#output_text),
@@ -107,7 +109,25 @@ fn options(options: &Options, p: &TokenStream) -> TokenStream {
                 let overloaded = Literal::u32_unsuffixed(overloaded);
                 chain.extend(quote!(.overloaded_retries(#overloaded)));
             }
+            // Each throttling key on its own, so that a layer may set one and leave the rest.
+            if let Some(ratio) = settings.ratio {
+                let ratio = Literal::f64_unsuffixed(ratio);
+                chain.extend(quote!(.retry_ratio(#ratio)));
+            }
+            if let Some(window) = settings.window {
+                let window = millis(window);
+                chain.extend(quote!(.retry_window(#window)));
+            }
+            if let Some(floor) = settings.floor {
+                let floor = Literal::u32_unsuffixed(floor);
+                chain.extend(quote!(.retry_floor(#floor)));
+            }
         }
+    }
+    if let Some(hedge) = &options.hedge {
+        let after = millis(hedge.after);
+        let max = Literal::u32_unsuffixed(hedge.max);
+        chain.extend(quote!(.hedge(#after, #max)));
     }
     chain
 }

@@ -18,12 +18,13 @@ use crate::context::{Context, Metadata, RequestId};
 use crate::deadline::later;
 use crate::error::report::Human;
 use crate::error::{
-    AttemptRecord, CallError, CallReport, Reason, RpcError, RpcErrorKind, ServiceError,
+    AttemptKind, AttemptRecord, CallError, CallReport, Reason, RpcError, RpcErrorKind, ServiceError,
 };
 use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source};
 use crate::registry::ServiceEntry;
+use crate::server::record::KEEP;
 use crate::service::CodecError;
-use crate::transport::{ENVELOPE_OVERHEAD, Head, Request};
+use crate::transport::{ENVELOPE_OVERHEAD, Head, Reply, Request};
 
 /// How much of a calling handler's time a call made inside it leaves unused: a tenth of what is
 /// left, at most this much. Then the call's own failure (a timeout, no provider) reaches the
@@ -46,6 +47,10 @@ pub(crate) struct Answer {
     /// The encoded return value.
     pub(crate) bytes: Vec<u8>,
     provider: Arc<ServiceEntry>,
+    /// The attempt that answered: when it started, why it was sent, whether it was answered
+    /// from the provider's record.
+    answered: (Instant, AttemptKind, bool),
+    /// The attempts that failed.
     attempts: Vec<AttemptRecord>,
     attempts_left_out: usize,
     start: Instant,
@@ -54,8 +59,22 @@ pub(crate) struct Answer {
 }
 
 impl Answer {
-    /// The report of a call its provider answered with its own error.
-    pub(crate) fn report(self, client: &Client, function: usize) -> CallReport {
+    /// The call's report, its answered attempt last.
+    pub(crate) fn report(mut self, client: &Client, function: usize) -> CallReport {
+        let (started, kind, recalled) = self.answered;
+        let outcome = if recalled {
+            "answered from the provider's record (it did not run again)"
+        } else {
+            "answered"
+        };
+        let answered = AttemptRecord {
+            provider: provider_ref(&self.provider),
+            started: started - self.start,
+            elapsed: started.elapsed(),
+            outcome: outcome.to_owned(),
+            kind,
+        };
+        CallReport::record(&mut self.attempts, &mut self.attempts_left_out, answered);
         CallReport {
             call: call_name(client, function),
             requirement: client.requirement.to_string(),
@@ -146,6 +165,9 @@ async fn attempts(
                 metadata,
                 invalid: None,
                 frame_id: None,
+                // An at-most-once call's own id, under which its provider records it.
+                call_id: wanted.at_most_once.then(|| fastrand::u128(..)),
+                pinned: None,
             },
             attempt: Default::default(),
         });
@@ -209,6 +231,19 @@ struct Attempts<'a> {
     first: Option<Result<Chosen, Miss>>,
     // The options merged for that first provider, reused by its attempt.
     first_options: Option<ResolvedOptions>,
+    // Why the next attempt is sent.
+    kind: AttemptKind,
+    // An at-most-once call that may have run: the provider process it may have run on, which
+    // every later attempt goes to.
+    pinned: Option<Pinned>,
+}
+
+/// The provider an at-most-once call may have run on, and how its attempt ended there.
+struct Pinned {
+    entry: Arc<ServiceEntry>,
+    failure: Failure,
+    // When that attempt started: its record is kept for `KEEP` at most.
+    since: Instant,
 }
 
 impl<'a> Attempts<'a> {
@@ -219,6 +254,8 @@ impl<'a> Attempts<'a> {
         parent: Option<&Context>,
     ) -> Self {
         let start = Instant::now();
+        // Retry throttling counts every call (`throttle.rs`).
+        client.throttle.called(start);
         let seen = client.node.registry.local_copy().generation();
         let first = choose(client, function, &[], &[], overrides);
         // The retry policy and budget are fixed once, from the first provider found, so the
@@ -261,6 +298,8 @@ impl<'a> Attempts<'a> {
             settled: first.is_ok(),
             first_options: first.is_ok().then_some(options),
             first: Some(first),
+            kind: AttemptKind::First,
+            pinned: None,
         }
     }
 
@@ -272,26 +311,38 @@ impl<'a> Attempts<'a> {
     ) -> Result<Answer, CallError<Infallible>> {
         loop {
             // Step 4: re-resolve before every attempt (the first reuses the lookup made at start).
-            let mut chosen = match self.first.take().unwrap_or_else(|| {
-                choose(
-                    self.client,
-                    self.function,
-                    &self.failed,
-                    &self.excluded,
-                    self.overrides,
-                )
-            }) {
-                Ok(chosen) => chosen,
-                Err(miss) => {
-                    // Every provider left was passed over as untrusted: that is the error,
-                    // at once (they will not change their certificates within the call).
-                    if miss.reason == Reason::WireVersion
-                        && let Some((failure, entry)) = self.untrusted.take()
-                    {
-                        return Err(self.fail(failure, &entry));
+            // An at-most-once call that may have run goes back to that process, if it is there.
+            let mut chosen = if let Some(pinned) = &self.pinned {
+                match pinned_choice(self.client, self.function, &pinned.entry) {
+                    Some(chosen) if pinned.since.elapsed() < KEEP => chosen,
+                    _ => {
+                        return Err(
+                            self.gone("its provider process is gone (it left, died or restarted)")
+                        );
                     }
-                    self.wait_for_provider(miss).await?;
-                    continue;
+                }
+            } else {
+                match self.first.take().unwrap_or_else(|| {
+                    choose(
+                        self.client,
+                        self.function,
+                        &self.failed,
+                        &self.excluded,
+                        self.overrides,
+                    )
+                }) {
+                    Ok(chosen) => chosen,
+                    Err(miss) => {
+                        // Every provider left was passed over as untrusted: that is the error,
+                        // at once (they will not change their certificates within the call).
+                        if miss.reason == Reason::WireVersion
+                            && let Some((failure, entry)) = self.untrusted.take()
+                        {
+                            return Err(self.fail(failure, &entry));
+                        }
+                        self.wait_for_provider(miss).await?;
+                        continue;
+                    }
                 }
             };
             // The first attempt of a call that found its provider at once starts when the call
@@ -302,7 +353,7 @@ impl<'a> Attempts<'a> {
                 Instant::now()
             };
             if now >= self.deadline {
-                return Err(self.timeout_before_attempt(&chosen.entry));
+                return Err(self.timeout_before_attempt(Some(&chosen.entry)));
             }
             // The per-attempt timeout follows the provider actually chosen, cut to what is left.
             let options = match (self.first_options.take(), chosen.options) {
@@ -327,7 +378,7 @@ impl<'a> Attempts<'a> {
                         .map(|(_, source)| (self.deadline - self.start, source));
                 }
                 if now >= self.deadline {
-                    return Err(self.timeout_before_attempt(&chosen.entry));
+                    return Err(self.timeout_before_attempt(Some(&chosen.entry)));
                 }
                 // The provider is told the budget it now runs under.
                 let mut settled = Request::clone(&request);
@@ -382,12 +433,19 @@ impl<'a> Attempts<'a> {
                 .connector
                 .send(&chosen.entry.node, request.clone(), attempt_deadline)
                 .await;
+            // A retry of an at-most-once call answered from the provider's record.
+            let (reply, recalled) = match reply {
+                Ok(Reply::Recalled(reply)) => (Ok(*reply), true),
+                reply => (reply, false),
+            };
             let failure = match Failure::of(reply) {
                 Ok(bytes) => {
                     peers.saw(in_flight.peer(), generation, Seen::Answered);
                     return Ok(Answer {
                         bytes,
                         provider: chosen.entry,
+                        // Its line in the report is written only if a report is asked for.
+                        answered: (now, self.kind, recalled),
                         attempts: std::mem::take(&mut self.attempts),
                         attempts_left_out: self.attempts_left_out,
                         start: self.start,
@@ -404,20 +462,39 @@ impl<'a> Attempts<'a> {
                 self.excluded.push(chosen.entry.node.name.clone());
             }
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt failed: {}", failure.outcome());
-            let record = AttemptRecord {
-                provider: provider_ref(&chosen.entry),
-                started: now - self.start,
-                elapsed: now.elapsed(),
-                outcome: failure.outcome(),
-            };
+            let record = self.record_of(&chosen.entry, now, failure.outcome());
             CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);
-            let idempotent = chosen.entry.description.functions[chosen.function].idempotent;
-            if !self.retry.enabled || !failure.retryable(idempotent) {
+            let function = &chosen.entry.description.functions[chosen.function];
+            if self.pinned.is_some() {
+                // The process it may have run on, asked again: it refused (it is not that
+                // process any more, it drains) or says the call was stopped part-way. Either
+                // way nothing else may run it. A timeout or a lost connection again: again.
+                if failure.never_ran() || matches!(failure, Failure::Interrupted(_)) {
+                    return Err(
+                        self.gone(&format!("asked again, it answered: {}", failure.outcome()))
+                    );
+                }
+            } else if self.retry.enabled
+                && function.at_most_once
+                && request.head.call_id.is_some()
+                && matches!(failure, Failure::Timeout | Failure::Lost(_))
+            {
+                // It may have run: every later attempt goes to this process, which keeps a
+                // record of the call and answers from it (`server/record.rs`).
+                let mut pinned = Request::clone(&request);
+                pinned.head.pinned = Some(generation);
+                request = Arc::new(pinned);
+                self.pinned = Some(Pinned {
+                    entry: chosen.entry.clone(),
+                    failure: failure.clone(),
+                    since: now,
+                });
+            } else if !self.retry.enabled || !failure.retryable(function.idempotent) {
                 return Err(self.fail(failure, &chosen.entry));
             }
             // A provider that sheds load is sent the call again elsewhere, a bounded number of
             // times: every caller multiplying its load by its attempts is how a storm starts.
-            if matches!(failure, Failure::Refused(Reason::Overloaded, _)) {
+            if self.pinned.is_none() && matches!(failure, Failure::Refused(Reason::Overloaded, _)) {
                 self.overloaded += 1;
                 if self.overloaded > self.retry.overloaded {
                     return Err(self.fail(failure, &chosen.entry));
@@ -429,6 +506,7 @@ impl<'a> Attempts<'a> {
                 if matches!(failure, Failure::Untrusted(..)) {
                     self.untrusted = Some((failure, chosen.entry));
                 }
+                self.kind = AttemptKind::Retry;
                 continue;
             }
             if !self.failed.iter().any(|f| Arc::ptr_eq(f, &chosen.entry)) {
@@ -436,7 +514,8 @@ impl<'a> Attempts<'a> {
             }
             // One that never ran goes to a replica not yet tried in this call at once, if there
             // is one: nothing is gained by waiting (Finagle requeues these without backoff).
-            if failure.never_ran()
+            if self.pinned.is_none()
+                && failure.never_ran()
                 && let Ok(next) = choose(
                     self.client,
                     self.function,
@@ -446,7 +525,11 @@ impl<'a> Attempts<'a> {
                 )
                 && !self.failed.iter().any(|f| f.node == next.entry.node)
             {
+                if let Some(throttled) = self.throttled(&failure, &chosen.entry) {
+                    return Err(throttled);
+                }
                 self.first = Some(Ok(next));
+                self.kind = AttemptKind::Retry;
                 continue;
             }
             // Step 3: a pause that does not fit before the deadline ends the call (`pauses.rs`).
@@ -454,7 +537,77 @@ impl<'a> Attempts<'a> {
             let Some(pause) = self.pauses.next_within(left) else {
                 return Err(self.fail(failure, &chosen.entry));
             };
+            if let Some(throttled) = self.throttled(&failure, &chosen.entry) {
+                return Err(throttled);
+            }
             sleep(pause).await;
+            self.kind = if self.pinned.is_some() {
+                AttemptKind::SameProcess
+            } else {
+                AttemptKind::Retry
+            };
+        }
+    }
+
+    /// The report's line for an attempt that started at `now` and ended as `outcome`.
+    fn record_of(&self, entry: &ServiceEntry, now: Instant, outcome: String) -> AttemptRecord {
+        AttemptRecord {
+            provider: provider_ref(entry),
+            started: now - self.start,
+            elapsed: now.elapsed(),
+            outcome,
+            kind: self.kind,
+        }
+    }
+
+    /// The call's error when retry throttling refuses the retry after `failure`, if it does.
+    fn throttled(&self, failure: &Failure, entry: &ServiceEntry) -> Option<CallError<Infallible>> {
+        if self.client.throttle.may_retry(Instant::now(), &self.retry) {
+            return None;
+        }
+        let detail = format!(
+            "the attempt on {} ended as {}; a retry would take this node's retries of `{}` past {}% of its calls over {}, and {} a second (retry throttling)",
+            entry.node,
+            failure.outcome(),
+            self.client.description.name,
+            self.retry.ratio * 100.0,
+            Human(self.retry.window),
+            self.retry.floor,
+        );
+        let ran = !failure.never_ran();
+        Some(CallError::Rpc(RpcError::throttled(
+            detail,
+            self.report(Some(entry)),
+            ran,
+        )))
+    }
+
+    /// The error of an at-most-once call that may have run on its pinned provider, which can
+    /// no longer answer for it (`why`): it fails as that attempt did, and runs nowhere else.
+    fn gone(&mut self, why: &str) -> CallError<Infallible> {
+        let Some(pinned) = self.pinned.take() else {
+            return self.timeout_before_attempt(None);
+        };
+        let report = self.report(Some(&pinned.entry));
+        let said = format!(
+            "it may have run on {} (generation {}) and is run nowhere else; {why}",
+            pinned.entry.node, pinned.entry.node.generation
+        );
+        match pinned.failure.verdict() {
+            Verdict::Rpc(kind, detail) => {
+                let detail = if detail.is_empty() {
+                    said
+                } else {
+                    format!("{detail}; {said}")
+                };
+                CallError::Rpc(RpcError::new(kind, detail, report))
+            }
+            Verdict::Service(reason, detail) => CallError::Service(ServiceError::new(
+                reason,
+                format!("{detail}; {said}"),
+                vec![],
+                report,
+            )),
         }
     }
 
@@ -504,12 +657,12 @@ impl<'a> Attempts<'a> {
         )))
     }
 
-    fn timeout_before_attempt(&self, entry: &ServiceEntry) -> CallError<Infallible> {
+    fn timeout_before_attempt(&self, entry: Option<&ServiceEntry>) -> CallError<Infallible> {
         let detail = "the budget ran out before an attempt could start".to_owned();
         CallError::Rpc(RpcError::new(
             RpcErrorKind::Timeout,
             detail,
-            self.report(Some(entry)),
+            self.report(entry),
         ))
     }
 
@@ -548,6 +701,27 @@ impl<'a> Attempts<'a> {
             self.report(None),
         ))
     }
+}
+
+/// The pinned provider's entry as the registry holds it now, if that process is still there and
+/// still provides the function.
+fn pinned_choice(client: &Client, function: usize, pinned: &ServiceEntry) -> Option<Chosen> {
+    let wanted = &client.description.functions[function];
+    let entries = client
+        .node
+        .registry
+        .local_copy()
+        .lookup(&client.description.name);
+    let entry = entries
+        .iter()
+        .find(|e| e.node.name == pinned.node.name && e.node.generation == pinned.node.generation)?;
+    let (index, _) = entry.description.find_compatible(wanted)?;
+    Some(Chosen {
+        entry: entry.clone(),
+        function: index,
+        peer: None,
+        options: None,
+    })
 }
 
 /// The retry policy, the deadline and the budget (its length and source) of a call that started

@@ -13,9 +13,10 @@ use crate::service::CodecError;
 
 type Decode<T, E> = fn(&[u8]) -> Result<Result<T, E>, CodecError>;
 
-/// A decoded reply: the value, or the provider's own error with the call's report; or the
-/// framework's error.
-type Decoded<T, E> = Result<Result<T, (E, Box<CallReport>)>, CallError<Infallible>>;
+/// A decoded reply: the value (with the call's report, if it was asked for), or the provider's
+/// own error with the call's report; or the framework's error.
+type Decoded<T, E> =
+    Result<Result<(T, Option<Box<CallReport>>), (E, Box<CallReport>)>, CallError<Infallible>>;
 
 /// One call, not yet started: set per-call overrides, then `.await` it.
 ///
@@ -124,7 +125,41 @@ where
     type IntoFuture = CallFuture<T, E>;
 
     fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { finish(self.execute(false).await).map(|(value, _)| value) })
+    }
+}
+
+/// The future of [`Call::reported`].
+pub type ReportedFuture<T, E> =
+    Pin<Box<dyn Future<Output = Result<(T, CallReport), CallError<E>>> + Send>>;
+
+impl<T, E> Call<T, E>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    /// The call, with its report also when it succeeds: every attempt, why each was sent (a
+    /// retry, a hedge, a retry on the process an at-most-once call may have run on), and
+    /// whether the answer came from a provider's record.
+    ///
+    /// ```no_run
+    /// # async fn demo(call: cluster::Call<u64, std::convert::Infallible>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let (value, report) = call.reported().await?;
+    /// println!("{value} after {} attempt(s)", report.attempts.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn reported(self) -> ReportedFuture<T, E> {
         Box::pin(async move {
+            finish(self.execute(true).await).map(|(value, report)| {
+                let report = report.map_or_else(CallReport::default, |report| *report);
+                (value, report)
+            })
+        })
+    }
+
+    /// Runs the call; its report too when it succeeds, if `report`.
+    async fn execute(self, report: bool) -> Decoded<T, E> {
+        {
             let Call {
                 client,
                 function,
@@ -146,11 +181,11 @@ where
                 parent,
             };
             if client.node.client_layers.is_empty() {
-                return finish(run(&client, function, sent, decode).await);
+                return run(&client, function, sent, decode, report).await;
             }
             // Boxed, so that the layers' state does not grow the future of every call.
-            finish(Box::pin(with_layers(&client, function, sent, decode)).await)
-        })
+            Box::pin(with_layers(&client, function, sent, decode, report)).await
+        }
     }
 }
 
@@ -160,6 +195,7 @@ async fn with_layers<T, E>(
     function: usize,
     mut sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
+    report: bool,
 ) -> Decoded<T, E> {
     let layers = &client.node.client_layers;
     let options = client.defaults.overlay(sent.overrides);
@@ -189,7 +225,7 @@ async fn with_layers<T, E>(
     }
     let result = match refused {
         Some(e) => Err(e),
-        None => run(client, function, sent, decode).await,
+        None => run(client, function, sent, decode, report).await,
     };
     let outcome = match &result {
         Ok(Ok(_)) => Outcome::Ok,
@@ -211,11 +247,13 @@ async fn run<T, E>(
     function: usize,
     sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
+    report: bool,
 ) -> Decoded<T, E> {
     let started = tokio::time::Instant::now();
     let answer = super::attempt::run(client, function, sent).await?;
     match decode(&answer.bytes) {
-        Ok(Ok(value)) => Ok(Ok(value)),
+        Ok(Ok(value)) if report => Ok(Ok((value, Some(Box::new(answer.report(client, function)))))),
+        Ok(Ok(value)) => Ok(Ok((value, None))),
         Ok(Err(error)) => Ok(Err((error, Box::new(answer.report(client, function))))),
         Err(e) => {
             let detail = format!("cannot decode the reply after {:?}: {e}", started.elapsed());
@@ -229,7 +267,7 @@ async fn run<T, E>(
     }
 }
 
-fn finish<T, E>(result: Decoded<T, E>) -> Result<T, CallError<E>> {
+fn finish<T, E>(result: Decoded<T, E>) -> Result<(T, Option<Box<CallReport>>), CallError<E>> {
     match result {
         Ok(Ok(value)) => Ok(value),
         Ok(Err((error, report))) => Err(CallError::App { error, report }),

@@ -28,6 +28,9 @@ pub(crate) enum Failure {
     /// The peer could not be trusted (`Untrusted`) or is another node than the entry
     /// (`WrongPeer`): never sent, and that node is not tried again in this call.
     Untrusted(RpcErrorKind, String),
+    /// An `at_most_once` call's earlier attempt was stopped mid-run, says the provider's
+    /// record: it may have run, and is not run again.
+    Interrupted(String),
 }
 
 impl Failure {
@@ -45,6 +48,9 @@ impl Failure {
             Ok(Reply::TooLarge(detail)) => Err(Failure::ReplyTooLarge(detail)),
             Ok(Reply::Undeliverable(detail)) => Err(Failure::Protocol(detail)),
             Ok(Reply::Expired) => Err(Failure::Timeout),
+            Ok(Reply::Interrupted(detail)) => Err(Failure::Interrupted(detail)),
+            // Taken apart by the call path first (`attempt.rs`), which reports it.
+            Ok(Reply::Recalled(reply)) => Failure::of(Ok(*reply)),
             Err(TransportError::NotSent(detail)) => Err(Failure::NotSent(detail)),
             Err(TransportError::Busy(detail)) => Err(Failure::Busy(detail)),
             Err(TransportError::Queued(detail)) => Err(Failure::Queued(detail)),
@@ -78,7 +84,10 @@ impl Failure {
                     )
             }
             Failure::Timeout | Failure::Lost(_) => idempotent,
-            Failure::Panicked(_) | Failure::ReplyTooLarge(_) | Failure::Protocol(_) => false,
+            Failure::Panicked(_)
+            | Failure::ReplyTooLarge(_)
+            | Failure::Protocol(_)
+            | Failure::Interrupted(_) => false,
         }
     }
 
@@ -97,7 +106,7 @@ impl Failure {
             | Failure::Busy(_)
             | Failure::Refused(Reason::Overloaded, _) => Seen::Failed,
             Failure::Queued(_) => Seen::Neutral,
-            Failure::ReplyTooLarge(_) => Seen::Answered,
+            Failure::ReplyTooLarge(_) | Failure::Interrupted(_) => Seen::Answered,
             Failure::Refused(..) | Failure::Protocol(_) | Failure::Untrusted(..) => Seen::Neutral,
         }
     }
@@ -131,6 +140,7 @@ impl Failure {
             Failure::ReplyTooLarge(_) => "reply too large".to_owned(),
             Failure::Protocol(_) => "protocol error".to_owned(),
             Failure::Untrusted(kind, d) => format!("{kind}: {d}"),
+            Failure::Interrupted(_) => "stopped mid-run earlier, says the record".to_owned(),
         }
     }
 
@@ -148,6 +158,7 @@ impl Failure {
             Failure::ReplyTooLarge(d) => Verdict::Rpc(RpcErrorKind::ReplyTooLarge, d),
             Failure::Protocol(d) => Verdict::Rpc(RpcErrorKind::Protocol, d),
             Failure::Untrusted(kind, d) => Verdict::Rpc(kind, d),
+            Failure::Interrupted(d) => Verdict::Rpc(RpcErrorKind::Timeout, d),
         }
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod peers;
 mod report;
 mod route;
 mod select;
+mod throttle;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -18,7 +19,7 @@ use semver::VersionReq;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use call::{Call, CallFuture};
+pub use call::{Call, CallFuture, ReportedFuture};
 
 use crate::node::{Node, NodeInner};
 use crate::options::CallOptions;
@@ -39,6 +40,8 @@ pub struct Client {
     // What the last full choice found per function (`route.rs`). A client with other
     // defaults or another requirement starts with none: the routes hold merged options.
     pub(crate) routes: Arc<route::Routes>,
+    // Retry throttling: the node's counts for the service, shared like `turn`.
+    pub(crate) throttle: Arc<throttle::Throttle>,
 }
 
 impl std::fmt::Debug for Client {
@@ -63,6 +66,7 @@ impl Client {
             signatures: description.functions.iter().map(|f| f.hash()).collect(),
             turn: node.inner.peers.turn(&description.name),
             routes: route::Routes::new(description.functions.len()),
+            throttle: node.inner.peers.throttle(&description.name),
         }
     }
 

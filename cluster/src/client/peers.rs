@@ -39,6 +39,8 @@ pub(crate) struct Peers {
     // Whose turn it is, per service: shared by every client of the service on this node, so a
     // client made per request spreads its calls as one kept for the process does.
     turns: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+    // Retry throttling per service (`throttle.rs`), shared the same way.
+    throttles: Mutex<HashMap<String, Arc<super::throttle::Throttle>>>,
     // When each service last had its failing replicas routed to (the panic threshold): said
     // at WARN once per interval, not once per call.
     panicked: Mutex<HashMap<String, Instant>>,
@@ -88,6 +90,7 @@ impl Peers {
             cooldown,
             panic_threshold,
             turns: Mutex::default(),
+            throttles: Mutex::default(),
             panicked: Mutex::default(),
             ejections: AtomicU64::new(0),
         }
@@ -139,6 +142,18 @@ impl Peers {
             turns.retain(|_, turn| Arc::strong_count(turn) > 1);
         }
         turns.entry(service.to_owned()).or_default().clone()
+    }
+
+    /// The retry throttle of `service`, for [`Client`](super::Client)s to share.
+    pub(crate) fn throttle(&self, service: &str) -> Arc<super::throttle::Throttle> {
+        let mut throttles = self.throttles.lock().unwrap_or_else(|p| p.into_inner());
+        if throttles.len() >= PRUNE_AT && !throttles.contains_key(service) {
+            throttles.retain(|_, throttle| Arc::strong_count(throttle) > 1);
+        }
+        throttles
+            .entry(service.to_owned())
+            .or_insert_with(|| Arc::new(super::throttle::Throttle::new()))
+            .clone()
     }
 
     /// Whether a line about `service` routing to failing replicas is due (one per

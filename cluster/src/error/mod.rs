@@ -10,7 +10,7 @@ mod service;
 use std::fmt;
 
 pub use downstream::Downstream;
-pub use report::{AttemptRecord, CallReport, MAX_RECORDED_ATTEMPTS, ProviderRef};
+pub use report::{AttemptKind, AttemptRecord, CallReport, MAX_RECORDED_ATTEMPTS, ProviderRef};
 pub use rpc::{RpcError, RpcErrorKind};
 pub use service::{Reason, ServiceError};
 

@@ -6,8 +6,9 @@ use semver::Version;
 
 use crate::options::Source;
 
-/// What happened during a failed call, for the error's message and for code that wants details.
-#[derive(Debug, Clone, PartialEq)]
+/// What happened during a call: for a failed call's error message, for code that wants details,
+/// and from [`Call::reported`](crate::Call::reported) for one that succeeded.
+#[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct CallReport {
     /// The call, as `service.function/arity`.
@@ -55,6 +56,34 @@ pub struct AttemptRecord {
     pub elapsed: Duration,
     /// How it ended, in a few words.
     pub outcome: String,
+    /// Why it was sent: the first, a retry, a hedge.
+    pub kind: AttemptKind,
+}
+
+/// Why an attempt was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttemptKind {
+    /// The call's first attempt.
+    First,
+    /// A retry after an attempt failed.
+    Retry,
+    /// A retry of an `at_most_once` call after it may have run, to the same provider process,
+    /// which answers from its record instead of running it again.
+    SameProcess,
+    /// A hedge: a copy sent while an earlier attempt had not answered.
+    Hedge,
+}
+
+impl fmt::Display for AttemptKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AttemptKind::First => "first",
+            AttemptKind::Retry => "retry",
+            AttemptKind::SameProcess => "retry on the same process",
+            AttemptKind::Hedge => "hedge",
+        })
+    }
 }
 
 impl fmt::Display for ProviderRef {
@@ -131,9 +160,13 @@ impl CallReport {
             } else {
                 i + 1
             };
+            let kind = match a.kind {
+                AttemptKind::First | AttemptKind::Retry => String::new(),
+                other => format!("[{other}] "),
+            };
             write!(
                 f,
-                "\n  {}. at {:>7}  {} ({})  {} after {}",
+                "\n  {}. at {:>7}  {kind}{} ({})  {} after {}",
                 number,
                 Human(a.started).to_string(),
                 a.provider.node,
@@ -161,6 +194,7 @@ mod tests {
             started: Duration::from_millis(i),
             elapsed: Duration::ZERO,
             outcome: format!("refused {i}"),
+            kind: AttemptKind::Retry,
         };
         let (mut attempts, mut left_out) = (Vec::new(), 0);
         for i in 0..10_000 {

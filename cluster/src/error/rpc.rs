@@ -28,6 +28,11 @@ pub enum RpcErrorKind {
     /// A provider's certificate named another node than its registry entry, and no other
     /// provider answered. The function did not run.
     WrongPeer,
+    /// An attempt failed in a way that is retried, and its retry would have taken this node's
+    /// retries of the service past their share of its calls (retry throttling,
+    /// `CallOptions::retry_ratio`): the call failed at once instead. Whether it may have run
+    /// is the failed attempt's ([`RpcError::may_have_run`]); the detail says how it failed.
+    RetryThrottled,
 }
 
 impl RpcErrorKind {
@@ -43,6 +48,7 @@ impl RpcErrorKind {
             RpcErrorKind::Cancelled => "cancelled",
             RpcErrorKind::Untrusted => "untrusted peer",
             RpcErrorKind::WrongPeer => "wrong peer",
+            RpcErrorKind::RetryThrottled => "retry throttled",
         }
     }
 
@@ -73,6 +79,9 @@ impl RpcErrorKind {
             RpcErrorKind::Protocol => {
                 "the reply could not be read: client and provider disagree on the types or the wire protocol"
             }
+            RpcErrorKind::RetryThrottled => {
+                "an attempt failed, and retrying it would have taken this node's retries of the service past their share of its calls (retry throttling): a provider that fails every call is not sent a storm of retries"
+            }
         }
     }
 }
@@ -89,6 +98,8 @@ pub struct RpcError {
     kind: RpcErrorKind,
     detail: String,
     report: Box<CallReport>,
+    /// For `RetryThrottled`: whether the attempt that was not retried may have run.
+    ran: bool,
 }
 
 impl RpcError {
@@ -97,6 +108,15 @@ impl RpcError {
             kind,
             detail,
             report: Box::new(report),
+            ran: false,
+        }
+    }
+
+    /// A call whose retry was throttled, after an attempt that `ran` (may have run) or not.
+    pub(crate) fn throttled(detail: String, report: CallReport, ran: bool) -> Self {
+        Self {
+            ran,
+            ..Self::new(RpcErrorKind::RetryThrottled, detail, report)
         }
     }
 
@@ -124,6 +144,9 @@ impl RpcError {
         {
             return false;
         }
+        if self.kind == RpcErrorKind::RetryThrottled {
+            return self.ran;
+        }
         matches!(
             self.kind,
             RpcErrorKind::Timeout
@@ -138,7 +161,10 @@ impl RpcError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self.kind,
-            RpcErrorKind::Timeout | RpcErrorKind::NoConnection | RpcErrorKind::ConnectionLost
+            RpcErrorKind::Timeout
+                | RpcErrorKind::NoConnection
+                | RpcErrorKind::ConnectionLost
+                | RpcErrorKind::RetryThrottled
         )
     }
 }

@@ -488,6 +488,7 @@ impl NodeBuilder {
             registry: registry.clone(),
         };
         let _ = dispatcher.describe.set(describe);
+        let _ = dispatcher.generation.set(generation);
         registry.join(info.clone()).await?;
         tracing::info!("node {info} started");
         let node = Node {

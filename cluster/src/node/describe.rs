@@ -160,15 +160,24 @@ async fn describe(
                 | TransportError::WrongPeer(why) => why,
             })
         })?;
+    let reply = match reply {
+        Reply::Recalled(reply) => *reply,
+        reply => reply,
+    };
     let bytes = match reply {
         Reply::Done(bytes) => bytes,
         Reply::Refused(code, why) => {
             return Err(bad(format!("refused (code {code}): {why}")));
         }
-        Reply::TooLarge(why) | Reply::Undeliverable(why) | Reply::Panicked(why) => {
+        Reply::TooLarge(why)
+        | Reply::Undeliverable(why)
+        | Reply::Panicked(why)
+        | Reply::Interrupted(why) => {
             return Err(bad(why));
         }
-        Reply::Expired => return Err(unreachable(format!("no answer within {timeout:?}"))),
+        Reply::Expired | Reply::Recalled(_) => {
+            return Err(unreachable(format!("no answer within {timeout:?}")));
+        }
     };
     let mut described: Described =
         decode(&bytes).map_err(|e| bad(format!("the answer does not decode: {e}")))?;

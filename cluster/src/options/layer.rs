@@ -60,6 +60,28 @@ pub struct CallOptions {
     /// with a storm of retries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overloaded_retries: Option<u32>,
+    /// Retry throttling: the most retries and hedges this node may add to its calls of the
+    /// service, as a share of those calls over [`retry_window`](Self::retry_window) (0.2: a
+    /// fifth), besides [`retry_floor`](Self::retry_floor) a second. Past it a call that
+    /// would be retried fails at once (`RpcErrorKind::RetryThrottled`): a provider that fails
+    /// every call then gets at most that much more load, not each client's attempts times over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_ratio: Option<f64>,
+    /// The window [`retry_ratio`](Self::retry_ratio) counts calls and retries over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_window: Option<Duration>,
+    /// Retries a second allowed whatever the ratio, so that a node that calls rarely may
+    /// still retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_floor: Option<u32>,
+    /// Hedging: how long an attempt of an idempotent function goes unanswered before another
+    /// copy is sent to another provider (the first answer wins, the others are cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedge_after: Option<Duration>,
+    /// The most copies sent besides the first (0: no hedging). Only idempotent functions are
+    /// hedged, whatever a layer says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedge_max: Option<u32>,
 }
 
 /// Only the fields set: `timeout 5s, retry after 200ms, budget 30s`; `(none)` for an empty layer.
@@ -105,6 +127,21 @@ impl std::fmt::Display for CallOptions {
         if let Some(n) = self.overloaded_retries {
             parts.push(format!("{n} retries when overloaded"));
         }
+        if let Some(r) = self.retry_ratio {
+            parts.push(format!("retries at most {}% of calls", r * 100.0));
+        }
+        if let Some(w) = self.retry_window {
+            parts.push(format!("over {}", Human(w)));
+        }
+        if let Some(n) = self.retry_floor {
+            parts.push(format!("{n} retries a second at least"));
+        }
+        if let Some(d) = self.hedge_after {
+            parts.push(format!("hedge after {}", Human(d)));
+        }
+        if let Some(n) = self.hedge_max {
+            parts.push(format!("at most {n} hedges"));
+        }
         if parts.is_empty() {
             f.write_str("(none)")
         } else {
@@ -127,6 +164,11 @@ impl CallOptions {
             newest_only: None,
             wait_for_provider: None,
             overloaded_retries: None,
+            retry_ratio: None,
+            retry_window: None,
+            retry_floor: None,
+            hedge_after: None,
+            hedge_max: None,
         }
     }
 
@@ -144,6 +186,11 @@ impl CallOptions {
     /// | `newest_only` | false: every compatible version gets calls, so a rolling deploy does not pile them onto the first upgraded node |
     /// | `wait_for_provider` | 0: a call that finds no provider fails at once |
     /// | `overloaded_retries` | 1: an `Overloaded` refusal is retried once, elsewhere |
+    /// | `retry_ratio` | 0.2: retries and hedges add at most a fifth to a node's calls of a service (Finagle's `RetryBudget`) |
+    /// | `retry_window` | 10 s |
+    /// | `retry_floor` | 10 retries a second |
+    /// | `hedge_after` | 0 (with `hedge_max` 0: no hedging) |
+    /// | `hedge_max` | 0: no hedging |
     pub const fn library_default() -> Self {
         Self {
             timeout: Some(Duration::from_secs(10)),
@@ -156,6 +203,11 @@ impl CallOptions {
             newest_only: Some(false),
             wait_for_provider: Some(Duration::ZERO),
             overloaded_retries: Some(1),
+            retry_ratio: Some(0.2),
+            retry_window: Some(Duration::from_secs(10)),
+            retry_floor: Some(10),
+            hedge_after: Some(Duration::ZERO),
+            hedge_max: Some(0),
         }
     }
 
@@ -224,6 +276,33 @@ impl CallOptions {
         self
     }
 
+    /// Sets retry throttling's ratio: retries and hedges may add at most this share of the
+    /// calls made over [`retry_window`](Self::retry_window) (0.2: a fifth).
+    pub const fn retry_ratio(mut self, ratio: f64) -> Self {
+        self.retry_ratio = Some(ratio);
+        self
+    }
+
+    /// Sets the window retry throttling counts over (1 s to 60 s).
+    pub const fn retry_window(mut self, window: Duration) -> Self {
+        self.retry_window = Some(window);
+        self
+    }
+
+    /// Sets the retries a second allowed whatever the ratio.
+    pub const fn retry_floor(mut self, floor: u32) -> Self {
+        self.retry_floor = Some(floor);
+        self
+    }
+
+    /// Sets hedging: after `after` without an answer, another copy to another provider, at
+    /// most `max` copies besides the first (0 turns hedging off). Idempotent functions only.
+    pub const fn hedge(mut self, after: Duration, max: u32) -> Self {
+        self.hedge_after = Some(after);
+        self.hedge_max = Some(max);
+        self
+    }
+
     /// Whether no field is set.
     pub(crate) fn is_empty(&self) -> bool {
         *self == Self::new()
@@ -242,6 +321,11 @@ impl CallOptions {
             newest_only: over.newest_only.or(self.newest_only),
             wait_for_provider: over.wait_for_provider.or(self.wait_for_provider),
             overloaded_retries: over.overloaded_retries.or(self.overloaded_retries),
+            retry_ratio: over.retry_ratio.or(self.retry_ratio),
+            retry_window: over.retry_window.or(self.retry_window),
+            retry_floor: over.retry_floor.or(self.retry_floor),
+            hedge_after: over.hedge_after.or(self.hedge_after),
+            hedge_max: over.hedge_max.or(self.hedge_max),
         }
     }
 }

@@ -10,4 +10,6 @@ mod layer;
 mod resolved;
 
 pub use layer::CallOptions;
-pub use resolved::{MIN_RETRY_PAUSE, ResolvedOptions, RetryPolicy, Source};
+pub use resolved::{
+    HedgePolicy, MAX_HEDGES, MIN_RETRY_PAUSE, ResolvedOptions, RetryPolicy, Source,
+};

@@ -61,6 +61,23 @@ pub struct RetryPolicy {
     pub budget: Duration,
     /// How often an `Overloaded` refusal is sent again.
     pub overloaded: u32,
+    /// Retry throttling: the share of calls retries and hedges may add, over `window`.
+    pub ratio: f64,
+    /// The window `ratio` counts over.
+    pub window: Duration,
+    /// Retries a second allowed whatever the ratio.
+    pub floor: u32,
+}
+
+/// Hedging, fully resolved: `max` copies besides the first, one every `after` without an
+/// answer. Off when `max` is 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HedgePolicy {
+    /// How long an attempt goes unanswered before the next copy.
+    pub after: Duration,
+    /// The most copies besides the first.
+    pub max: u32,
 }
 
 /// Call options after the merge: every field set, each with the layer it came from.
@@ -73,16 +90,36 @@ pub struct ResolvedOptions {
     pub retry: RetryPolicy,
     /// How long a call that finds no provider waits for one, from its start.
     pub wait_for_provider: Duration,
+    /// Hedging (idempotent functions only).
+    pub hedge: HedgePolicy,
     /// Where each field came from, in the order of [`CallOptions`]' fields: timeout,
     /// retry_enabled, retry_after, retry_max_after, retry_factor, retry_jitter, retry_budget,
-    /// wait_for_provider, overloaded_retries.
-    pub sources: [Source; 9],
+    /// wait_for_provider, overloaded_retries, retry_ratio, retry_window, retry_floor,
+    /// hedge_after, hedge_max.
+    pub sources: [Source; 14],
 }
 
 // A pause factor outside this range is treated as a misconfiguration (it may come from another
 // node's registry entry) and clamped: below 1 pauses would shrink towards zero, above it they
 // overflow the budget after a step or two anyway.
 const FACTOR_RANGE: (f64, f64) = (1.0, 100.0);
+
+/// Retry throttling's ratio, window and floor are clamped to these (a remote entry may say
+/// anything): past a ratio of 10 there is no throttling to speak of, and the window's slots
+/// hold a minute (`client/throttle.rs`).
+const RATIO_RANGE: (f64, f64) = (0.0, 10.0);
+const WINDOW_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+const MAX_FLOOR: u32 = 100_000;
+/// The most hedges of one call: each is a whole attempt in flight.
+pub const MAX_HEDGES: u32 = 8;
+
+fn clamp_finite(value: f64, (low, high): (f64, f64)) -> f64 {
+    if value.is_finite() {
+        value.clamp(low, high)
+    } else {
+        low
+    }
+}
 
 /// The shortest pause between attempts. A pause of zero (which a provider's registry entry may
 /// set) would retry an instant refusal as fast as the CPU allows for the whole budget.
@@ -92,7 +129,7 @@ impl ResolvedOptions {
     /// Merges `layers` (lowest first) over the library default, field by field.
     pub fn merge(layers: &[(Source, &CallOptions)]) -> Self {
         let base = CallOptions::library_default();
-        let mut sources = [Source::Library; 9];
+        let mut sources = [Source::Library; 14];
         let mut merged = base;
         for (source, layer) in layers {
             let set = [
@@ -105,6 +142,11 @@ impl ResolvedOptions {
                 layer.retry_budget.is_some(),
                 layer.wait_for_provider.is_some(),
                 layer.overloaded_retries.is_some(),
+                layer.retry_ratio.is_some(),
+                layer.retry_window.is_some(),
+                layer.retry_floor.is_some(),
+                layer.hedge_after.is_some(),
+                layer.hedge_max.is_some(),
             ];
             for (slot, is_set) in sources.iter_mut().zip(set) {
                 if is_set {
@@ -143,8 +185,18 @@ impl ResolvedOptions {
                 jitter: merged.retry_jitter.unwrap_or(false),
                 budget,
                 overloaded: merged.overloaded_retries.unwrap_or(1),
+                ratio: clamp_finite(merged.retry_ratio.unwrap_or(0.2), RATIO_RANGE),
+                window: merged
+                    .retry_window
+                    .unwrap_or(Duration::from_secs(10))
+                    .clamp(WINDOW_RANGE.0, WINDOW_RANGE.1),
+                floor: merged.retry_floor.unwrap_or(10).min(MAX_FLOOR),
             },
             wait_for_provider: merged.wait_for_provider.unwrap_or_default(),
+            hedge: HedgePolicy {
+                after: merged.hedge_after.unwrap_or_default(),
+                max: merged.hedge_max.unwrap_or(0).min(MAX_HEDGES),
+            },
             sources,
         }
     }

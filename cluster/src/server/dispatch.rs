@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::admission::{Admission, Permit};
 use super::describe;
+use super::record::{self, Begin, Record};
 use super::{DispatchError, DispatchFuture, Provide};
 use crate::context::{Context, Received};
 use crate::error::Reason;
@@ -23,6 +24,10 @@ pub(crate) struct Dispatcher {
     layers: Arc<[Arc<dyn ProviderLayer>]>,
     /// What the describe request answers; set once the node knows its own address.
     pub(crate) describe: OnceLock<describe::Source>,
+    /// The node's generation, once it has started: an attempt pinned to another is refused.
+    pub(crate) generation: OnceLock<u64>,
+    /// The calls of `at_most_once` functions (`record.rs`).
+    record: Record,
 }
 
 struct Hosted {
@@ -30,6 +35,8 @@ struct Hosted {
     // name -> (index, shape hash, signature text hash): a request names the function and the
     // hash of the shape it checked; a build from before shapes sends the text's hash.
     functions: Names<(usize, u64, u64)>,
+    // By index: whether the function is `at_most_once`.
+    at_most_once: Vec<bool>,
 }
 
 /// A map from names, read on every request; filled only by the node itself.
@@ -60,6 +67,8 @@ impl Dispatcher {
             admission: Admission::new(max_concurrent),
             layers,
             describe: OnceLock::new(),
+            generation: OnceLock::new(),
+            record: Record::default(),
         }
     }
 
@@ -77,9 +86,15 @@ impl Dispatcher {
             .enumerate()
             .map(|(i, f)| (f.name.clone(), (i, f.hash(), signature_hash(&f.signature))))
             .collect();
+        let at_most_once = description
+            .functions
+            .iter()
+            .map(|f| f.at_most_once)
+            .collect();
         let hosted = Arc::new(Hosted {
             provider,
             functions,
+            at_most_once,
         });
         self.write().insert(description.name.clone(), hosted);
     }
@@ -119,9 +134,14 @@ impl Dispatcher {
                 run,
                 context,
                 _permit,
+                recording,
             } = match started {
                 Ok(started) => started,
-                Err(refused) => return fit(refused, reply_limit),
+                Err(Early::Reply(refused)) => return fit(refused, reply_limit),
+                // A retry of an at-most-once call: answered from the record, never run again.
+                Err(Early::Recall(recall)) => {
+                    return fit(self.record.recall(recall, deadline).await, reply_limit);
+                }
             };
             // Tells the provider layers how the request ended, also when it is dropped (its
             // caller gave up, its connection closed): they see every request they let through.
@@ -182,24 +202,41 @@ impl Dispatcher {
             if let Some(told) = &mut told {
                 told.served = served;
             }
-            fit(reply, reply_limit)
+            let reply = fit(reply, reply_limit);
+            // Kept before it is sent: a retry that races the reply finds it.
+            if let Some(recording) = recording {
+                recording.finish(&reply);
+            }
+            reply
         }
     }
 
-    /// Checks a request, admits it and builds its handler's future; or refuses it.
-    fn start(&self, request: Arc<Request>, deadline: Instant) -> Result<Started<'_>, Reply> {
+    /// Checks a request, admits it and builds its handler's future; or refuses it, or finds it
+    /// in the record of at-most-once calls.
+    fn start(&self, request: Arc<Request>, deadline: Instant) -> Result<Started<'_>, Early> {
         let request = Arc::unwrap_or_clone(request);
         // Its caller has given up already (this attempt's time, or the whole call's budget, is
         // over): running it would be work nobody reads.
         let now = Instant::now();
         if deadline <= now || request.head.budget_deadline.is_some_and(|end| end <= now) {
-            return Err(Reply::Expired);
+            return Err(Early::Reply(Reply::Expired));
+        }
+        // A retry of an at-most-once call that may have run on an earlier process at this
+        // address: only that process's record can answer it.
+        if let Some(pinned) = request.head.pinned
+            && self.generation.get().is_some_and(|own| *own != pinned)
+        {
+            let detail = format!(
+                "the attempt was for generation {pinned} of this node, which is gone: this is generation {}",
+                self.generation.get().copied().unwrap_or_default()
+            );
+            return Err(Early::Reply(refuse(Reason::NoService, detail)));
         }
         if let Some(problem) = &request.head.invalid {
-            return Err(refuse(
+            return Err(Early::Reply(refuse(
                 Reason::BadArguments,
                 format!("a header of the request cannot be read: {problem}"),
-            ));
+            )));
         }
         if request.service == describe::SERVICE
             && let Some(source) = self.describe.get()
@@ -207,27 +244,29 @@ impl Dispatcher {
             let limit = request.head.reply_limit.map_or(self.max_reply, |theirs| {
                 usize::try_from(theirs).map_or(self.max_reply, |t| t.min(self.max_reply))
             });
-            return Err(source.answer(self.admission.is_draining(), limit));
+            return Err(Early::Reply(
+                source.answer(self.admission.is_draining(), limit),
+            ));
         }
         let Some(hosted) = self.read().get(request.service.as_ref()).cloned() else {
-            return Err(refuse(
+            return Err(Early::Reply(refuse(
                 Reason::NoService,
                 format!("this node does not provide `{}`", request.service),
-            ));
+            )));
         };
         let Some(&(index, shape, text)) = hosted.functions.get(request.function.as_ref()) else {
             let detail = format!(
                 "`{}` has no function `{}`",
                 request.service, request.function
             );
-            return Err(refuse(Reason::NoFunction, detail));
+            return Err(Early::Reply(refuse(Reason::NoFunction, detail)));
         };
         if request.signature != shape && request.signature != text {
             let detail = format!(
                 "`{}.{}` has another signature here",
                 request.service, request.function
             );
-            return Err(refuse(Reason::NoFunction, detail));
+            return Err(Early::Reply(refuse(Reason::NoFunction, detail)));
         }
         if let Some(callers) = hosted.provider.callers() {
             let caller = request.head.caller.as_deref();
@@ -238,12 +277,24 @@ impl Dispatcher {
                     callers.patterns().join(", "),
                     caller.map_or_else(|| "unnamed".to_owned(), |c| format!("`{c}`"))
                 );
-                return Err(refuse(Reason::Unauthorized, detail));
+                return Err(Early::Reply(refuse(Reason::Unauthorized, detail)));
             }
         }
+        // A retry of an at-most-once call it has seen is answered from the record, before
+        // admission: a draining node still answers for what it ran.
+        let key = record_key(
+            &hosted,
+            index,
+            request.head.caller.as_ref(),
+            request.head.call_id,
+        );
+        if let Some(recall) = key.as_ref().and_then(|key| self.record.seen(key)) {
+            return Err(Early::Recall(recall));
+        }
+        let budget_end = request.head.budget_deadline;
         let permit = match self.admission.admit(request.head.caller.as_ref()) {
             Ok(permit) => permit,
-            Err((reason, detail)) => return Err(refuse(reason, detail)),
+            Err((reason, detail)) => return Err(Early::Reply(refuse(reason, detail))),
         };
         let attempt = request.attempt();
         let Request {
@@ -288,8 +339,20 @@ impl Dispatcher {
                 admitted: Instant::now(),
                 served: Served::Refused,
             });
-            return Err(refused);
+            return Err(Early::Reply(refused));
         }
+        // An at-most-once call is entered in the record before it runs, once nothing can refuse
+        // it any more: a call refused never ran, and is not recorded.
+        let recording = match key {
+            Some(key) => match self.record.begin(key, budget_end) {
+                Begin::Run(recording) => Some(recording),
+                Begin::Seen(recall) => return Err(Early::Recall(recall)),
+                Begin::Full(detail) => {
+                    return Err(Early::Reply(refuse(Reason::Overloaded, detail)));
+                }
+            },
+            None => None,
+        };
         // Building the future runs no user code, but a generated adapter is still code: a panic
         // while building it is caught like one while running it.
         let run =
@@ -298,8 +361,29 @@ impl Dispatcher {
             run,
             context,
             _permit: permit,
+            recording,
         })
     }
+}
+
+/// Why a request does not run: a reply at once, or an answer from the record of at-most-once
+/// calls (which may wait for the call's first attempt to end).
+enum Early {
+    Reply(Reply),
+    Recall(record::Recall),
+}
+
+/// The record's key of a request, if it is an attempt of an at-most-once call.
+fn record_key(
+    hosted: &Hosted,
+    index: usize,
+    caller: Option<&Arc<str>>,
+    call_id: Option<u128>,
+) -> Option<record::Key> {
+    let call = call_id?;
+    hosted.at_most_once.get(index).copied().filter(|yes| *yes)?;
+    let caller = caller.cloned().unwrap_or_else(|| Arc::from(""));
+    Some(record::Key { caller, call })
 }
 
 /// An admitted request, its handler's future built.
@@ -310,6 +394,8 @@ struct Started<'a> {
     context: Context,
     /// Held until the call ends; lets the next call in when dropped.
     _permit: Permit<'a>,
+    /// An at-most-once call's entry in the record, told how it ended.
+    recording: Option<record::Running<'a>>,
 }
 
 /// Reports to the provider layers, when dropped, how a request ended.

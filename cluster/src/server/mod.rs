@@ -7,6 +7,7 @@ mod admission;
 pub(crate) mod describe;
 mod dispatch;
 mod provide;
+pub(crate) mod record;
 
 pub use admission::DEFAULT_MAX_CONCURRENT_CALLS;
 pub(crate) use dispatch::{Dispatcher, catching};

@@ -56,6 +56,11 @@ pub struct FunctionDescription {
     /// Whether running it twice is harmless, so it may be retried after it may have run.
     #[serde(default)]
     pub idempotent: bool,
+    /// Whether its provider keeps a record of each call (`#[call(at_most_once)]`): a retry
+    /// after it may have run goes to the same provider process, which answers from the record
+    /// instead of running it again (`docs/calls.md`). False in entries of builds before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_most_once: bool,
     /// Function-level call options, over the service-level ones.
     #[serde(default)]
     pub options: CallOptions,
@@ -134,8 +139,16 @@ impl FunctionDescription {
             shape: None,
             cached_hash: HashCache::default(),
             idempotent,
+            at_most_once: false,
             options,
         }
+    }
+
+    /// The same, kept at most once by its provider (`#[call(at_most_once)]`); never both that
+    /// and idempotent.
+    pub fn with_at_most_once(mut self, at_most_once: bool) -> Self {
+        self.at_most_once = at_most_once && !self.idempotent;
+        self
     }
 
     /// The same, with the wire shape `#[service]` traced.

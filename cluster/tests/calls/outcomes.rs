@@ -33,7 +33,9 @@ async fn the_providers_own_error_is_returned_and_never_retried() {
     );
     let provider = err.report().provider.as_ref().expect("the provider");
     assert_eq!(provider.node, "search-1");
-    assert!(err.report().attempts.is_empty(), "no attempt failed");
+    let attempts = &err.report().attempts;
+    assert_eq!(attempts.len(), 1, "one attempt: {attempts:?}");
+    assert_eq!(attempts[0].outcome, "answered", "the one that answered");
     assert_eq!(
         engine.counters.started(),
         1,

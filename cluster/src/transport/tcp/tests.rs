@@ -38,6 +38,7 @@ fn description() -> &'static ServiceDescription {
             shape: None,
             cached_hash: Default::default(),
             idempotent: true,
+            at_most_once: false,
             options: CallOptions::default(),
         };
         ServiceDescription::new(

@@ -11,6 +11,14 @@ use serde::{Deserializer, Serializer};
 
 /// The call's metadata: MessagePack of `[[key, value], …]`.
 pub(super) const METADATA: u16 = 1;
+/// The call's own id (`Head::call_id`): 16 bytes, little-endian.
+pub(super) const CALL_ID: u16 = 2;
+/// The provider generation the attempt must reach (`Head::pinned`): 8 bytes, little-endian.
+pub(super) const PINNED: u16 = 3;
+
+/// In a reply: it is an earlier attempt's, from the provider's record (`Reply::Recalled`). No
+/// value.
+pub(super) const RECALLED: u16 = 1;
 
 /// Bytes an entry takes besides its value.
 const ENTRY: usize = 6;

@@ -92,6 +92,12 @@ pub(crate) struct Head {
     /// On the provider's side of TCP, the id of the frame it arrived in: the reply's bytes are
     /// counted against that connection until they are written (`transport/tcp/budget.rs`).
     pub(crate) frame_id: Option<u64>,
+    /// The call's own id, on all its attempts and only its own (not inherited): a provider of
+    /// an `at_most_once` function keeps its record under it (`server/record.rs`).
+    pub(crate) call_id: Option<u128>,
+    /// The provider generation this attempt must reach: a retry of an `at_most_once` call
+    /// after it may have run is answered only by the process it may have run on.
+    pub(crate) pinned: Option<u64>,
 }
 
 /// What a provider answers.
@@ -112,6 +118,12 @@ pub(crate) enum Reply {
     /// (Over TCP the client has given up by then and never reads this; in memory it is how a
     /// timeout surfaces.)
     Expired,
+    /// An `at_most_once` call's earlier attempt started and was stopped before it finished
+    /// (its deadline, its caller's connection): it may have run, and is not run again.
+    Interrupted(String),
+    /// The reply of an earlier attempt of the same `at_most_once` call, from the provider's
+    /// record: the function did not run again.
+    Recalled(Box<Reply>),
 }
 
 impl Reply {
@@ -122,8 +134,10 @@ impl Reply {
             Reply::Refused(_, text)
             | Reply::Panicked(text)
             | Reply::TooLarge(text)
-            | Reply::Undeliverable(text) => text.len(),
+            | Reply::Undeliverable(text)
+            | Reply::Interrupted(text) => text.len(),
             Reply::Expired => 0,
+            Reply::Recalled(reply) => reply.size(),
         }
     }
 }

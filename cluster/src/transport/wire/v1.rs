@@ -93,6 +93,9 @@ impl From<Reply> for ReplyFrame {
             Reply::TooLarge(detail) => ReplyFrame::TooLarge(detail),
             Reply::Undeliverable(detail) => ReplyFrame::Undeliverable(detail),
             Reply::Expired => ReplyFrame::Expired,
+            // Wire 1 carries no call id, so no reply of it is ever recalled or interrupted.
+            Reply::Interrupted(detail) => ReplyFrame::Undeliverable(detail),
+            Reply::Recalled(reply) => Self::from(*reply),
         }
     }
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_bytes::{ByteBuf, Bytes};
 use tokio::time::Instant;
 
-use super::headers::{self, METADATA};
+use super::headers::{self, CALL_ID, METADATA, PINNED, RECALLED};
 use super::names::Name;
 use super::{Head, Reply, Request};
 use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId};
@@ -72,8 +72,14 @@ struct RequestHeaders<'a>(&'a Head);
 impl Serialize for RequestHeaders<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let head = self.0;
-        let present = [(!head.encoded_metadata.is_empty())
-            .then_some((METADATA, head.encoded_metadata.as_slice()))];
+        let call_id = head.call_id.map(u128::to_le_bytes);
+        let pinned = head.pinned.map(u64::to_le_bytes);
+        let present = [
+            (!head.encoded_metadata.is_empty())
+                .then_some((METADATA, head.encoded_metadata.as_slice())),
+            call_id.as_ref().map(|id| (CALL_ID, &id[..])),
+            pinned.as_ref().map(|generation| (PINNED, &generation[..])),
+        ];
         headers::write(&present, serializer)
     }
 }
@@ -140,6 +146,16 @@ impl<'de> DeserializeSeed<'de> for ReadRequestHeaders<'_> {
                 let metadata = Metadata::from_entries(entries);
                 metadata.check().map_err(|e| e.to_string())?;
                 head.metadata = metadata;
+            } else if key == CALL_ID {
+                let id: [u8; 16] = value
+                    .try_into()
+                    .map_err(|_| format!("a call id of {} bytes, not 16", value.len()))?;
+                head.call_id = Some(u128::from_le_bytes(id));
+            } else if key == PINNED {
+                let generation: [u8; 8] = value
+                    .try_into()
+                    .map_err(|_| format!("a pinned generation of {} bytes, not 8", value.len()))?;
+                head.pinned = Some(u64::from_le_bytes(generation));
             }
             Ok(())
         })?;
@@ -156,42 +172,61 @@ mod kind {
     pub(super) const TOO_LARGE: u16 = 3;
     pub(super) const UNDELIVERABLE: u16 = 4;
     pub(super) const EXPIRED: u16 = 5;
+    pub(super) const INTERRUPTED: u16 = 6;
 }
 
 impl Serialize for ReplyFrame {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (kind, code, body): (u16, u16, &[u8]) = match &self.0 {
+        let (reply, recalled) = match &self.0 {
+            Reply::Recalled(reply) => (&**reply, true),
+            reply => (reply, false),
+        };
+        let (kind, code, body): (u16, u16, &[u8]) = match reply {
             Reply::Done(bytes) => (kind::DONE, 0, bytes),
             Reply::Refused(code, detail) => (kind::REFUSED, *code, detail.as_bytes()),
             Reply::Panicked(message) => (kind::PANICKED, 0, message.as_bytes()),
             Reply::TooLarge(detail) => (kind::TOO_LARGE, 0, detail.as_bytes()),
             Reply::Undeliverable(detail) => (kind::UNDELIVERABLE, 0, detail.as_bytes()),
             Reply::Expired => (kind::EXPIRED, 0, &[]),
+            Reply::Interrupted(detail) => (kind::INTERRUPTED, 0, detail.as_bytes()),
+            // A record holds what the handler answered, never a recalled reply.
+            Reply::Recalled(_) => (
+                kind::UNDELIVERABLE,
+                0,
+                &b"a recalled reply inside another"[..],
+            ),
         };
         let mut tuple = serializer.serialize_tuple(4)?;
         tuple.serialize_element(&kind)?;
         tuple.serialize_element(&code)?;
         tuple.serialize_element(Bytes::new(body))?;
-        tuple.serialize_element(&NoHeaders)?;
+        tuple.serialize_element(&ReplyHeaders(recalled))?;
         tuple.end()
     }
 }
 
-/// A reply carries no header yet; the map is there so that one can be added.
-struct NoHeaders;
+/// A reply's headers: whether it is recalled from the provider's record.
+struct ReplyHeaders(bool);
 
-impl Serialize for NoHeaders {
+impl Serialize for ReplyHeaders {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        headers::write(&[], serializer)
+        let recalled = self.0.then_some((RECALLED, &[][..]));
+        headers::write(&[recalled], serializer)
     }
 }
 
-struct SkipHeaders;
+/// Reads a reply's headers: whether it was recalled; keys this node does not know are skipped.
+struct ReadReplyHeaders;
 
-impl<'de> DeserializeSeed<'de> for SkipHeaders {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        headers::read(deserializer, |_, _| Ok(())).map(|_| ())
+impl<'de> DeserializeSeed<'de> for ReadReplyHeaders {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        let mut recalled = false;
+        headers::read(deserializer, |key, _| {
+            recalled |= key == RECALLED;
+            Ok(())
+        })?;
+        Ok(recalled)
     }
 }
 
@@ -208,19 +243,27 @@ impl<'de> Deserialize<'de> for ReplyFrame {
                 let kind: u16 = seq.next_element()?.ok_or_else(missing)?;
                 let code: u16 = seq.next_element()?.ok_or_else(missing)?;
                 let body: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
-                seq.next_element_seed(SkipHeaders)?.ok_or_else(missing)?;
+                let recalled = seq
+                    .next_element_seed(ReadReplyHeaders)?
+                    .ok_or_else(missing)?;
                 let text = || String::from_utf8_lossy(&body).into_owned();
-                Ok(ReplyFrame(match kind {
+                let reply = match kind {
                     kind::DONE => Reply::Done(body.into_vec()),
                     kind::REFUSED => Reply::Refused(code, text()),
                     kind::PANICKED => Reply::Panicked(text()),
                     kind::TOO_LARGE => Reply::TooLarge(text()),
                     kind::UNDELIVERABLE => Reply::Undeliverable(text()),
                     kind::EXPIRED => Reply::Expired,
+                    kind::INTERRUPTED => Reply::Interrupted(text()),
                     other => Reply::Undeliverable(format!(
                         "the provider answered with a reply of kind {other}, which this node does not know: {}",
                         text()
                     )),
+                };
+                Ok(ReplyFrame(if recalled {
+                    Reply::Recalled(Box::new(reply))
+                } else {
+                    reply
                 }))
             }
         }
@@ -254,6 +297,8 @@ mod tests {
                 metadata,
                 invalid: None,
                 frame_id: None,
+                call_id: Some(u128::MAX - 5),
+                pinned: Some(77),
             },
             attempt: AtomicU32::new(3),
         })
@@ -281,6 +326,8 @@ mod tests {
         assert_eq!(got.head.metadata.get("tenant"), Some("acme"));
         assert_eq!(got.attempt(), 3);
         assert_eq!(got.head.budget_deadline, sent.head.budget_deadline);
+        assert_eq!(got.head.call_id, Some(u128::MAX - 5));
+        assert_eq!(got.head.pinned, Some(77));
     }
 
     #[test]
@@ -344,6 +391,9 @@ mod tests {
             Reply::TooLarge("big".into()),
             Reply::Undeliverable("no".into()),
             Reply::Expired,
+            Reply::Interrupted("stopped".into()),
+            Reply::Recalled(Box::new(Reply::Done(vec![1]))),
+            Reply::Recalled(Box::new(Reply::Panicked("boom".into()))),
         ] {
             let bytes = Pin::new(&mut codec)
                 .serialize(&ReplyFrame(reply.clone()))
@@ -400,6 +450,8 @@ mod properties {
             any::<String>().prop_map(Reply::TooLarge),
             any::<String>().prop_map(Reply::Undeliverable),
             Just(Reply::Expired),
+            any::<String>().prop_map(Reply::Interrupted),
+            any::<Vec<u8>>().prop_map(|d| Reply::Recalled(Box::new(Reply::Done(d)))),
         ]
     }
 

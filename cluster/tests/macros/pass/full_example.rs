@@ -47,6 +47,17 @@ pub trait Tuning {
     async fn tune(&self, level: u8) -> std::result::Result<(), String>;
     #[call(retry(factor = 2, jitter = true), idempotent, timeout = "250ms")]
     async fn reset(&self) -> Option<u8>;
+    #[call(at_most_once, retry(ratio = 0.1, window = "30s", floor = 2))]
+    async fn charge(&self, cents: u64) -> u64;
+    #[call(idempotent, hedge(after = "20ms", max = 2))]
+    async fn quote(&self, item: String) -> u64;
+}
+
+/// Hedging declared for the whole service: it applies to its idempotent functions only.
+#[cluster::service(name = "hedged", version = "1.0.0", hedge(after = "5ms", max = 1))]
+pub trait Hedged {
+    #[call(idempotent)]
+    async fn read(&self, key: String) -> Option<String>;
 }
 
 pub struct Engine;

@@ -1,0 +1,405 @@
+//! At-most-once calls: a provider's record of the calls of its `at_most_once` functions.
+//!
+//! A caller whose attempt of a non-idempotent call timed out, or whose connection broke, cannot
+//! know whether the function ran. Hadoop IPC's RetryCache answers such a retry from the
+//! server's record of the call instead of running it again; this is that record.
+//!
+//! 1. An attempt of an `at_most_once` function carries its call's id (`Head::call_id`). Before
+//!    the handler runs, [`Record::begin`] looks the call up under (caller, call id): the caller
+//!    is the authenticated peer, so no node can read or settle another's calls.
+//! 2. Not there: it is entered as running, and the handler runs; when it ends its reply is kept
+//!    ([`Running::finish`]) before it is sent. A handler stopped before it ends (its deadline,
+//!    its caller's connection) leaves the call *interrupted*: it may have run.
+//! 3. There: a retry is answered from the record ([`Reply::Recalled`]), waiting for a running
+//!    one to end (within the retry's own deadline); an interrupted one is answered
+//!    [`Reply::Interrupted`]. The function does not run a second time.
+//! 4. A call is kept until its budget ends (at most [`KEEP`]) and [`GRACE`] more: a retry sent
+//!    before the caller's budget ran out still finds it. The caller pins a retry to the process
+//!    the call may have run on (`Head::pinned`), and does not retry past `KEEP` (`client/attempt.rs`).
+//!
+//! Bounds: [`MAX_CALLS`] calls, [`MAX_CALLS_PER_CALLER`] of one caller, [`MAX_BYTES`] of kept
+//! replies. A call that finds the record full is refused as `Overloaded` before it runs (so it
+//! is retried elsewhere, never run twice); a reply too large for what is left is not kept, and a
+//! retry of that call is told it ran and its reply is gone.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::transport::Reply;
+
+/// The longest a call is kept, whatever its budget: a caller does not retry an `at_most_once`
+/// call later than this after its first attempt.
+pub(crate) const KEEP: Duration = Duration::from_secs(600);
+/// Kept this much past the call's budget: a retry sent just before the budget ended is on its
+/// way, and the two nodes count the budget from moments a network trip apart.
+pub(crate) const GRACE: Duration = Duration::from_secs(5);
+/// The most calls kept.
+pub(crate) const MAX_CALLS: usize = 65_536;
+/// The most calls of one caller kept: one node cannot fill the record for the others.
+pub(crate) const MAX_CALLS_PER_CALLER: usize = MAX_CALLS / 4;
+/// The most bytes of replies kept.
+pub(crate) const MAX_BYTES: usize = 64 << 20;
+
+/// A call, as the record knows it: who made it, and its id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    pub(crate) caller: Arc<str>,
+    pub(crate) call: u128,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Record {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    calls: HashMap<Key, Entry>,
+    /// Calls in the order they were entered, with when each expires.
+    order: VecDeque<(Instant, Key)>,
+    per_caller: HashMap<Arc<str>, usize>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    expires: Instant,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Running(Arc<Notify>),
+    /// The reply, or `None` when it was too large to keep.
+    Finished(Option<Reply>, usize),
+    Interrupted,
+}
+
+/// What [`Record::begin`] found.
+pub(crate) enum Begin<'a> {
+    /// A new call: run it, and tell the record how it ended.
+    Run(Running<'a>),
+    /// Seen before: the answer, or what to wait on.
+    Seen(Recall),
+    /// No room: refuse it before it runs.
+    Full(String),
+}
+
+/// A call seen before: wait with [`Record::recall`].
+pub(crate) struct Recall(Key);
+
+impl Record {
+    /// Looks a call up; enters it as running if it is new and there is room. It expires at
+    /// `budget_end` (capped at [`KEEP`] from now) plus [`GRACE`].
+    pub(crate) fn begin(&self, key: Key, budget_end: Option<Instant>) -> Begin<'_> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner.expire(now);
+        if inner.calls.contains_key(&key) {
+            return Begin::Seen(Recall(key));
+        }
+        let mine = inner.per_caller.get(&key.caller).copied().unwrap_or(0);
+        if inner.calls.len() >= MAX_CALLS || mine >= MAX_CALLS_PER_CALLER {
+            return Begin::Full(format!(
+                "the record of at-most-once calls is full ({} calls, {mine} of this caller's): \
+                 it was not run here",
+                inner.calls.len()
+            ));
+        }
+        let kept_until = now + KEEP;
+        let expires = budget_end.map_or(kept_until, |end| end.min(kept_until)) + GRACE;
+        *inner.per_caller.entry(key.caller.clone()).or_default() += 1;
+        inner.order.push_back((expires, key.clone()));
+        let notify = Arc::new(Notify::new());
+        inner.calls.insert(
+            key.clone(),
+            Entry {
+                expires,
+                state: State::Running(notify),
+            },
+        );
+        Begin::Run(Running {
+            record: self,
+            key: Some(key),
+        })
+    }
+
+    /// The call, if it was seen before.
+    pub(crate) fn seen(&self, key: &Key) -> Option<Recall> {
+        let mut inner = self.lock();
+        inner.expire(Instant::now());
+        inner.calls.contains_key(key).then(|| Recall(key.clone()))
+    }
+
+    /// The answer to a call seen before: its kept reply (waiting, until `deadline`, for one
+    /// still running), or why there is none.
+    pub(crate) async fn recall(&self, Recall(key): Recall, deadline: Instant) -> Reply {
+        loop {
+            let notify = {
+                let inner = self.lock();
+                match inner.calls.get(&key).map(|e| &e.state) {
+                    Some(State::Finished(Some(reply), _)) => {
+                        return Reply::Recalled(Box::new(reply.clone()));
+                    }
+                    Some(State::Finished(None, size)) => {
+                        return Reply::Undeliverable(format!(
+                            "the call ran here; its reply ({size} bytes) was more than the record \
+                             of at-most-once calls had room to keep, so it is gone, and the call \
+                             is not run again"
+                        ));
+                    }
+                    Some(State::Interrupted) | None => {
+                        return Reply::Interrupted(
+                            "an earlier attempt of this call started here and was stopped \
+                             before it finished (its deadline, or its caller's connection \
+                             closed): it may have run, and is not run again"
+                                .to_owned(),
+                        );
+                    }
+                    Some(State::Running(notify)) => notify.clone(),
+                }
+            };
+            let ended = notify.notified();
+            tokio::pin!(ended);
+            // Registered before the state is read again: an end in between is not missed.
+            ended.as_mut().enable();
+            if matches!(
+                self.lock().calls.get(&key).map(|e| &e.state),
+                Some(State::Running(_))
+            ) && tokio::time::timeout_at(deadline, ended).await.is_err()
+            {
+                return Reply::Expired;
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Inner {
+    /// Forgets the calls that expired, oldest entered first. One entered later that expires
+    /// sooner waits behind them; every call is bounded by `KEEP` and `GRACE` all the same.
+    fn expire(&mut self, now: Instant) {
+        while let Some((expires, _)) = self.order.front()
+            && *expires <= now
+        {
+            let Some((_, key)) = self.order.pop_front() else {
+                break;
+            };
+            self.forget(&key);
+        }
+        // Full of calls that expire later than the oldest entered: look at all of them.
+        if self.calls.len() >= MAX_CALLS {
+            let expired: Vec<Key> = self
+                .calls
+                .iter()
+                .filter(|(_, e)| e.expires <= now && !matches!(e.state, State::Running(_)))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in &expired {
+                self.forget(key);
+            }
+            self.order.retain(|(_, key)| self.calls.contains_key(key));
+        }
+    }
+
+    fn forget(&mut self, key: &Key) {
+        let Some(entry) = self.calls.remove(key) else {
+            return;
+        };
+        if let State::Finished(Some(_), size) = entry.state {
+            self.bytes -= size;
+        }
+        if let Some(count) = self.per_caller.get_mut(&key.caller) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_caller.remove(&key.caller);
+            }
+        }
+    }
+
+    /// Ends a running call: its reply kept if there is room, or interrupted.
+    fn end(&mut self, key: &Key, reply: Option<&Reply>) {
+        let Some(entry) = self.calls.get_mut(key) else {
+            return;
+        };
+        let State::Running(notify) = &entry.state else {
+            return;
+        };
+        let notify = notify.clone();
+        entry.state = match reply {
+            Some(reply) => {
+                let size = reply.size() + 64;
+                if self.bytes + size <= MAX_BYTES {
+                    self.bytes += size;
+                    State::Finished(Some(reply.clone()), size)
+                } else {
+                    State::Finished(None, size)
+                }
+            }
+            None => State::Interrupted,
+        };
+        notify.notify_waiters();
+    }
+}
+
+/// A call entered as running. Dropped before [`finish`](Self::finish), the call is
+/// interrupted: its handler stopped part-way.
+pub(crate) struct Running<'a> {
+    record: &'a Record,
+    key: Option<Key>,
+}
+
+impl Running<'_> {
+    /// Keeps the call's reply for its retries.
+    pub(crate) fn finish(mut self, reply: &Reply) {
+        if let Some(key) = self.key.take() {
+            self.record.lock().end(&key, Some(reply));
+        }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.record.lock().end(&key, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(caller: &str, call: u128) -> Key {
+        Key {
+            caller: caller.into(),
+            call,
+        }
+    }
+
+    fn later(d: u64) -> Instant {
+        Instant::now() + Duration::from_secs(d)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_is_answered_from_the_record_after_the_call_ends_and_while_it_runs() {
+        let record = Record::default();
+        let Begin::Run(running) = record.begin(key("web-1", 7), Some(later(30))) else {
+            panic!("a new call runs");
+        };
+        // A retry while it runs waits for its end.
+        let Begin::Seen(recall) = record.begin(key("web-1", 7), Some(later(30))) else {
+            panic!("seen");
+        };
+        let waiting = record.recall(recall, later(1));
+        let ending = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            running.finish(&Reply::Done(vec![4, 2]));
+        };
+        let (reply, ()) = tokio::join!(waiting, ending);
+        assert_eq!(reply, Reply::Recalled(Box::new(Reply::Done(vec![4, 2]))));
+        let Begin::Seen(recall) = record.begin(key("web-1", 7), None) else {
+            panic!("still seen");
+        };
+        assert_eq!(
+            record.recall(recall, later(1)).await,
+            Reply::Recalled(Box::new(Reply::Done(vec![4, 2])))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_callers_call_of_the_same_id_is_its_own() {
+        let record = Record::default();
+        let Begin::Run(running) = record.begin(key("web-1", 7), None) else {
+            panic!();
+        };
+        running.finish(&Reply::Done(vec![1]));
+        assert!(matches!(
+            record.begin(key("evil-1", 7), None),
+            Begin::Run(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_stopped_part_way_leaves_the_call_interrupted() {
+        let record = Record::default();
+        let Begin::Run(running) = record.begin(key("web-1", 1), None) else {
+            panic!();
+        };
+        drop(running);
+        let Begin::Seen(recall) = record.begin(key("web-1", 1), None) else {
+            panic!();
+        };
+        assert!(matches!(
+            record.recall(recall, later(1)).await,
+            Reply::Interrupted(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ends_at_the_retrys_deadline() {
+        let record = Record::default();
+        let Begin::Run(_running) = record.begin(key("web-1", 1), None) else {
+            panic!();
+        };
+        let Begin::Seen(recall) = record.begin(key("web-1", 1), None) else {
+            panic!();
+        };
+        assert_eq!(
+            record.recall(recall, later(2)).await,
+            Reply::Expired,
+            "still running at the deadline"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_expire_after_their_budget_and_grace_and_the_record_is_bounded() {
+        let record = Record::default();
+        let Begin::Run(running) = record.begin(key("web-1", 1), Some(later(10))) else {
+            panic!();
+        };
+        running.finish(&Reply::Done(vec![1]));
+        tokio::time::advance(Duration::from_secs(10) + GRACE).await;
+        assert!(
+            matches!(record.begin(key("web-1", 1), None), Begin::Run(_)),
+            "forgotten once its budget and grace are over"
+        );
+        let mut refused = 0;
+        for call in 0..MAX_CALLS_PER_CALLER as u128 + 10 {
+            match record.begin(key("web-2", call + 100), Some(later(30))) {
+                Begin::Run(running) => running.finish(&Reply::Done(Vec::new())),
+                Begin::Full(_) => refused += 1,
+                Begin::Seen(_) => panic!(),
+            }
+        }
+        assert_eq!(refused, 10, "one caller holds at most a quarter");
+        assert!(matches!(
+            record.begin(key("web-3", 1), Some(later(30))),
+            Begin::Run(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_past_the_bytes_left_is_not_kept_and_its_retry_is_told() {
+        let record = Record::default();
+        let Begin::Run(running) = record.begin(key("web-1", 1), None) else {
+            panic!();
+        };
+        running.finish(&Reply::Done(vec![0; MAX_BYTES + 1]));
+        let Begin::Seen(recall) = record.begin(key("web-1", 1), None) else {
+            panic!();
+        };
+        let Reply::Undeliverable(why) = record.recall(recall, later(1)).await else {
+            panic!("not kept");
+        };
+        assert!(why.contains("ran here"), "{why}");
+        assert_eq!(record.lock().bytes, 0);
+    }
+}
