@@ -82,7 +82,9 @@ pub mod __private;
 pub use client::{Call, CallFuture, Client, ReportedFuture};
 pub use cluster_macros::service;
 pub use context::{Context, context};
-pub use error::{CallError, Reason, RpcError, RpcErrorKind, ServiceError};
+pub use error::{
+    AttemptKind, AttemptRecord, CallError, CallReport, Reason, RpcError, RpcErrorKind, ServiceError,
+};
 pub use node::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_FRAME_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION, DescribeError, Described, Describer, Health, Node,

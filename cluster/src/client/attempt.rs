@@ -197,42 +197,42 @@ fn request_size(args: usize, metadata: &Metadata) -> usize {
 }
 
 /// The state of one call across its attempts.
-struct Attempts<'a> {
-    client: &'a Client,
-    function: usize,
-    overrides: &'a CallOptions,
-    start: Instant,
+pub(super) struct Attempts<'a> {
+    pub(super) client: &'a Client,
+    pub(super) function: usize,
+    pub(super) overrides: &'a CallOptions,
+    pub(super) start: Instant,
     // One clock for the whole call: no attempt starts at or after it.
-    deadline: Instant,
-    retry: RetryPolicy,
+    pub(super) deadline: Instant,
+    pub(super) retry: RetryPolicy,
     // The budget as the report states it: its length and the layer it came from.
-    budget: Option<(Duration, Source)>,
-    pauses: Pauses,
+    pub(super) budget: Option<(Duration, Source)>,
+    pub(super) pauses: Pauses,
     // Until when a miss waits for a provider to register: the call's start plus
     // `wait_for_provider`, within the budget.
-    wait_until: Instant,
+    pub(super) wait_until: Instant,
     // `Overloaded` refusals so far.
-    overloaded: u32,
+    pub(super) overloaded: u32,
     // Providers that failed in this call: the next attempt prefers others.
-    failed: Vec<Arc<ServiceEntry>>,
+    pub(super) failed: Vec<Arc<ServiceEntry>>,
     // Nodes that refused for a wire reason: not tried again in this call.
-    excluded: Vec<String>,
+    pub(super) excluded: Vec<String>,
     /// The last provider passed over as untrusted, and why: the call's error if no other is left.
-    untrusted: Option<(Failure, Arc<ServiceEntry>)>,
-    attempts: Vec<AttemptRecord>,
-    attempts_left_out: usize,
+    pub(super) untrusted: Option<(Failure, Arc<ServiceEntry>)>,
+    pub(super) attempts: Vec<AttemptRecord>,
+    pub(super) attempts_left_out: usize,
     // The registry copy's generation when the call last looked: a wait for a provider ends at
     // once if it has moved since.
-    seen: u64,
+    pub(super) seen: u64,
     // The calling handler's deadline, less the reserve for its answer.
-    caller_cut: Option<Instant>,
+    pub(super) caller_cut: Option<Instant>,
     // Whether the retry policy and budget are a provider's: false while none has been found.
-    settled: bool,
-    first: Option<Result<Chosen, Miss>>,
+    pub(super) settled: bool,
+    pub(super) first: Option<Result<Chosen, Miss>>,
     // The options merged for that first provider, reused by its attempt.
-    first_options: Option<ResolvedOptions>,
+    pub(super) first_options: Option<ResolvedOptions>,
     // Why the next attempt is sent.
-    kind: AttemptKind,
+    pub(super) kind: AttemptKind,
     // An at-most-once call that may have run: the provider process it may have run on, which
     // every later attempt goes to.
     pinned: Option<Pinned>,
@@ -401,6 +401,17 @@ impl<'a> Attempts<'a> {
                     self.report(Some(&chosen.entry)),
                 )));
             }
+            // An idempotent function with hedging on: copies to other providers (`hedge.rs`).
+            // Boxed: the common call's future does not carry a hedged call's state.
+            if self.kind == AttemptKind::First
+                && options.hedge.max > 0
+                && self.retry.enabled
+                && chosen.entry.description.functions[chosen.function].idempotent
+            {
+                let hedge = options.hedge;
+                return Box::pin(self.run_hedged(chosen, request, attempt_deadline, size, hedge))
+                    .await;
+            }
             let number = self.attempts.len() + self.attempts_left_out + 1;
             // The generation tells a restarted node from its predecessor at the same address
             // (the simulation's invariants read it: `tests/simulation/`).
@@ -441,17 +452,7 @@ impl<'a> Attempts<'a> {
             let failure = match Failure::of(reply) {
                 Ok(bytes) => {
                     peers.saw(in_flight.peer(), generation, Seen::Answered);
-                    return Ok(Answer {
-                        bytes,
-                        provider: chosen.entry,
-                        // Its line in the report is written only if a report is asked for.
-                        answered: (now, self.kind, recalled),
-                        attempts: std::mem::take(&mut self.attempts),
-                        attempts_left_out: self.attempts_left_out,
-                        start: self.start,
-                        budget: self.budget,
-                        retries_off: !self.retry.enabled,
-                    });
+                    return Ok(self.answer(bytes, chosen.entry, (now, self.kind, recalled)));
                 }
                 Err(failure) => failure,
             };
@@ -549,8 +550,34 @@ impl<'a> Attempts<'a> {
         }
     }
 
+    /// The call's answer, from `provider` in the attempt `answered` (its start, why it was
+    /// sent, whether it came from the provider's record): its line in the report is written
+    /// only if a report is asked for.
+    pub(super) fn answer(
+        &mut self,
+        bytes: Vec<u8>,
+        provider: Arc<ServiceEntry>,
+        answered: (Instant, AttemptKind, bool),
+    ) -> Answer {
+        Answer {
+            bytes,
+            provider,
+            answered,
+            attempts: std::mem::take(&mut self.attempts),
+            attempts_left_out: self.attempts_left_out,
+            start: self.start,
+            budget: self.budget,
+            retries_off: !self.retry.enabled,
+        }
+    }
+
     /// The report's line for an attempt that started at `now` and ended as `outcome`.
-    fn record_of(&self, entry: &ServiceEntry, now: Instant, outcome: String) -> AttemptRecord {
+    pub(super) fn record_of(
+        &self,
+        entry: &ServiceEntry,
+        now: Instant,
+        outcome: String,
+    ) -> AttemptRecord {
         AttemptRecord {
             provider: provider_ref(entry),
             started: now - self.start,
@@ -561,7 +588,11 @@ impl<'a> Attempts<'a> {
     }
 
     /// The call's error when retry throttling refuses the retry after `failure`, if it does.
-    fn throttled(&self, failure: &Failure, entry: &ServiceEntry) -> Option<CallError<Infallible>> {
+    pub(super) fn throttled(
+        &self,
+        failure: &Failure,
+        entry: &ServiceEntry,
+    ) -> Option<CallError<Infallible>> {
         if self.client.throttle.may_retry(Instant::now(), &self.retry) {
             return None;
         }
@@ -657,7 +688,10 @@ impl<'a> Attempts<'a> {
         )))
     }
 
-    fn timeout_before_attempt(&self, entry: Option<&ServiceEntry>) -> CallError<Infallible> {
+    pub(super) fn timeout_before_attempt(
+        &self,
+        entry: Option<&ServiceEntry>,
+    ) -> CallError<Infallible> {
         let detail = "the budget ran out before an attempt could start".to_owned();
         CallError::Rpc(RpcError::new(
             RpcErrorKind::Timeout,
@@ -666,7 +700,7 @@ impl<'a> Attempts<'a> {
         ))
     }
 
-    fn fail(&self, failure: Failure, entry: &ServiceEntry) -> CallError<Infallible> {
+    pub(super) fn fail(&self, failure: Failure, entry: &ServiceEntry) -> CallError<Infallible> {
         let report = self.report(Some(entry));
         match failure.verdict() {
             Verdict::Service(reason, detail) => {
@@ -676,7 +710,7 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    fn report(&self, entry: Option<&ServiceEntry>) -> CallReport {
+    pub(super) fn report(&self, entry: Option<&ServiceEntry>) -> CallReport {
         CallReport {
             call: call_name(self.client, self.function),
             requirement: self.client.requirement.to_string(),
@@ -750,7 +784,7 @@ fn policy(
 /// Step 2: library default < provider service < provider function < client < this call. With
 /// no provider known, the service's and function's options as the client's own build declares
 /// them stand in for the provider's.
-fn merged(
+pub(super) fn merged(
     client: &Client,
     function: usize,
     chosen: Option<&Chosen>,

@@ -5,6 +5,7 @@
 mod attempt;
 mod call;
 mod failure;
+mod hedge;
 mod pauses;
 pub(crate) mod peers;
 mod report;

@@ -32,6 +32,8 @@ pub(crate) struct Admission {
 pub(crate) struct Permit<'a> {
     admission: &'a Admission,
     caller: Arc<str>,
+    /// Handed over to an [`OwnedPermit`], which lets go when it is dropped instead.
+    detached: bool,
 }
 
 impl Admission {
@@ -91,6 +93,7 @@ impl Admission {
         Ok(Permit {
             admission: self,
             caller,
+            detached: false,
         })
     }
 
@@ -129,18 +132,53 @@ impl Admission {
     }
 }
 
+impl Permit<'_> {
+    /// The same permit, owning its hold on `admission` (which must be the one it came from):
+    /// for an at-most-once call's handler, which runs on after its attempt is given up
+    /// (`server/record.rs`), and still counts as running.
+    pub(crate) fn detach(mut self, admission: Arc<Admission>) -> OwnedPermit {
+        debug_assert!(std::ptr::eq(self.admission, &*admission));
+        self.detached = true;
+        OwnedPermit {
+            admission,
+            caller: self.caller.clone(),
+        }
+    }
+}
+
+/// A [`Permit`] that owns its hold on the node's admission.
+pub(crate) struct OwnedPermit {
+    admission: Arc<Admission>,
+    caller: Arc<str>,
+}
+
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
+        if !self.detached {
+            self.admission.let_go(&self.caller);
+        }
+    }
+}
+
+impl Drop for OwnedPermit {
+    fn drop(&mut self) {
+        self.admission.let_go(&self.caller);
+    }
+}
+
+impl Admission {
+    /// A call of `caller` has ended.
+    fn let_go(&self, caller: &Arc<str>) {
         {
-            let mut callers = self.admission.callers();
-            if let Some(n) = callers.get_mut(&self.caller) {
+            let mut callers = self.callers();
+            if let Some(n) = callers.get_mut(caller) {
                 *n -= 1;
                 if *n == 0 {
-                    callers.remove(&self.caller);
+                    callers.remove(caller);
                 }
             }
         }
-        self.admission.release();
+        self.release();
     }
 }
 

@@ -20,14 +20,14 @@ use crate::transport::{Reply, Request};
 pub(crate) struct Dispatcher {
     services: RwLock<Names<Arc<Hosted>>>,
     max_reply: usize,
-    pub(crate) admission: Admission,
+    pub(crate) admission: Arc<Admission>,
     layers: Arc<[Arc<dyn ProviderLayer>]>,
     /// What the describe request answers; set once the node knows its own address.
     pub(crate) describe: OnceLock<describe::Source>,
     /// The node's generation, once it has started: an attempt pinned to another is refused.
     pub(crate) generation: OnceLock<u64>,
     /// The calls of `at_most_once` functions (`record.rs`).
-    record: Record,
+    record: Arc<Record>,
 }
 
 struct Hosted {
@@ -64,11 +64,11 @@ impl Dispatcher {
         Self {
             services: RwLock::default(),
             max_reply,
-            admission: Admission::new(max_concurrent),
+            admission: Arc::new(Admission::new(max_concurrent)),
             layers,
             describe: OnceLock::new(),
             generation: OnceLock::new(),
-            record: Record::default(),
+            record: Arc::default(),
         }
     }
 
@@ -143,71 +143,26 @@ impl Dispatcher {
                     return fit(self.record.recall(recall, deadline).await, reply_limit);
                 }
             };
-            // Tells the provider layers how the request ended, also when it is dropped (its
-            // caller gave up, its connection closed): they see every request they let through.
-            let mut told = (!self.layers.is_empty()).then(|| Told {
-                layers: &self.layers,
-                context: context.clone(),
-                admitted: Instant::now(),
-                served: Served::Cancelled,
+            let max_reply = self.max_reply;
+            let Some(recording) = recording else {
+                return served(run, context, reply_limit, max_reply, &self.layers).await;
+            };
+            // An at-most-once call runs on in a task of its own when its attempt is given up
+            // (a timeout, a lost connection), holding its place in admission, until it ends or
+            // its record expires: its retry then gets its reply instead of "it may have run".
+            let waiter = recording.waiter();
+            let permit = _permit.detach(self.admission.clone());
+            let layers = self.layers.clone();
+            let until = recording.expires();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let serving = served(run, context, reply_limit, max_reply, &layers);
+                if let Ok(reply) = tokio::time::timeout_at(until, serving).await {
+                    // Kept before it is read: a retry that races the reply finds it.
+                    recording.finish(&reply);
+                }
             });
-            // No timer of its own: the transport stops the handler at the deadline (tarpc
-            // aborts its task, the in-memory network drops it), and a second timer per request
-            // cost 0.5 k instructions and the room in the request's task that kept it within
-            // the allocator's per-thread cache (`docs/benchmarks.md`).
-            let outcome = match run {
-                Ok(future) => {
-                    AssertUnwindSafe(context.clone().run(future))
-                        .catch_unwind()
-                        .await
-                }
-                Err(panic) => Err(panic),
-            };
-            let (reply, served) = match outcome {
-                Ok(Ok(bytes)) if bytes.len() > reply_limit => {
-                    let whose = if reply_limit < self.max_reply {
-                        "the caller reads"
-                    } else {
-                        "this node's frame limit allows"
-                    };
-                    let detail = format!(
-                        "the function ran; its reply is {} bytes, more than {whose} ({reply_limit})",
-                        bytes.len(),
-                    );
-                    (Reply::TooLarge(detail), Served::Undeliverable)
-                }
-                Ok(Ok(bytes)) => (Reply::Done(bytes), Served::Done),
-                Ok(Err(DispatchError::BadArguments(e))) => {
-                    (refuse(Reason::BadArguments, e), Served::Done)
-                }
-                Ok(Err(DispatchError::UnknownFunction(i))) => (
-                    refuse(
-                        Reason::NoFunction,
-                        format!("the provider has no function number {i}"),
-                    ),
-                    Served::Done,
-                ),
-                Ok(Err(e)) => (Reply::Undeliverable(e.to_string()), Served::Undeliverable),
-                Err(panic) => {
-                    let message = panic_message(&*panic);
-                    tracing::error!(
-                        service = %context.service(),
-                        function = %context.function(),
-                        request = %context.request_id(),
-                        "provider panicked: {message}"
-                    );
-                    (Reply::Panicked(message), Served::Panicked)
-                }
-            };
-            if let Some(told) = &mut told {
-                told.served = served;
-            }
-            let reply = fit(reply, reply_limit);
-            // Kept before it is sent: a retry that races the reply finds it.
-            if let Some(recording) = recording {
-                recording.finish(&reply);
-            }
-            reply
+            self.record.ended(waiter, deadline).await
         }
     }
 
@@ -310,7 +265,11 @@ impl Dispatcher {
             caller: head.caller,
             request_id: head.request_id,
             attempt,
-            deadline,
+            // An at-most-once call's handler runs on past its attempt, within the budget.
+            deadline: match (&key, budget_end) {
+                (Some(_), Some(end)) => end.max(deadline),
+                _ => deadline,
+            },
             budget_deadline: head.budget_deadline,
             metadata: head.metadata,
         });
@@ -395,7 +354,7 @@ struct Started<'a> {
     /// Held until the call ends; lets the next call in when dropped.
     _permit: Permit<'a>,
     /// An at-most-once call's entry in the record, told how it ended.
-    recording: Option<record::Running<'a>>,
+    recording: Option<record::Running>,
 }
 
 /// Reports to the provider layers, when dropped, how a request ended.
@@ -420,6 +379,75 @@ impl Drop for Told<'_> {
             }
         }
     }
+}
+
+/// Runs an admitted request's handler and makes its reply, which is at most `reply_limit` bytes
+/// (`max_reply` is this node's own limit, for the message). The provider `layers` are told how
+/// it ended, also when it is dropped (its caller gave up, its connection closed): they see every
+/// request they let through.
+async fn served(
+    run: std::thread::Result<DispatchFuture>,
+    context: Context,
+    reply_limit: usize,
+    max_reply: usize,
+    layers: &[Arc<dyn ProviderLayer>],
+) -> Reply {
+    let mut told = (!layers.is_empty()).then(|| Told {
+        layers,
+        context: context.clone(),
+        admitted: Instant::now(),
+        served: Served::Cancelled,
+    });
+    // No timer of its own: the transport stops the handler at the deadline (tarpc aborts its
+    // task, the in-memory network drops it), and a second timer per request cost 0.5 k
+    // instructions and the room in the request's task that kept it within the allocator's
+    // per-thread cache (`docs/benchmarks.md`).
+    let outcome = match run {
+        Ok(future) => {
+            AssertUnwindSafe(context.clone().run(future))
+                .catch_unwind()
+                .await
+        }
+        Err(panic) => Err(panic),
+    };
+    let (reply, served) = match outcome {
+        Ok(Ok(bytes)) if bytes.len() > reply_limit => {
+            let whose = if reply_limit < max_reply {
+                "the caller reads"
+            } else {
+                "this node's frame limit allows"
+            };
+            let detail = format!(
+                "the function ran; its reply is {} bytes, more than {whose} ({reply_limit})",
+                bytes.len(),
+            );
+            (Reply::TooLarge(detail), Served::Undeliverable)
+        }
+        Ok(Ok(bytes)) => (Reply::Done(bytes), Served::Done),
+        Ok(Err(DispatchError::BadArguments(e))) => (refuse(Reason::BadArguments, e), Served::Done),
+        Ok(Err(DispatchError::UnknownFunction(i))) => (
+            refuse(
+                Reason::NoFunction,
+                format!("the provider has no function number {i}"),
+            ),
+            Served::Done,
+        ),
+        Ok(Err(e)) => (Reply::Undeliverable(e.to_string()), Served::Undeliverable),
+        Err(panic) => {
+            let message = panic_message(&*panic);
+            tracing::error!(
+                service = %context.service(),
+                function = %context.function(),
+                request = %context.request_id(),
+                "provider panicked: {message}"
+            );
+            (Reply::Panicked(message), Served::Panicked)
+        }
+    };
+    if let Some(told) = &mut told {
+        told.served = served;
+    }
+    fit(reply, reply_limit)
 }
 
 /// The reply, its text cut to what the caller reads: a panic message or a refusal's detail is

@@ -80,9 +80,9 @@ enum State {
 }
 
 /// What [`Record::begin`] found.
-pub(crate) enum Begin<'a> {
+pub(crate) enum Begin {
     /// A new call: run it, and tell the record how it ended.
-    Run(Running<'a>),
+    Run(Running),
     /// Seen before: the answer, or what to wait on.
     Seen(Recall),
     /// No room: refuse it before it runs.
@@ -95,7 +95,7 @@ pub(crate) struct Recall(Key);
 impl Record {
     /// Looks a call up; enters it as running if it is new and there is room. It expires at
     /// `budget_end` (capped at [`KEEP`] from now) plus [`GRACE`].
-    pub(crate) fn begin(&self, key: Key, budget_end: Option<Instant>) -> Begin<'_> {
+    pub(crate) fn begin(self: &Arc<Self>, key: Key, budget_end: Option<Instant>) -> Begin {
         let now = Instant::now();
         let mut inner = self.lock();
         inner.expire(now);
@@ -123,8 +123,9 @@ impl Record {
             },
         );
         Begin::Run(Running {
-            record: self,
+            record: self.clone(),
             key: Some(key),
+            expires,
         })
     }
 
@@ -133,6 +134,15 @@ impl Record {
         let mut inner = self.lock();
         inner.expire(Instant::now());
         inner.calls.contains_key(key).then(|| Recall(key.clone()))
+    }
+
+    /// The reply of a call whose first attempt this is, once its handler (running on in a task
+    /// of its own, `Dispatcher::handle`) ends; `Expired` at `deadline`.
+    pub(crate) async fn ended(&self, recall: Recall, deadline: Instant) -> Reply {
+        match self.recall(recall, deadline).await {
+            Reply::Recalled(reply) => *reply,
+            reply => reply,
+        }
     }
 
     /// The answer to a call seen before: its kept reply (waiting, until `deadline`, for one
@@ -251,21 +261,35 @@ impl Inner {
 
 /// A call entered as running. Dropped before [`finish`](Self::finish), the call is
 /// interrupted: its handler stopped part-way.
-pub(crate) struct Running<'a> {
-    record: &'a Record,
+pub(crate) struct Running {
+    record: Arc<Record>,
     key: Option<Key>,
+    expires: Instant,
 }
 
-impl Running<'_> {
+impl Running {
     /// Keeps the call's reply for its retries.
     pub(crate) fn finish(mut self, reply: &Reply) {
         if let Some(key) = self.key.take() {
             self.record.lock().end(&key, Some(reply));
         }
     }
+
+    /// When the record forgets the call: its handler may run until then, no longer.
+    pub(crate) fn expires(&self) -> Instant {
+        self.expires
+    }
+
+    /// How its first attempt waits for the call to end.
+    pub(crate) fn waiter(&self) -> Recall {
+        Recall(self.key.clone().unwrap_or(Key {
+            caller: Arc::from(""),
+            call: 0,
+        }))
+    }
 }
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             self.record.lock().end(&key, None);
@@ -290,7 +314,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_retry_is_answered_from_the_record_after_the_call_ends_and_while_it_runs() {
-        let record = Record::default();
+        let record = Arc::new(Record::default());
         let Begin::Run(running) = record.begin(key("web-1", 7), Some(later(30))) else {
             panic!("a new call runs");
         };
@@ -316,7 +340,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn another_callers_call_of_the_same_id_is_its_own() {
-        let record = Record::default();
+        let record = Arc::new(Record::default());
         let Begin::Run(running) = record.begin(key("web-1", 7), None) else {
             panic!();
         };
@@ -329,7 +353,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_handler_stopped_part_way_leaves_the_call_interrupted() {
-        let record = Record::default();
+        let record = Arc::new(Record::default());
         let Begin::Run(running) = record.begin(key("web-1", 1), None) else {
             panic!();
         };
@@ -345,7 +369,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_ends_at_the_retrys_deadline() {
-        let record = Record::default();
+        let record = Arc::new(Record::default());
         let Begin::Run(_running) = record.begin(key("web-1", 1), None) else {
             panic!();
         };
@@ -361,7 +385,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn calls_expire_after_their_budget_and_grace_and_the_record_is_bounded() {
-        let record = Record::default();
+        let record = Arc::new(Record::default());
         let Begin::Run(running) = record.begin(key("web-1", 1), Some(later(10))) else {
             panic!();
         };
@@ -388,7 +412,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reply_past_the_bytes_left_is_not_kept_and_its_retry_is_told() {
-        let record = Record::default();
+        let record = Arc::new(Record::default());
         let Begin::Run(running) = record.begin(key("web-1", 1), None) else {
             panic!();
         };

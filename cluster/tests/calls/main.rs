@@ -5,9 +5,12 @@
 mod support;
 
 mod accrual;
+mod at_most_once;
 mod budget;
 mod compat;
 mod errors;
+mod hedge;
 mod lookup;
 mod outcomes;
 mod resolve;
+mod throttle;

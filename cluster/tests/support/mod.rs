@@ -335,3 +335,91 @@ pub fn logs() {
         .with_test_writer()
         .try_init();
 }
+
+/// A bank for issue 15's rules: a deposit that must run at most once, a balance that may be
+/// hedged. Timeout 5 s, budget 30 s, a retry 1 s after a failure; throttling as the library's.
+#[cluster::service(
+    name = "bank",
+    version = "1.0.0",
+    timeout = "5s",
+    retry(after = "1s", budget = "30s", factor = 1.0, jitter = false)
+)]
+pub trait Bank {
+    /// Records deposit `id`: running it twice would count it twice.
+    #[call(at_most_once)]
+    async fn deposit(&self, id: u64) -> u64;
+    /// Hedged: after 50 ms without an answer, a copy to another replica.
+    #[call(idempotent, hedge(after = "50ms", max = 1))]
+    async fn balance(&self) -> String;
+}
+
+/// A bank replica: how long each function takes here, and what ran.
+#[derive(Default)]
+pub struct Vault {
+    pub name: String,
+    /// How long a deposit takes.
+    pub deposit_takes: std::sync::Mutex<Duration>,
+    /// How long a balance takes.
+    pub balance_takes: std::sync::Mutex<Duration>,
+    /// Deposits that ran to their end here.
+    pub deposits: std::sync::Mutex<Vec<u64>>,
+    /// Balances that started here, and those dropped before their end.
+    pub balances: AtomicUsize,
+    pub balances_dropped: Arc<AtomicUsize>,
+}
+
+impl Vault {
+    pub fn new(name: &str) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.to_owned(),
+            ..Self::default()
+        })
+    }
+
+    pub fn ran(&self) -> Vec<u64> {
+        self.deposits.lock().unwrap().clone()
+    }
+}
+
+/// Counts a balance dropped before its end.
+struct Dropped(Option<Arc<AtomicUsize>>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        if let Some(count) = &self.0 {
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Bank for Arc<Vault> {
+    async fn deposit(&self, id: u64) -> u64 {
+        let takes = *self.deposit_takes.lock().unwrap();
+        tokio::time::sleep(takes).await;
+        let mut deposits = self.deposits.lock().unwrap();
+        deposits.push(id);
+        deposits.len() as u64
+    }
+
+    async fn balance(&self) -> String {
+        self.balances.fetch_add(1, Ordering::SeqCst);
+        let mut dropped = Dropped(Some(self.balances_dropped.clone()));
+        let takes = *self.balance_takes.lock().unwrap();
+        tokio::time::sleep(takes).await;
+        dropped.0 = None;
+        self.name.clone()
+    }
+}
+
+impl<R: TestRegistry> TestCluster<R> {
+    /// A node serving a [`Vault`].
+    pub async fn bank(&self, name: &str) -> (Node, Arc<Vault>) {
+        let node = self.node(name).await;
+        let vault = Vault::new(name);
+        let _registration = node
+            .serve(BankServer::new(vault.clone()))
+            .await
+            .expect("serves");
+        (node, vault)
+    }
+}

@@ -1,0 +1,255 @@
+//! Step 6 for an idempotent function with hedging on: copies of the call to other providers,
+//! the first answer wins (gRPC's hedging policy, Finagle's backup requests).
+//!
+//! 1. The first attempt goes as any first attempt does (`attempt.rs` chose its provider).
+//! 2. Each `hedge.after` without an answer, another copy goes to a provider the call has not
+//!    tried yet, up to `hedge.max` copies; each one must pass retry throttling (`throttle.rs`).
+//!    With no untried provider left, or throttled, no more copies are sent.
+//! 3. An attempt that fails while others are still out brings the next copy forward at once
+//!    (it is not waited for); one whose failure ends the call (a bad request, a panic) ends it.
+//! 4. The first answer wins: the other attempts are dropped, which cancels them at their
+//!    providers as a timeout does, and the report says so.
+//! 5. When every attempt out has failed, the call goes on as any call does: a pause, then a
+//!    retry to another provider, within the one budget clock; the deadline ends it.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::time::{Instant, sleep_until};
+
+use super::Client;
+use super::attempt::{Answer, Attempts};
+use super::failure::Failure;
+use super::peers::{InFlight, Seen};
+use super::select::{Chosen, choose};
+use crate::deadline::later;
+use crate::error::{AttemptKind, CallError, CallReport, RpcError, RpcErrorKind};
+use crate::options::HedgePolicy;
+use crate::registry::ServiceEntry;
+use crate::transport::{Reply, Request};
+
+/// One attempt out, as it ended.
+struct Ended {
+    slot: usize,
+    entry: Arc<ServiceEntry>,
+    result: Result<Vec<u8>, Failure>,
+    recalled: bool,
+}
+
+type Out<'a> = Pin<Box<dyn Future<Output = Ended> + Send + 'a>>;
+
+impl<'a> Attempts<'a> {
+    /// Runs a hedged call from its first attempt, to `first` until `first_deadline`.
+    pub(super) async fn run_hedged(
+        &mut self,
+        first: Chosen,
+        request: Arc<Request>,
+        first_deadline: Instant,
+        size: usize,
+        hedge: HedgePolicy,
+    ) -> Result<Answer, CallError<Infallible>> {
+        let mut out: FuturesUnordered<Out<'a>> = FuturesUnordered::new();
+        // Each attempt sent: its provider, when it started, why it was sent; `None` once ended.
+        let mut slots: Vec<Option<(Arc<ServiceEntry>, Instant, AttemptKind)>> = Vec::new();
+        // Every provider tried in this call: a copy goes to another.
+        let mut tried: Vec<Arc<ServiceEntry>> = Vec::new();
+        let mut hedges_left = hedge.max;
+        let now = Instant::now();
+        tried.push(first.entry.clone());
+        out.push(self.send(
+            &mut slots,
+            first,
+            request.clone(),
+            now,
+            first_deadline,
+            AttemptKind::First,
+        ));
+        let mut next_hedge = later(now, hedge.after);
+        loop {
+            let hedging = hedges_left > 0 && !out.is_empty();
+            tokio::select! {
+                Some(ended) = out.next() => {
+                    let Some((entry, started, kind)) = slots[ended.slot].take() else {
+                        continue;
+                    };
+                    let failure = match ended.result {
+                        Ok(bytes) => {
+                            self.record_cancelled(&slots);
+                            return Ok(self.answer(bytes, entry, (started, kind, ended.recalled)));
+                        }
+                        Err(failure) => failure,
+                    };
+                    self.kind = kind;
+                    let record = self.record_of(&ended.entry, started, failure.outcome());
+                    CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);
+                    if !failure.retryable(true) {
+                        self.record_cancelled(&slots);
+                        return Err(self.fail(failure, &entry));
+                    }
+                    if failure.excludes_node() && !self.excluded.contains(&entry.node.name) {
+                        self.excluded.push(entry.node.name.clone());
+                    }
+                    if !self.failed.iter().any(|f| Arc::ptr_eq(f, &entry)) {
+                        self.failed.push(entry.clone());
+                    }
+                    if !out.is_empty() {
+                        // Others are still out: the next copy now, not after its delay.
+                        next_hedge = Instant::now();
+                        continue;
+                    }
+                    // None left out: a pause and a retry, as for any call.
+                    let left = self.deadline.saturating_duration_since(Instant::now());
+                    let Some(pause) = self.pauses.next_within(left) else {
+                        return Err(self.fail(failure, &entry));
+                    };
+                    if let Some(throttled) = self.throttled(&failure, &entry) {
+                        return Err(throttled);
+                    }
+                    tokio::time::sleep(pause).await;
+                    let Ok(chosen) = choose(self.client, self.function, &self.failed, &self.excluded, self.overrides) else {
+                        return Err(self.fail(failure, &entry));
+                    };
+                    let now = Instant::now();
+                    match self.prepared(&chosen, &request, size, now) {
+                        Some((copy, deadline)) => {
+                            tried.push(chosen.entry.clone());
+                            out.push(self.send(&mut slots, chosen, copy, now, deadline, AttemptKind::Retry));
+                            next_hedge = later(now, hedge.after);
+                        }
+                        None => return Err(self.fail(failure, &entry)),
+                    }
+                }
+                () = sleep_until(next_hedge), if hedging => {
+                    let now = Instant::now();
+                    next_hedge = later(now, hedge.after);
+                    let next = choose(self.client, self.function, &tried, &self.excluded, self.overrides)
+                        .ok()
+                        .filter(|c| !tried.iter().any(|t| t.node == c.entry.node));
+                    // No provider left to hedge to, or throttled: the attempts out are all.
+                    let Some(chosen) = next else {
+                        hedges_left = 0;
+                        continue;
+                    };
+                    if !self.client.throttle.may_retry(now, &self.retry) {
+                        hedges_left = 0;
+                        continue;
+                    }
+                    if let Some((copy, deadline)) = self.prepared(&chosen, &request, size, now) {
+                        hedges_left -= 1;
+                        tried.push(chosen.entry.clone());
+                        out.push(self.send(&mut slots, chosen, copy, now, deadline, AttemptKind::Hedge));
+                    }
+                }
+                () = sleep_until(self.deadline) => {
+                    self.record_cancelled(&slots);
+                    let entry = tried.last().cloned();
+                    let detail = "the budget ran out with every attempt still out".to_owned();
+                    return Err(CallError::Rpc(RpcError::new(
+                        RpcErrorKind::Timeout,
+                        detail,
+                        self.report(entry.as_deref()),
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The request for another attempt to `chosen`, numbered and with its signature, and the
+    /// attempt's deadline; `None` if the provider cannot take it (its frame limit) or the
+    /// budget is over.
+    fn prepared(
+        &self,
+        chosen: &Chosen,
+        request: &Request,
+        size: usize,
+        now: Instant,
+    ) -> Option<(Arc<Request>, Instant)> {
+        if now >= self.deadline
+            || chosen
+                .entry
+                .node
+                .max_frame
+                .is_some_and(|limit| size > limit)
+        {
+            return None;
+        }
+        let options =
+            super::attempt::merged(self.client, self.function, Some(chosen), self.overrides);
+        let deadline = later(now, options.timeout).min(self.deadline);
+        // A copy per attempt: attempts out at once cannot share one attempt number.
+        let copy = Request {
+            signature: chosen.entry.description.functions[chosen.function].hash(),
+            ..Request::clone(request)
+        };
+        Some((Arc::new(copy), deadline))
+    }
+
+    /// Sends one attempt; it reports how it ended in its slot.
+    fn send(
+        &self,
+        slots: &mut Vec<Option<(Arc<ServiceEntry>, Instant, AttemptKind)>>,
+        chosen: Chosen,
+        request: Arc<Request>,
+        now: Instant,
+        deadline: Instant,
+        kind: AttemptKind,
+    ) -> Out<'a> {
+        let slot = slots.len();
+        slots.push(Some((chosen.entry.clone(), now, kind)));
+        let number = self.attempts.len() + self.attempts_left_out + slot + 1;
+        request.attempt.store(
+            u32::try_from(number).unwrap_or(u32::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let client: &'a Client = self.client;
+        Box::pin(async move {
+            let entry = chosen.entry;
+            tracing::debug!(attempt = number, node = %entry.node, generation = entry.node.generation, %kind, "attempt");
+            let peers = &client.node.peers;
+            let generation = entry.node.generation;
+            let in_flight = InFlight::start(
+                chosen
+                    .peer
+                    .unwrap_or_else(|| peers.get(entry.node.addr, generation)),
+            );
+            let reply = client
+                .node
+                .connector
+                .send(&entry.node, request, deadline)
+                .await;
+            let (reply, recalled) = match reply {
+                Ok(Reply::Recalled(reply)) => (Ok(*reply), true),
+                reply => (reply, false),
+            };
+            let result = Failure::of(reply);
+            let seen = match &result {
+                Ok(_) => Seen::Answered,
+                Err(failure) => failure.seen(),
+            };
+            peers.saw(in_flight.peer(), generation, seen);
+            Ended {
+                slot,
+                entry,
+                result,
+                recalled,
+            }
+        })
+    }
+
+    /// Records the attempts still out as cancelled: another answered, or the call ended.
+    fn record_cancelled(&mut self, slots: &[Option<(Arc<ServiceEntry>, Instant, AttemptKind)>]) {
+        for (entry, started, kind) in slots.iter().flatten() {
+            self.kind = *kind;
+            let record = self.record_of(
+                entry,
+                *started,
+                "cancelled: the call ended first".to_owned(),
+            );
+            CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);
+        }
+    }
+}

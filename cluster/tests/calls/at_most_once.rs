@@ -1,0 +1,116 @@
+//! Issue 15: `#[call(at_most_once)]`. A retry after the call may have run goes to the process it
+//! may have run on, which answers from its record instead of running it again; on paused time.
+
+use std::time::Duration;
+
+use cluster::{AttemptKind, CallError, RpcErrorKind};
+
+use crate::support::{BankClient, Cluster};
+
+const S: Duration = Duration::from_secs(1);
+
+fn kinds(report: &cluster::CallReport) -> Vec<(AttemptKind, String)> {
+    report
+        .attempts
+        .iter()
+        .map(|a| (a.kind, a.outcome.clone()))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_a_timeout_is_answered_from_the_record_and_the_deposit_runs_once() {
+    let cluster = Cluster::memory();
+    let (_provider, vault) = cluster.bank("bank-1").await;
+    // The deposit takes 8 s; each attempt 5 s. The first times out, its handler runs on.
+    *vault.deposit_takes.lock().unwrap() = 8 * S;
+    let client = BankClient::new(&cluster.node("client").await);
+    let started = tokio::time::Instant::now();
+    let (balance, report) = client.deposit(7).reported().await.expect("answered");
+    assert_eq!(balance, 1);
+    assert_eq!(vault.ran(), [7], "ran once");
+    // The retry (at 6 s, after the 1 s pause) waited for the first to end at 8 s.
+    assert_eq!(started.elapsed().as_secs(), 8);
+    let kinds = kinds(&report);
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert_eq!(kinds[0], (AttemptKind::First, "timeout".to_owned()));
+    assert_eq!(kinds[1].0, AttemptKind::SameProcess);
+    assert!(
+        kinds[1].1.contains("from the provider's record"),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_goes_only_to_the_process_the_call_may_have_run_on() {
+    let cluster = Cluster::memory();
+    let (_a, a) = cluster.bank("bank-a").await;
+    let (_b, b) = cluster.bank("bank-b").await;
+    for vault in [&a, &b] {
+        *vault.deposit_takes.lock().unwrap() = 3600 * S;
+    }
+    let client = BankClient::new(&cluster.node("client").await);
+    let err = client
+        .deposit(7)
+        .await
+        .expect_err("never ends within the budget");
+    let CallError::Rpc(e) = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(e.kind(), RpcErrorKind::Timeout);
+    assert!(e.may_have_run());
+    let attempts = &e.report().attempts;
+    assert!(attempts.len() >= 4, "{attempts:?}");
+    let first = &attempts[0].provider.node;
+    assert!(
+        attempts.iter().all(|a| &a.provider.node == first),
+        "every retry went to {first}: {attempts:?}"
+    );
+    assert!(
+        attempts[1..]
+            .iter()
+            .all(|a| a.kind == AttemptKind::SameProcess)
+    );
+    // The other replica never saw it; neither ran it to its end.
+    assert_eq!((a.ran(), b.ran()), (vec![], vec![]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_generation_of_the_node_is_not_asked_and_the_call_fails_as_it_may_have_run() {
+    let cluster = Cluster::memory();
+    let (old, vault) = cluster.bank("bank-1").await;
+    *vault.deposit_takes.lock().unwrap() = 3600 * S;
+    let client = BankClient::new(&cluster.node("client").await);
+    let call = tokio::spawn(async move { client.deposit(7).await });
+    // The first attempt times out at 5 s; before the retry at 6 s the node is replaced by a
+    // new process under the same name.
+    tokio::time::sleep(5 * S + Duration::from_millis(100)).await;
+    old.shutdown().await;
+    let (_new, fresh) = cluster.bank("bank-1").await;
+    let err = call.await.unwrap().expect_err("its process is gone");
+    let CallError::Rpc(e) = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        e.kind(),
+        RpcErrorKind::Timeout,
+        "as the attempt that may have run"
+    );
+    assert!(e.detail().contains("gone"), "{}", e.detail());
+    assert_eq!(
+        fresh.ran(),
+        Vec::<u64>::new(),
+        "the new process never ran it"
+    );
+    assert_eq!(e.report().attempts.len(), 1, "no attempt after the first");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deposit_that_answers_runs_once_and_is_not_recorded_past_its_budget() {
+    let cluster = Cluster::memory();
+    let (_provider, vault) = cluster.bank("bank-1").await;
+    let client = BankClient::new(&cluster.node("client").await);
+    for id in 0..100 {
+        assert_eq!(client.deposit(id).await.unwrap(), id + 1);
+    }
+    assert_eq!(vault.ran(), (0..100).collect::<Vec<_>>());
+}

@@ -1,0 +1,90 @@
+//! Issue 15: hedging. After the delay without an answer, a copy goes to another replica; the
+//! first answer wins and the other attempt is cancelled. On paused time.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use cluster::{AttemptKind, CallOptions};
+
+use crate::support::{BankClient, Cluster};
+
+const MS: Duration = Duration::from_millis(1);
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_fires_at_its_delay_and_the_slower_attempt_is_cancelled() {
+    let cluster = Cluster::memory();
+    let (_slow, slow) = cluster.bank("bank-slow").await;
+    let (_quick, quick) = cluster.bank("bank-quick").await;
+    *slow.balance_takes.lock().unwrap() = 1_000 * MS;
+    *quick.balance_takes.lock().unwrap() = 10 * MS;
+    let client = BankClient::new(&cluster.node("client").await);
+    // Two calls: the balancer sends one's first attempt to each replica.
+    for _ in 0..2 {
+        let started = tokio::time::Instant::now();
+        let (answer, report) = client.balance().reported().await.unwrap();
+        assert_eq!(answer, "bank-quick");
+        let took = started.elapsed();
+        let kinds: Vec<_> = report
+            .attempts
+            .iter()
+            .map(|a| (a.kind, a.provider.node.clone()))
+            .collect();
+        if report.attempts.len() == 1 {
+            // The first attempt went to the quick replica: no hedge.
+            assert_eq!(took, 10 * MS, "{kinds:?}");
+        } else {
+            // The first went to the slow one; at 50 ms a hedge to the quick one, answered at 60.
+            assert_eq!(took, 60 * MS, "{kinds:?}");
+            assert_eq!(kinds[0], (AttemptKind::First, "bank-slow".to_owned()));
+            assert!(
+                report.attempts[0].outcome.starts_with("cancelled"),
+                "{:?}",
+                report.attempts
+            );
+            assert_eq!(kinds[1], (AttemptKind::Hedge, "bank-quick".to_owned()));
+        }
+    }
+    tokio::time::sleep(10 * MS).await;
+    assert_eq!(slow.balances.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        slow.balances_dropped.load(Ordering::SeqCst),
+        1,
+        "the slower attempt's handler was dropped"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedges_count_against_retry_throttling() {
+    let cluster = Cluster::memory();
+    let (_slow, slow) = cluster.bank("bank-slow").await;
+    let (_other, other) = cluster.bank("bank-other").await;
+    for vault in [&slow, &other] {
+        *vault.balance_takes.lock().unwrap() = 200 * MS;
+    }
+    let no_room = CallOptions::new().retry_ratio(0.0).retry_floor(0);
+    let client = BankClient::new(&cluster.node("client").await).with_options(no_room);
+    let started = tokio::time::Instant::now();
+    let (_, report) = client.balance().reported().await.unwrap();
+    assert_eq!(
+        report.attempts.len(),
+        1,
+        "no hedge past the throttle: {:?}",
+        report.attempts
+    );
+    assert_eq!(started.elapsed(), 200 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_function_that_is_not_idempotent_is_never_hedged() {
+    let cluster = Cluster::memory();
+    let (_a, a) = cluster.bank("bank-a").await;
+    let (_b, b) = cluster.bank("bank-b").await;
+    for vault in [&a, &b] {
+        *vault.deposit_takes.lock().unwrap() = 200 * MS;
+    }
+    let hedged = CallOptions::new().hedge(10 * MS, 3);
+    let client = BankClient::new(&cluster.node("client").await).with_options(hedged);
+    let (_, report) = client.deposit(1).reported().await.unwrap();
+    assert_eq!(report.attempts.len(), 1, "{:?}", report.attempts);
+    assert_eq!(a.ran().len() + b.ran().len(), 1);
+}
