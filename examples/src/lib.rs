@@ -1,6 +1,6 @@
 //! Services shared by the example binaries and the tests: `greeter` (for nodes in separate
-//! processes), `probe` (what the abuse suite measures a node with) and `ledger` with its
-//! rolling-deploy scenario ([`deploy`]).
+//! processes), `probe` (what the abuse suite measures a node with), `ledger` with its
+//! rolling-deploy scenario ([`deploy`]), and `bank`, whose deposits run at most once.
 
 pub mod deploy;
 mod logs;
@@ -125,5 +125,44 @@ impl Ledger for Book {
         tokio::time::sleep(self.work).await;
         *self.executions.lock().unwrap().entry(id).or_insert(0) += 1;
         amount
+    }
+}
+
+/// A bank whose deposits run at most once (`docs/calls.md`): a retry after a deposit may have
+/// run goes to the process it may have run on, which answers from its record. Attempts of 1 s,
+/// a budget of 20 s: a provider that stalls for a few seconds answers every deposit it took.
+#[cluster::service(
+    name = "bank",
+    version = "1.0.0",
+    timeout = "1s",
+    retry(after = "100ms", budget = "20s")
+)]
+pub trait Bank {
+    /// Records deposit `id`; the number of deposits this replica has run.
+    #[call(at_most_once)]
+    async fn deposit(&self, id: u64) -> u64;
+}
+
+/// A bank replica: tells `ran` of every deposit it runs (`cluster-node --bank` prints it).
+pub struct Teller {
+    /// Called once for each deposit run here.
+    pub ran: Box<dyn Fn(u64) + Send + Sync>,
+    runs: AtomicU64,
+}
+
+impl Teller {
+    /// A replica that tells `ran` of each deposit.
+    pub fn new(ran: impl Fn(u64) + Send + Sync + 'static) -> Self {
+        Self {
+            ran: Box::new(ran),
+            runs: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Bank for Teller {
+    async fn deposit(&self, id: u64) -> u64 {
+        (self.ran)(id);
+        self.runs.fetch_add(1, Ordering::SeqCst) + 1
     }
 }

@@ -1,5 +1,6 @@
 //! Nodes in separate OS processes, gossiping over UDP on loopback: one is killed with SIGKILL,
-//! another leaves on SIGTERM; a client in this process keeps calling through both.
+//! another leaves on SIGTERM; a client in this process keeps calling through both. And issue 15's
+//! at-most-once deposits while one of three replicas is stopped (SIGSTOP) for 5 s.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -60,26 +61,45 @@ fn node_command(args: &[&str]) {
 
 impl Process {
     fn start(name: &str, certs: &Certs, seeds: &[SocketAddr]) -> Self {
+        Self::start_with(name, certs, seeds, &[]).0
+    }
+
+    /// A process started with `extra` arguments, and the lines it prints after its first.
+    fn start_with(
+        name: &str,
+        certs: &Certs,
+        seeds: &[SocketAddr],
+        extra: &[&str],
+    ) -> (Self, std::sync::mpsc::Receiver<String>) {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cluster-node"));
         command
             .args(["--name", name, "--certs", certs.0.to_str().unwrap()])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         for seed in seeds {
             command.args(["--seed", &seed.to_string()]);
         }
         let mut child = command.spawn().expect("cluster-node starts");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("its first line");
+        out.read_line(&mut line).expect("its first line");
         let gossip = line
             .split_whitespace()
             .find_map(|w| w.strip_prefix("gossip="))
             .expect("gossip=")
             .parse()
             .unwrap();
-        Self { child, gossip }
+        let (lines, rest) = std::sync::mpsc::channel();
+        // Ends with the process's stdout.
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        (Self { child, gossip }, rest)
     }
 
     fn signal(&self, signal: &str) {
@@ -190,5 +210,104 @@ async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
     )
     .await;
     println!("SIGTERM leave seen after {took:?}");
+    client_node.shutdown().await;
+}
+
+/// Issue 15: deposits declared `at_most_once`, from 8 callers at once over three replicas in
+/// their own processes, one of which is stopped (SIGSTOP) for 5 s and then continued. Every
+/// deposit either succeeds and ran exactly once, or fails and never ran; a deposit whose
+/// attempt timed out on the stopped replica is retried there, and answered from its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deposits_run_exactly_once_or_not_at_all_while_a_replica_is_stopped() {
+    use examples::BankClient;
+    use std::collections::HashMap;
+
+    let certs = Certs::new(&["client", "bank-a", "bank-b", "bank-c"]);
+    let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
+    let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring));
+    let client_node = Node::builder()
+        .identity(cluster::Identity::from_dir(&certs.0, "client").unwrap())
+        .registry(registry.clone())
+        .start()
+        .await
+        .unwrap();
+    let seed = registry.gossip_addr().unwrap();
+    let mut banks = Vec::new();
+    for name in ["bank-a", "bank-b", "bank-c"] {
+        banks.push(Process::start_with(name, &certs, &[seed], &["--bank"]));
+    }
+    let start = Instant::now();
+    let mut changes = client_node.registry().changes();
+    while client_node.registry().lookup("bank").len() < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "three banks seen"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), changes.changed()).await;
+    }
+
+    let bank = BankClient::new(&client_node);
+    let stop = Instant::now() + Duration::from_secs(12);
+    let mut callers = Vec::new();
+    for caller in 0..8u64 {
+        let bank = bank.clone();
+        callers.push(tokio::spawn(async move {
+            // (id, succeeded, answered from a record)
+            let mut outcomes = Vec::new();
+            let mut n = 0;
+            while Instant::now() < stop {
+                let id = caller << 32 | n;
+                n += 1;
+                let outcome = match bank.deposit(id).reported().await {
+                    Ok((_, report)) => {
+                        let recalled = report.attempts.iter().any(|a| a.outcome.contains("record"));
+                        (id, true, recalled)
+                    }
+                    Err(e) => {
+                        eprintln!("deposit {id} failed: {e}");
+                        (id, false, false)
+                    }
+                };
+                outcomes.push(outcome);
+            }
+            outcomes
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    banks[1].0.signal("-STOP");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    banks[1].0.signal("-CONT");
+    let mut outcomes = Vec::new();
+    for caller in callers {
+        outcomes.extend(caller.await.unwrap());
+    }
+    // Deposits that ran after their callers gave up would print late: give them time.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut ran: HashMap<u64, usize> = HashMap::new();
+    for (_, lines) in &banks {
+        for line in lines.try_iter() {
+            if let Some(id) = line.strip_prefix("deposit ") {
+                *ran.entry(id.parse().unwrap()).or_default() += 1;
+            }
+        }
+    }
+    let (mut succeeded, mut failed, mut recalled) = (0, 0, 0);
+    for (id, ok, from_record) in &outcomes {
+        let runs = ran.get(id).copied().unwrap_or(0);
+        if *ok {
+            succeeded += 1;
+            assert_eq!(runs, 1, "deposit {id} succeeded and ran {runs} times");
+        } else {
+            failed += 1;
+            assert_eq!(runs, 0, "deposit {id} failed and ran {runs} times");
+        }
+        recalled += usize::from(*from_record);
+    }
+    assert_eq!(ran.len(), succeeded, "no deposit ran that nobody asked for");
+    println!(
+        "{} deposits: {succeeded} succeeded, each ran once; {failed} failed, none ran; {recalled} answered from a record after the stop",
+        outcomes.len()
+    );
+    assert!(succeeded > 1_000, "{succeeded} deposits in 12 s");
     client_node.shutdown().await;
 }

@@ -315,10 +315,11 @@ impl<'a> Attempts<'a> {
             let mut chosen = if let Some(pinned) = &self.pinned {
                 match pinned_choice(self.client, self.function, &pinned.entry) {
                     Some(chosen) if pinned.since.elapsed() < KEEP => chosen,
-                    _ => {
-                        return Err(
-                            self.gone("its provider process is gone (it left, died or restarted)")
-                        );
+                    Some(_) => {
+                        return Err(self.gone("its record is kept no longer"));
+                    }
+                    None => {
+                        return Err(self.gone("its node has restarted as a new process"));
                     }
                 }
             } else {
@@ -737,18 +738,30 @@ impl<'a> Attempts<'a> {
     }
 }
 
-/// The pinned provider's entry as the registry holds it now, if that process is still there and
-/// still provides the function.
-fn pinned_choice(client: &Client, function: usize, pinned: &ServiceEntry) -> Option<Chosen> {
+/// The provider a pinned attempt goes to: its entry as the registry holds it now; or, if the
+/// registry no longer lists that process (it stalled past `dead_after`, or is leaving), the entry
+/// the call had: the process may still be there, and only it can answer for the call. A newer
+/// generation of the node in the registry means it restarted: `None`, and the call is over.
+fn pinned_choice(client: &Client, function: usize, pinned: &Arc<ServiceEntry>) -> Option<Chosen> {
     let wanted = &client.description.functions[function];
     let entries = client
         .node
         .registry
         .local_copy()
         .lookup(&client.description.name);
+    let same_node = |e: &&Arc<ServiceEntry>| e.node.name == pinned.node.name;
+    if entries
+        .iter()
+        .filter(same_node)
+        .any(|e| e.node.generation > pinned.node.generation)
+    {
+        return None;
+    }
     let entry = entries
         .iter()
-        .find(|e| e.node.name == pinned.node.name && e.node.generation == pinned.node.generation)?;
+        .filter(same_node)
+        .find(|e| e.node.generation == pinned.node.generation)
+        .unwrap_or(pinned);
     let (index, _) = entry.description.find_compatible(wanted)?;
     Some(Chosen {
         entry: entry.clone(),

@@ -37,12 +37,15 @@ pub(crate) const KEEP: Duration = Duration::from_secs(600);
 /// Kept this much past the call's budget: a retry sent just before the budget ended is on its
 /// way, and the two nodes count the budget from moments a network trip apart.
 pub(crate) const GRACE: Duration = Duration::from_secs(5);
-/// The most calls kept.
-pub(crate) const MAX_CALLS: usize = 65_536;
+/// The most calls kept: a caller making 1,000 at-most-once calls a second to one provider, on
+/// budgets of 30 s, needs 35,000.
+pub(crate) const MAX_CALLS: usize = 262_144;
 /// The most calls of one caller kept: one node cannot fill the record for the others.
 pub(crate) const MAX_CALLS_PER_CALLER: usize = MAX_CALLS / 4;
-/// The most bytes of replies kept.
-pub(crate) const MAX_BYTES: usize = 64 << 20;
+/// The most bytes the record takes: every call's entry ([`ENTRY_BYTES`]) and the replies kept.
+pub(crate) const MAX_BYTES: usize = 128 << 20;
+/// What one call's entry takes, besides its reply: its key, state and place in the order.
+const ENTRY_BYTES: usize = 192;
 
 /// A call, as the record knows it: who made it, and its id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -103,13 +106,18 @@ impl Record {
             return Begin::Seen(Recall(key));
         }
         let mine = inner.per_caller.get(&key.caller).copied().unwrap_or(0);
-        if inner.calls.len() >= MAX_CALLS || mine >= MAX_CALLS_PER_CALLER {
+        if inner.calls.len() >= MAX_CALLS
+            || mine >= MAX_CALLS_PER_CALLER
+            || inner.bytes + ENTRY_BYTES > MAX_BYTES
+        {
             return Begin::Full(format!(
-                "the record of at-most-once calls is full ({} calls, {mine} of this caller's): \
-                 it was not run here",
-                inner.calls.len()
+                "the record of at-most-once calls is full ({} calls, {mine} of this caller's, \
+                 {} bytes): it was not run here",
+                inner.calls.len(),
+                inner.bytes
             ));
         }
+        inner.bytes += ENTRY_BYTES;
         let kept_until = now + KEEP;
         let expires = budget_end.map_or(kept_until, |end| end.min(kept_until)) + GRACE;
         *inner.per_caller.entry(key.caller.clone()).or_default() += 1;
@@ -223,6 +231,7 @@ impl Inner {
         let Some(entry) = self.calls.remove(key) else {
             return;
         };
+        self.bytes -= ENTRY_BYTES;
         if let State::Finished(Some(_), size) = entry.state {
             self.bytes -= size;
         }
@@ -424,6 +433,6 @@ mod tests {
             panic!("not kept");
         };
         assert!(why.contains("ran here"), "{why}");
-        assert_eq!(record.lock().bytes, 0);
+        assert_eq!(record.lock().bytes, ENTRY_BYTES, "only the entry's own");
     }
 }

@@ -28,7 +28,9 @@ use std::path::PathBuf;
 
 use cluster::registry::{GossipConfig, GossipRegistry};
 use cluster::{Identity, Keyring, Node, ServiceDescription};
-use examples::{Counter, DROPPED_REPORT_PERIOD, GreeterServer, Host, ProbeServer};
+use examples::{
+    BankServer, Counter, DROPPED_REPORT_PERIOD, GreeterServer, Host, ProbeServer, Teller,
+};
 
 const USAGE: &str = "usage:
   cluster-node init --cluster NAME --dir DIR
@@ -39,6 +41,7 @@ const USAGE: &str = "usage:
   run also takes --listen ADDR, --advertise ADDR (calls), --gossip-listen ADDR,
     --gossip-advertise ADDR (gossip): required to advertise with a wildcard such as 0.0.0.0:7300
   run also takes --probe: serve the `probe` service beside `greeter` (for tests)
+  run also takes --bank: serve the `bank` service, printing `deposit ID` as each runs (for tests)
   cluster-node compat OLD.json NEW.json   (exits 1 on a breaking change)";
 
 #[derive(Default)]
@@ -52,6 +55,7 @@ struct Args {
     days: Option<u32>,
     insecure: bool,
     probe: bool,
+    bank: bool,
     listen: Option<std::net::SocketAddr>,
     advertise: Option<std::net::SocketAddr>,
     gossip_listen: Option<std::net::SocketAddr>,
@@ -78,6 +82,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> Args {
         }
         if arg == "--insecure" {
             parsed.insecure = true;
+            continue;
+        }
+        if arg == "--bank" {
+            parsed.bank = true;
             continue;
         }
         if arg == "--probe" {
@@ -250,6 +258,20 @@ async fn run(args: Args) {
         .serve(GreeterServer::new(Host { node: name }))
         .await
         .expect("serves");
+    // Each deposit as it runs, on stdout: a test counts them across processes.
+    let _bank = match args.bank {
+        true => Some(
+            node.serve(BankServer::new(Teller::new(|id| {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "deposit {id}");
+                let _ = out.flush();
+            })))
+            .await
+            .expect("serves"),
+        ),
+        false => None,
+    };
     let _probe = match args.probe {
         true => Some(
             node.serve(ProbeServer::new(Counter::default()))
