@@ -416,7 +416,7 @@ impl<'a> Attempts<'a> {
             let number = self.attempts.len() + self.attempts_left_out + 1;
             // The generation tells a restarted node from its predecessor at the same address
             // (the simulation's invariants read it: `tests/simulation/`).
-            tracing::debug!(attempt = number, node = %chosen.entry.node, generation = chosen.entry.node.generation, "attempt");
+            tracing::debug!(attempt = number, node = %chosen.entry.node, generation = chosen.entry.node.generation, kind = %self.kind, "attempt");
             let addr = chosen.entry.node.addr;
             let peers = &self.client.node.peers;
             let generation = chosen.entry.node.generation;

@@ -182,7 +182,7 @@ impl Cluster {
         let counts = &state.counts;
         let report = Report {
             summary: format!(
-                "{scenario} seed {}: {} hosts, {:?} sim; {} attempts ({} to a node some peers had declared dead), {} reads and {} writes answered, {} calls failed, {} writes run",
+                "{scenario} seed {}: {} hosts, {:?} sim; {} attempts ({} to a node some peers had declared dead), {} reads and {} writes and deposits answered ({} deposits from a record), {} calls failed, {} writes and deposits run",
                 self.seed,
                 self.names.len(),
                 self.sim.elapsed(),
@@ -190,6 +190,7 @@ impl Cluster {
                 counts.attempts_contested,
                 counts.reads_ok,
                 counts.writes_ok,
+                counts.recalled,
                 counts.failed,
                 state.executions.len()
             ),

@@ -23,7 +23,8 @@ pub struct RanOn {
     pub generation: u64,
 }
 
-/// A read safe to retry, and a write that is not: each write records every run of it.
+/// A read safe to retry, a write that is not, and a deposit that is retried only on the process
+/// it may have run on (`at_most_once`): each write and deposit records every run of it.
 #[cluster::service(
     name = "kv",
     version = "1.0.0",
@@ -35,6 +36,9 @@ pub trait Kv {
     async fn read(&self, key: u64) -> RanOn;
     /// Not idempotent: `id` is unique in the run, so its runs can be counted across hosts.
     async fn write(&self, id: u64) -> RanOn;
+    /// At most once: after it may have run, retried only where, and answered from the record.
+    #[call(at_most_once)]
+    async fn deposit(&self, id: u64) -> RanOn;
 }
 
 struct Store {
@@ -48,6 +52,17 @@ impl Kv for Store {
     }
 
     async fn write(&self, id: u64) -> RanOn {
+        self.run(id).await
+    }
+
+    async fn deposit(&self, id: u64) -> RanOn {
+        self.run(id).await
+    }
+}
+
+impl Store {
+    /// A write or deposit's run, recorded under its id.
+    async fn run(&self, id: u64) -> RanOn {
         // Counted when it starts: a run cut off half way may have had its effect.
         let ran = (self.ran_on.node.clone(), self.ran_on.generation);
         self.world
@@ -110,7 +125,8 @@ pub async fn run(setup: Setup) -> turmoil::Result {
     Ok(())
 }
 
-/// Every 100 ms a read and a write, each in its own task so that a slow one holds no other.
+/// Every 100 ms a read, a write and a deposit, each in its own task so that a slow one holds
+/// no other.
 async fn calls(node: Node, world: Arc<World>) {
     let client = KvClient::new(&node);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -125,25 +141,37 @@ async fn calls(node: Node, world: Arc<World>) {
                 Err(_) => state.counts.failed += 1,
             }
         });
-        let (write, world_w) = (client.clone(), world.clone());
-        tokio::spawn(async move {
-            let id = world_w.next_id();
-            let outcome = write.write(id).await;
-            let mut state = world_w.lock();
-            match outcome {
-                Ok(ran) => {
-                    state.counts.writes_ok += 1;
-                    // A write that returned ran exactly once, where it said.
-                    let runs = state.executions.get(&id).cloned().unwrap_or_default();
-                    if runs != [(ran.node.clone(), ran.generation)] {
-                        let what = format!(
-                            "invariant 3: write {id} answered from {ran:?} but its runs were {runs:?}"
-                        );
-                        state.violations.push(what);
+        for at_most_once in [false, true] {
+            let (call, world) = (client.clone(), world.clone());
+            tokio::spawn(async move {
+                let id = world.next_id();
+                let outcome = if at_most_once {
+                    call.deposit(id).reported().await.map(|(ran, report)| {
+                        let recalled = report.attempts.iter().any(|a| a.outcome.contains("record"));
+                        (ran, recalled)
+                    })
+                } else {
+                    call.write(id).await.map(|ran| (ran, false))
+                };
+                let mut state = world.lock();
+                match outcome {
+                    Ok((ran, recalled)) => {
+                        state.counts.writes_ok += 1;
+                        state.counts.recalled += u64::from(recalled);
+                        // A write or deposit that returned ran exactly once, where it said (a
+                        // deposit answered from a record: where it first ran).
+                        let runs = state.executions.get(&id).cloned().unwrap_or_default();
+                        if runs != [(ran.node.clone(), ran.generation)] {
+                            let what = format!(
+                                "invariant 3: {} {id} answered from {ran:?} but its runs were {runs:?}",
+                                if at_most_once { "deposit" } else { "write" }
+                            );
+                            state.violations.push(what);
+                        }
                     }
+                    Err(_) => state.counts.failed += 1,
                 }
-                Err(_) => state.counts.failed += 1,
-            }
-        });
+            });
+        }
     }
 }

@@ -101,6 +101,18 @@ fn partition_of_a_minority_and_heal() {
     });
 }
 
+/// One replica cut off both ways for 5 s under load (issue 15): deposits that may have run on
+/// it are retried only there, and none runs twice (invariant 3).
+#[test]
+fn one_replica_cut_off_for_5_s() {
+    sweep("cut-off", 8, |c| {
+        let one = [c.names[13].clone()];
+        c.partition(&one);
+        c.run_for(5 * SEC);
+        c.repair(&one);
+    });
+}
+
 /// Datagrams and segments lost: 5 % everywhere, and half of one host's. turmoil's TCP does not
 /// retransmit, so a lost segment stalls its connection for good: the node must give up on it.
 #[test]

@@ -23,7 +23,10 @@ pub fn install(world: Arc<World>) -> tracing::subscriber::DefaultGuard {
 
 /// The call path's events and spans, and turmoil's host span; nothing else is built.
 fn wanted(meta: &Metadata<'_>) -> bool {
-    meta.target() == "cluster::client::attempt" || (meta.is_span() && meta.name() == "node")
+    matches!(
+        meta.target(),
+        "cluster::client::attempt" | "cluster::client::hedge"
+    ) || (meta.is_span() && meta.name() == "node")
 }
 
 struct Attempts {
@@ -59,6 +62,12 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Attempts {
         let (Some(node), Some(generation)) = (fields.node, fields.generation) else {
             return;
         };
+        // An at-most-once call that may have run on a node goes back to that process even once
+        // its peers count it dead (a stall past `dead_after`): only it can answer for the call.
+        // That is not routing a call to a dead node, which invariant 1 is about.
+        if fields.kind.as_deref() == Some("retry on the same process") {
+            return;
+        }
         // "name (addr)": the node's Display.
         let name = node.split(' ').next().unwrap_or_default().to_owned();
         let caller = ctx
@@ -95,6 +104,7 @@ struct Fields {
     node: Option<String>,
     generation: Option<u64>,
     name: Option<String>,
+    kind: Option<String>,
 }
 
 impl Visit for Fields {
@@ -115,6 +125,7 @@ impl Visit for Fields {
             "message" => self.message = Some(format!("{value:?}")),
             "node" => self.node = Some(format!("{value:?}")),
             "name" => self.name = Some(format!("{value:?}")),
+            "kind" => self.kind = Some(format!("{value:?}")),
             _ => {}
         }
     }

@@ -34,7 +34,10 @@ pub struct Counts {
     /// that invariant 1 was put to the test.
     pub attempts_contested: u64,
     pub reads_ok: u64,
+    /// Writes and deposits that returned.
     pub writes_ok: u64,
+    /// Deposits answered from a provider's record of at-most-once calls.
+    pub recalled: u64,
     pub failed: u64,
 }
 
