@@ -40,7 +40,8 @@ pub(crate) const GRACE: Duration = Duration::from_secs(5);
 /// The most calls kept: a caller making 1,000 at-most-once calls a second to one provider, on
 /// budgets of 30 s, needs 35,000.
 pub(crate) const MAX_CALLS: usize = 262_144;
-/// The most calls of one caller kept: one node cannot fill the record for the others.
+/// The most calls of one caller kept, and the most of [`MAX_BYTES`] its calls take: one node
+/// cannot fill the record for the others.
 pub(crate) const MAX_CALLS_PER_CALLER: usize = MAX_CALLS / 4;
 /// The most bytes the record takes: every call's entry ([`ENTRY_BYTES`]) and the replies kept.
 pub(crate) const MAX_BYTES: usize = 128 << 20;
@@ -64,7 +65,8 @@ struct Inner {
     calls: HashMap<Key, Entry>,
     /// Calls in the order they were entered, with when each expires.
     order: VecDeque<(Instant, Key)>,
-    per_caller: HashMap<Arc<str>, usize>,
+    /// Each caller's calls kept, and the bytes they take.
+    per_caller: HashMap<Arc<str>, (usize, usize)>,
     bytes: usize,
 }
 
@@ -105,10 +107,15 @@ impl Record {
         if inner.calls.contains_key(&key) {
             return Begin::Seen(Recall(key));
         }
-        let mine = inner.per_caller.get(&key.caller).copied().unwrap_or(0);
+        let (mine, my_bytes) = inner
+            .per_caller
+            .get(&key.caller)
+            .copied()
+            .unwrap_or_default();
         if inner.calls.len() >= MAX_CALLS
             || mine >= MAX_CALLS_PER_CALLER
             || inner.bytes + ENTRY_BYTES > MAX_BYTES
+            || my_bytes + ENTRY_BYTES > MAX_BYTES / 4
         {
             return Begin::Full(format!(
                 "the record of at-most-once calls is full ({} calls, {mine} of this caller's, \
@@ -118,9 +125,11 @@ impl Record {
             ));
         }
         inner.bytes += ENTRY_BYTES;
+        let caller = inner.per_caller.entry(key.caller.clone()).or_default();
+        caller.0 += 1;
+        caller.1 += ENTRY_BYTES;
         let kept_until = now + KEEP;
         let expires = budget_end.map_or(kept_until, |end| end.min(kept_until)) + GRACE;
-        *inner.per_caller.entry(key.caller.clone()).or_default() += 1;
         inner.order.push_back((expires, key.clone()));
         let notify = Arc::new(Notify::new());
         inner.calls.insert(
@@ -231,13 +240,15 @@ impl Inner {
         let Some(entry) = self.calls.remove(key) else {
             return;
         };
-        self.bytes -= ENTRY_BYTES;
-        if let State::Finished(Some(_), size) = entry.state {
-            self.bytes -= size;
-        }
-        if let Some(count) = self.per_caller.get_mut(&key.caller) {
-            *count -= 1;
-            if *count == 0 {
+        let kept = match entry.state {
+            State::Finished(Some(_), size) => size,
+            _ => 0,
+        };
+        self.bytes -= ENTRY_BYTES + kept;
+        if let Some((calls, bytes)) = self.per_caller.get_mut(&key.caller) {
+            *calls -= 1;
+            *bytes -= ENTRY_BYTES + kept;
+            if *calls == 0 {
                 self.per_caller.remove(&key.caller);
             }
         }
@@ -255,11 +266,16 @@ impl Inner {
         entry.state = match reply {
             Some(reply) => {
                 let size = reply.size() + 64;
-                if self.bytes + size <= MAX_BYTES {
-                    self.bytes += size;
-                    State::Finished(Some(reply.clone()), size)
-                } else {
-                    State::Finished(None, size)
+                let mine = self.per_caller.get_mut(&key.caller);
+                match mine {
+                    Some((_, my_bytes))
+                        if self.bytes + size <= MAX_BYTES && *my_bytes + size <= MAX_BYTES / 4 =>
+                    {
+                        *my_bytes += size;
+                        self.bytes += size;
+                        State::Finished(Some(reply.clone()), size)
+                    }
+                    _ => State::Finished(None, size),
                 }
             }
             None => State::Interrupted,
@@ -425,7 +441,7 @@ mod tests {
         let Begin::Run(running) = record.begin(key("web-1", 1), None) else {
             panic!();
         };
-        running.finish(&Reply::Done(vec![0; MAX_BYTES + 1]));
+        running.finish(&Reply::Done(vec![0; MAX_BYTES / 4]));
         let Begin::Seen(recall) = record.begin(key("web-1", 1), None) else {
             panic!();
         };
@@ -434,5 +450,37 @@ mod tests {
         };
         assert!(why.contains("ran here"), "{why}");
         assert_eq!(record.lock().bytes, ENTRY_BYTES, "only the entry's own");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_callers_replies_take_at_most_a_quarter_of_the_bytes() {
+        let record = Arc::new(Record::default());
+        let big = Reply::Done(vec![0; 8 << 20]);
+        let mut kept = 0;
+        for call in 0..8 {
+            let Begin::Run(running) = record.begin(key("hog", call), None) else {
+                panic!();
+            };
+            running.finish(&big);
+            let Begin::Seen(recall) = record.begin(key("hog", call), None) else {
+                panic!();
+            };
+            kept += usize::from(matches!(
+                record.recall(recall, later(1)).await,
+                Reply::Recalled(_)
+            ));
+        }
+        assert_eq!(kept, 3, "32 MiB of 128");
+        let Begin::Run(running) = record.begin(key("web-1", 1), None) else {
+            panic!();
+        };
+        running.finish(&big);
+        let Begin::Seen(recall) = record.begin(key("web-1", 1), None) else {
+            panic!();
+        };
+        assert!(matches!(
+            record.recall(recall, later(1)).await,
+            Reply::Recalled(_)
+        ));
     }
 }
