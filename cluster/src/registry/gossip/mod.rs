@@ -3,6 +3,7 @@
 
 mod claim;
 mod config;
+mod lateness;
 mod push;
 pub(crate) mod state;
 mod transport;
@@ -46,6 +47,10 @@ pub struct GossipTraffic {
     /// registration's entry), and digests asked for whole by a node of an earlier release. In
     /// a cluster with no news this count stays still.
     pub oversized_datagrams: u64,
+    /// Datagrams dropped unread because they waited over a second in this node's receive
+    /// queue: the node reads its gossip slower than it comes (a starved CPU), and newer news
+    /// was queued behind them. A count that moves says this node is behind.
+    pub late_datagrams: u64,
 }
 
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
@@ -276,6 +281,7 @@ impl GossipRegistry {
             received_bytes: read(&t.received_bytes),
             received_datagrams: read(&t.received_datagrams),
             oversized_datagrams: read(&t.oversized_datagrams),
+            late_datagrams: read(&t.late_datagrams),
         }
     }
 

@@ -58,6 +58,8 @@ pub(super) struct Traffic {
     pub(super) received_datagrams: AtomicU64,
     /// Datagrams sent larger than `GossipConfig::max_datagram`.
     pub(super) oversized_datagrams: AtomicU64,
+    /// Datagrams dropped unread for having waited too long in the queue (`lateness.rs`).
+    pub(super) late_datagrams: AtomicU64,
 }
 
 impl Traffic {
@@ -102,6 +104,7 @@ impl Transport for GossipTransport {
             buf: vec![0; MAX_DATAGRAM + 1].into_boxed_slice(),
             pending: VecDeque::new(),
             next_id: rand_u64(),
+            lateness: Default::default(),
         }))
     }
 }
@@ -116,6 +119,7 @@ struct GossipSocket {
     /// First halves: (from, message id, received, bytes).
     pending: VecDeque<(SocketAddr, u64, Instant, Vec<u8>)>,
     next_id: u64,
+    lateness: super::lateness::Lateness,
 }
 
 #[async_trait]
@@ -190,8 +194,23 @@ impl Socket for GossipSocket {
                 datagram
             };
             let plain = match (&self.sealer, whole.starts_with(&seal::MAGIC)) {
-                (Some(sealer), _) => match sealer.open(&whole) {
-                    Ok(plain) => plain,
+                (Some(sealer), _) => match sealer.open_timed(&whole) {
+                    Ok((plain, sent)) => {
+                        // Waited too long in the queue: newer news is behind it (`lateness.rs`).
+                        if let Some(waited) = self.lateness.late(from, sent, seal::now_micros()) {
+                            self.traffic.late_datagrams.fetch_add(1, Ordering::Relaxed);
+                            self.dropped.note(
+                                from,
+                                &format!(
+                                    "read {} ms later than that node's quickest: this node is behind on its gossip, and drops what waited over {} ms",
+                                    waited.as_millis(),
+                                    super::lateness::MAX_WAIT.as_millis()
+                                ),
+                            );
+                            continue;
+                        }
+                        plain
+                    }
                     Err(why) => {
                         self.dropped.note(from, &why.to_string());
                         continue;
@@ -345,6 +364,7 @@ mod tests {
             buf: vec![0; 16].into_boxed_slice(),
             pending: VecDeque::new(),
             next_id: 0,
+            lateness: Default::default(),
         }
     }
 
