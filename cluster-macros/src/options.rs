@@ -456,7 +456,7 @@ fn ratio(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option<
                 &expr,
                 format!(
                     "invalid `ratio` `{}`: the share of calls retries may add, a number from 0 to 10, e.g. ratio = 0.2",
-                    expr.to_token_stream()
+                    expr.to_token_stream().to_string().replace(' ', "")
                 ),
             );
             None

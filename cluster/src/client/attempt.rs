@@ -56,10 +56,11 @@ pub(crate) struct Answer {
     start: Instant,
     budget: Option<(Duration, Source)>,
     retries_off: bool,
+    call_id: Option<u128>,
 }
 
 impl Answer {
-    /// The call's report, its answered attempt last.
+    /// The call's report, every attempt in the order they started.
     pub(crate) fn report(mut self, client: &Client, function: usize) -> CallReport {
         let (started, kind, recalled) = self.answered;
         let outcome = if recalled {
@@ -73,6 +74,8 @@ impl Answer {
             elapsed: started.elapsed(),
             outcome: outcome.to_owned(),
             kind,
+            answered: true,
+            recalled,
         };
         CallReport::record(&mut self.attempts, &mut self.attempts_left_out, answered);
         CallReport {
@@ -84,6 +87,7 @@ impl Answer {
             elapsed: self.start.elapsed(),
             budget: self.budget,
             retries_off: self.retries_off,
+            call_id: self.call_id,
         }
     }
 }
@@ -171,6 +175,7 @@ async fn attempts(
             },
             attempt: Default::default(),
         });
+        call.call_id = request.head.call_id;
         let Some(parent) = parent else {
             return call.run(request, size).await;
         };
@@ -236,6 +241,16 @@ pub(super) struct Attempts<'a> {
     // An at-most-once call that may have run: the provider process it may have run on, which
     // every later attempt goes to.
     pinned: Option<Pinned>,
+    /// The call's own id, for an at-most-once function.
+    pub(super) call_id: Option<u128>,
+}
+
+/// When and where the next attempt of a call goes.
+pub(super) enum Plan {
+    /// At once: to this provider, or to a fresh choice.
+    Now(Option<Chosen>),
+    /// After this pause, to a fresh choice.
+    After(Duration),
 }
 
 /// The provider an at-most-once call may have run on, and how its attempt ended there.
@@ -300,6 +315,7 @@ impl<'a> Attempts<'a> {
             first: Some(first),
             kind: AttemptKind::First,
             pinned: None,
+            call_id: None,
         }
     }
 
@@ -460,9 +476,6 @@ impl<'a> Attempts<'a> {
             // Failure accrual: what the attempt says of the provider's health.
             peers.saw(in_flight.peer(), generation, failure.seen());
             drop(in_flight);
-            if failure.excludes_node() && !self.excluded.contains(&chosen.entry.node.name) {
-                self.excluded.push(chosen.entry.node.name.clone());
-            }
             tracing::debug!(attempt = number, node = %chosen.entry.node, "attempt failed: {}", failure.outcome());
             let record = self.record_of(&chosen.entry, now, failure.outcome());
             CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);
@@ -494,61 +507,87 @@ impl<'a> Attempts<'a> {
             } else if !self.retry.enabled || !failure.retryable(function.idempotent) {
                 return Err(self.fail(failure, &chosen.entry));
             }
+            match self.plan(failure, chosen.entry)? {
+                Plan::Now(next) => {
+                    self.first = next.map(Ok);
+                    self.kind = AttemptKind::Retry;
+                }
+                Plan::After(pause) => {
+                    sleep(pause).await;
+                    self.kind = if self.pinned.is_some() {
+                        AttemptKind::SameProcess
+                    } else {
+                        AttemptKind::Retry
+                    };
+                }
+            }
+        }
+    }
+
+    /// Steps 3 and 7 after a failed attempt that may be retried (`failure`, on `entry`): when
+    /// and where the next attempt goes, or the call's error. The rules of every call, hedged or
+    /// not (`hedge.rs` asks it too).
+    pub(super) fn plan(
+        &mut self,
+        failure: Failure,
+        entry: Arc<ServiceEntry>,
+    ) -> Result<Plan, CallError<Infallible>> {
+        if self.pinned.is_none() {
             // A provider that sheds load is sent the call again elsewhere, a bounded number of
             // times: every caller multiplying its load by its attempts is how a storm starts.
-            if self.pinned.is_none() && matches!(failure, Failure::Refused(Reason::Overloaded, _)) {
+            if matches!(failure, Failure::Refused(Reason::Overloaded, _)) {
                 self.overloaded += 1;
                 if self.overloaded > self.retry.overloaded {
-                    return Err(self.fail(failure, &chosen.entry));
+                    return Err(self.fail(failure, &entry));
                 }
             }
             // A node passed over for the rest of the call is not a reason to wait: the next
             // attempt goes to another node at once.
             if failure.excludes_node() {
+                if !self.excluded.contains(&entry.node.name) {
+                    self.excluded.push(entry.node.name.clone());
+                }
                 if matches!(failure, Failure::Untrusted(..)) {
-                    self.untrusted = Some((failure, chosen.entry));
+                    self.untrusted = Some((failure, entry));
                 }
-                self.kind = AttemptKind::Retry;
-                continue;
+                return Ok(Plan::Now(None));
             }
-            if !self.failed.iter().any(|f| Arc::ptr_eq(f, &chosen.entry)) {
-                self.failed.push(chosen.entry.clone());
-            }
-            // One that never ran goes to a replica not yet tried in this call at once, if there
-            // is one: nothing is gained by waiting (Finagle requeues these without backoff).
-            if self.pinned.is_none()
-                && failure.never_ran()
-                && let Ok(next) = choose(
-                    self.client,
-                    self.function,
-                    &self.failed,
-                    &self.excluded,
-                    self.overrides,
-                )
-                && !self.failed.iter().any(|f| f.node == next.entry.node)
-            {
-                if let Some(throttled) = self.throttled(&failure, &chosen.entry) {
-                    return Err(throttled);
-                }
-                self.first = Some(Ok(next));
-                self.kind = AttemptKind::Retry;
-                continue;
-            }
-            // Step 3: a pause that does not fit before the deadline ends the call (`pauses.rs`).
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            let Some(pause) = self.pauses.next_within(left) else {
-                return Err(self.fail(failure, &chosen.entry));
-            };
-            if let Some(throttled) = self.throttled(&failure, &chosen.entry) {
+        }
+        if !self.failed.iter().any(|f| Arc::ptr_eq(f, &entry)) {
+            self.failed.push(entry.clone());
+        }
+        // One that never ran goes to a replica not yet tried in this call at once, if there
+        // is one: nothing is gained by waiting (Finagle requeues these without backoff).
+        if self.pinned.is_none()
+            && failure.never_ran()
+            && let Ok(next) = choose(
+                self.client,
+                self.function,
+                &self.failed,
+                &self.excluded,
+                self.overrides,
+            )
+            && !self.failed.iter().any(|f| f.node == next.entry.node)
+        {
+            if let Some(throttled) = self.throttled(&failure, &entry) {
                 return Err(throttled);
             }
-            sleep(pause).await;
-            self.kind = if self.pinned.is_some() {
-                AttemptKind::SameProcess
-            } else {
-                AttemptKind::Retry
-            };
+            return Ok(Plan::Now(Some(next)));
         }
+        // Step 3: a pause that does not fit before the deadline ends the call (`pauses.rs`).
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let Some(pause) = self.pauses.next_within(left) else {
+            return Err(self.fail(failure, &entry));
+        };
+        // A retry to the process an at-most-once call may have run on runs nothing: it asks
+        // for a reply. It is not throttled, or a storm of slow deposits would fail as "may
+        // have run" calls that ran.
+        if self.pinned.is_none()
+            && let Some(throttled) = self.throttled(&failure, &entry)
+        {
+            return Err(throttled);
+        }
+        Ok(Plan::After(pause))
     }
 
     /// The call's answer, from `provider` in the attempt `answered` (its start, why it was
@@ -569,6 +608,7 @@ impl<'a> Attempts<'a> {
             start: self.start,
             budget: self.budget,
             retries_off: !self.retry.enabled,
+            call_id: self.call_id,
         }
     }
 
@@ -585,6 +625,8 @@ impl<'a> Attempts<'a> {
             elapsed: now.elapsed(),
             outcome,
             kind: self.kind,
+            answered: false,
+            recalled: false,
         }
     }
 
@@ -723,6 +765,7 @@ impl<'a> Attempts<'a> {
             elapsed: self.start.elapsed(),
             budget: self.budget,
             retries_off: !self.retry.enabled,
+            call_id: self.call_id,
         }
     }
 

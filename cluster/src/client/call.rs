@@ -83,6 +83,20 @@ impl<T, E> Call<T, E> {
         self
     }
 
+    /// Hedges this call: after `after` without an answer, a copy to another provider, at most
+    /// `max` copies besides the first (idempotent functions only; `docs/calls.md`).
+    pub fn hedge(mut self, after: Duration, max: u32) -> Self {
+        self.overrides.hedge_after = Some(after);
+        self.overrides.hedge_max = Some(max);
+        self
+    }
+
+    /// No hedging for this call, whatever the provider declares.
+    pub fn no_hedge(mut self) -> Self {
+        self.overrides.hedge_max = Some(0);
+        self
+    }
+
     /// Waits up to `wait`, from the call's start and within its budget, for a provider able
     /// to serve it to register, instead of failing at once when none is (`NoService`,
     /// `NoVersion`, `NoFunction`): for a call made while its provider is still starting.

@@ -9,8 +9,9 @@
 //!    (it is not waited for); one whose failure ends the call (a bad request, a panic) ends it.
 //! 4. The first answer wins: the other attempts are dropped, which cancels them at their
 //!    providers as a timeout does, and the report says so.
-//! 5. When every attempt out has failed, the call goes on as any call does: a pause, then a
-//!    retry to another provider, within the one budget clock; the deadline ends it.
+//! 5. When every attempt out has failed, the call goes on as any call does (`Attempts::plan`):
+//!    at once to a replica not yet tried if the last never ran, else after a pause; an
+//!    `Overloaded` refusal only `overloaded_retries` times; within the one budget clock.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,12 +23,12 @@ use futures::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep_until};
 
 use super::Client;
-use super::attempt::{Answer, Attempts};
+use super::attempt::{Answer, Attempts, Plan};
 use super::failure::Failure;
 use super::peers::{InFlight, Seen};
 use super::select::{Chosen, choose};
 use crate::deadline::later;
-use crate::error::{AttemptKind, CallError, CallReport, RpcError, RpcErrorKind};
+use crate::error::{AttemptKind, CallError, CallReport, Reason, RpcError, RpcErrorKind};
 use crate::options::HedgePolicy;
 use crate::registry::ServiceEntry;
 use crate::transport::{Reply, Request};
@@ -78,7 +79,7 @@ impl<'a> Attempts<'a> {
                     };
                     let failure = match ended.result {
                         Ok(bytes) => {
-                            self.record_cancelled(&slots);
+                            self.record_cancelled(&slots, "cancelled: another attempt answered first");
                             return Ok(self.answer(bytes, entry, (started, kind, ended.recalled)));
                         }
                         Err(failure) => failure,
@@ -87,31 +88,42 @@ impl<'a> Attempts<'a> {
                     let record = self.record_of(&ended.entry, started, failure.outcome());
                     CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);
                     if !failure.retryable(true) {
-                        self.record_cancelled(&slots);
+                        self.record_cancelled(&slots, "cancelled: the call ended first");
                         return Err(self.fail(failure, &entry));
                     }
-                    if failure.excludes_node() && !self.excluded.contains(&entry.node.name) {
-                        self.excluded.push(entry.node.name.clone());
-                    }
-                    if !self.failed.iter().any(|f| Arc::ptr_eq(f, &entry)) {
-                        self.failed.push(entry.clone());
-                    }
                     if !out.is_empty() {
-                        // Others are still out: the next copy now, not after its delay.
+                        // Others are still out: the next copy now, not after its delay; but a
+                        // provider that sheds load stops the copies past `overloaded_retries`.
+                        if matches!(failure, Failure::Refused(Reason::Overloaded, _)) {
+                            self.overloaded += 1;
+                            if self.overloaded > self.retry.overloaded {
+                                hedges_left = 0;
+                            }
+                        }
+                        if failure.excludes_node() && !self.excluded.contains(&entry.node.name) {
+                            self.excluded.push(entry.node.name.clone());
+                        }
+                        if !self.failed.iter().any(|f| Arc::ptr_eq(f, &entry)) {
+                            self.failed.push(entry.clone());
+                        }
                         next_hedge = Instant::now();
                         continue;
                     }
-                    // None left out: a pause and a retry, as for any call.
-                    let left = self.deadline.saturating_duration_since(Instant::now());
-                    let Some(pause) = self.pauses.next_within(left) else {
-                        return Err(self.fail(failure, &entry));
+                    // None left out: what any call does next (`Attempts::plan`): another
+                    // replica at once if this one never ran it, else a pause first.
+                    let next = match self.plan(failure.clone(), entry.clone())? {
+                        Plan::Now(next) => next,
+                        Plan::After(pause) => {
+                            tokio::time::sleep(pause).await;
+                            None
+                        }
                     };
-                    if let Some(throttled) = self.throttled(&failure, &entry) {
-                        return Err(throttled);
-                    }
-                    tokio::time::sleep(pause).await;
-                    let Ok(chosen) = choose(self.client, self.function, &self.failed, &self.excluded, self.overrides) else {
-                        return Err(self.fail(failure, &entry));
+                    let chosen = match next {
+                        Some(chosen) => chosen,
+                        None => match choose(self.client, self.function, &self.failed, &self.excluded, self.overrides) {
+                            Ok(chosen) => chosen,
+                            Err(_) => return Err(self.fail(failure, &entry)),
+                        },
                     };
                     let now = Instant::now();
                     match self.prepared(&chosen, &request, size, now) {
@@ -145,7 +157,7 @@ impl<'a> Attempts<'a> {
                     }
                 }
                 () = sleep_until(self.deadline) => {
-                    self.record_cancelled(&slots);
+                    self.record_cancelled(&slots, "timeout: the budget ran out");
                     let entry = tried.last().cloned();
                     let detail = "the budget ran out with every attempt still out".to_owned();
                     return Err(CallError::Rpc(RpcError::new(
@@ -240,15 +252,15 @@ impl<'a> Attempts<'a> {
         })
     }
 
-    /// Records the attempts still out as cancelled: another answered, or the call ended.
-    fn record_cancelled(&mut self, slots: &[Option<(Arc<ServiceEntry>, Instant, AttemptKind)>]) {
+    /// Records the attempts still out as ended by `why`: another answered, or the call ended.
+    fn record_cancelled(
+        &mut self,
+        slots: &[Option<(Arc<ServiceEntry>, Instant, AttemptKind)>],
+        why: &str,
+    ) {
         for (entry, started, kind) in slots.iter().flatten() {
             self.kind = *kind;
-            let record = self.record_of(
-                entry,
-                *started,
-                "cancelled: the call ended first".to_owned(),
-            );
+            let record = self.record_of(entry, *started, why.to_owned());
             CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);
         }
     }

@@ -55,6 +55,7 @@ fn empty_report(client: &Client, function: usize) -> CallReport {
         elapsed: Duration::ZERO,
         budget: None,
         retries_off: false,
+        call_id: None,
     }
 }
 

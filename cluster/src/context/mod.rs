@@ -75,6 +75,7 @@ pub(crate) struct Received {
     pub(crate) deadline: Instant,
     pub(crate) budget_deadline: Option<Instant>,
     pub(crate) metadata: Metadata,
+    pub(crate) call_id: Option<u128>,
 }
 
 impl Context {
@@ -136,6 +137,15 @@ impl Context {
     /// Which attempt of its call this is, from 1; 0 from a peer on wire version 1.
     pub fn attempt(&self) -> u32 {
         self.inner.call.attempt
+    }
+
+    /// The call's own id, for an `at_most_once` function: the same on every attempt of the
+    /// call and on no other call (unlike [`request_id`](Self::request_id), which calls made on
+    /// its behalf share). The provider's record keeps the call under it; a handler may keep it
+    /// too, as an idempotency key of its own. The caller's report has it
+    /// ([`CallReport::call_id`](crate::CallReport::call_id)).
+    pub fn call_id(&self) -> Option<u128> {
+        self.inner.call.call_id
     }
 
     /// When this attempt's time is up: the provider stops the handler then.
@@ -258,6 +268,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(1),
             budget_deadline: Some(Instant::now() + Duration::from_millis(10)),
             metadata: Metadata::new(),
+            call_id: None,
         }
     }
 

@@ -30,6 +30,10 @@ pub struct CallReport {
     /// Whether retries were off for this call (`no_retry()`, `retry = false`); false for a call
     /// that failed before its attempts could start (nothing to send, a layer's refusal).
     pub retries_off: bool,
+    /// The call's own id, for an `at_most_once` function (its provider's record keeps the call
+    /// under it, and its handler reads it as `Context::call_id`): what to reconcile with when
+    /// a call fails as "may have run".
+    pub call_id: Option<u128>,
 }
 
 /// A provider, as a report names it.
@@ -58,6 +62,11 @@ pub struct AttemptRecord {
     pub outcome: String,
     /// Why it was sent: the first, a retry, a hedge.
     pub kind: AttemptKind,
+    /// Whether the call's answer came from it.
+    pub answered: bool,
+    /// Whether that answer came from the provider's record of at-most-once calls: the
+    /// function did not run again.
+    pub recalled: bool,
 }
 
 /// Why an attempt was sent.
@@ -113,8 +122,9 @@ impl fmt::Display for Human {
 pub const MAX_RECORDED_ATTEMPTS: usize = 64;
 
 impl CallReport {
-    /// Records an attempt; past [`MAX_RECORDED_ATTEMPTS`], the oldest of the latest half is
-    /// left out (and counted), so a report stays small whatever the budget.
+    /// Records an attempt, in the order the attempts started (a hedge that answered first is
+    /// recorded before the attempt it overtook); past [`MAX_RECORDED_ATTEMPTS`], the oldest of
+    /// the latest half is left out (and counted), so a report stays small whatever the budget.
     pub(crate) fn record(
         attempts: &mut Vec<AttemptRecord>,
         left_out: &mut usize,
@@ -124,7 +134,11 @@ impl CallReport {
             attempts.remove(MAX_RECORDED_ATTEMPTS / 2);
             *left_out += 1;
         }
-        attempts.push(a);
+        let at = attempts
+            .iter()
+            .rposition(|b| b.started <= a.started)
+            .map_or(0, |i| i + 1);
+        attempts.insert(at, a);
     }
 
     /// Writes the multi-line body shared by both error types, after their first two sections.
@@ -179,6 +193,18 @@ impl CallReport {
     }
 }
 
+/// The report on its own, as an error shows it: the call, its provider, its attempts.
+impl fmt::Display for CallReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "The call {}", self.call)?;
+        if let Some(id) = self.call_id {
+            write!(f, " (call id {id:032x})")?;
+        }
+        writeln!(f)?;
+        self.write_body(f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +221,8 @@ mod tests {
             elapsed: Duration::ZERO,
             outcome: format!("refused {i}"),
             kind: AttemptKind::Retry,
+            answered: false,
+            recalled: false,
         };
         let (mut attempts, mut left_out) = (Vec::new(), 0);
         for i in 0..10_000 {
@@ -213,6 +241,7 @@ mod tests {
             elapsed: Duration::from_secs(10),
             budget: None,
             retries_off: false,
+            call_id: None,
         };
         struct Body<'a>(&'a CallReport);
         impl fmt::Display for Body<'_> {

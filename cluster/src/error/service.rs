@@ -67,7 +67,7 @@ impl Reason {
                 "every provider tried was shutting down and refused the call before running it"
             }
             Reason::Overloaded => {
-                "every provider tried was at its limit of concurrent calls and refused the call before running it"
+                "every provider tried refused the call as overloaded before running it (at its limit of concurrent calls, or a provider layer shedding load)"
             }
             Reason::WireVersion => {
                 "no provider tried speaks a version of the framework's wire protocol this node speaks"

@@ -70,7 +70,8 @@ pub struct CallOptions {
     /// The window [`retry_ratio`](Self::retry_ratio) counts calls and retries over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_window: Option<Duration>,
-    /// Retries a second allowed whatever the ratio, so that a node that calls rarely may
+    /// Retries allowed whatever the ratio, for each second of the window (10 with a window of
+    /// 10 s: 100 per window, which may be spent at once), so that a node that calls rarely may
     /// still retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_floor: Option<u32>,
@@ -289,7 +290,7 @@ impl CallOptions {
         self
     }
 
-    /// Sets the retries a second allowed whatever the ratio.
+    /// Sets the retries allowed whatever the ratio, for each second of the window.
     pub const fn retry_floor(mut self, floor: u32) -> Self {
         self.retry_floor = Some(floor);
         self

@@ -99,7 +99,7 @@ impl Authority {
         self.key.serialize_pem()
     }
 
-    /// A certificate and key naming `node`, valid for a year, as PEM (certificate, key).
+    /// A certificate and key naming `node`, valid for `days` days, as PEM (certificate, key).
     pub fn issue_pem(&self, node: &str, days: u32) -> Result<(String, String), IdentityError> {
         names::check("the node name", node).map_err(IdentityError::Invalid)?;
         let issuer = Issuer::from_ca_cert_pem(&self.cert_pem, &self.key).map_err(invalid)?;

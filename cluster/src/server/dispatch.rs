@@ -272,6 +272,7 @@ impl Dispatcher {
             },
             budget_deadline: head.budget_deadline,
             metadata: head.metadata,
+            call_id: head.call_id,
         });
         for (passed, layer) in self.layers.iter().enumerate() {
             let refused = match catching(|| layer.on_request(&context)) {

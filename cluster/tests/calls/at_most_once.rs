@@ -140,3 +140,26 @@ async fn a_process_the_registry_dropped_while_it_ran_the_call_is_still_asked_and
     assert_eq!(last.kind, AttemptKind::SameProcess);
     assert!(last.outcome.contains("record"), "{:?}", report.attempts);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_to_the_process_it_may_have_run_on_is_not_throttled() {
+    let cluster = Cluster::memory();
+    let (_provider, vault) = cluster.bank("bank-1").await;
+    *vault.deposit_takes.lock().unwrap() = 8 * S;
+    // No retries at all, by the throttle: the retry on the same process asks for a reply, it
+    // runs nothing, and goes all the same.
+    let no_room = cluster::CallOptions::new().retry_ratio(0.0).retry_floor(0);
+    let client = BankClient::new(&cluster.node("client").await).with_options(no_room);
+    let (_, report) = client
+        .deposit(7)
+        .reported()
+        .await
+        .expect("answered from the record");
+    assert_eq!(vault.ran(), [7]);
+    assert!(
+        report.attempts.last().unwrap().recalled,
+        "{:?}",
+        report.attempts
+    );
+    assert_ne!(report.call_id, None, "the report names the call");
+}

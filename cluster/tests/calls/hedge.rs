@@ -88,3 +88,70 @@ async fn a_function_that_is_not_idempotent_is_never_hedged() {
     assert_eq!(report.attempts.len(), 1, "{:?}", report.attempts);
     assert_eq!(a.ran().len() + b.ran().len(), 1);
 }
+
+/// Refuses every request as overloaded, as a provider shedding load does.
+struct Shed;
+
+impl cluster::layer::ProviderLayer for Shed {
+    fn on_request(&self, _: &cluster::Context) -> Result<(), cluster::layer::Refusal> {
+        Err(cluster::layer::Refusal::overloaded("shedding"))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overloaded_hedged_read_is_sent_again_only_overloaded_retries_times() {
+    let cluster = Cluster::memory();
+    let mut nodes = Vec::new();
+    for name in ["bank-a", "bank-b"] {
+        let node = cluster::Node::builder()
+            .name(name)
+            .registry(cluster.registry.clone())
+            .memory(cluster.memory.as_ref().unwrap())
+            .provider_layer(Shed)
+            .start()
+            .await
+            .unwrap();
+        let _registration = node
+            .serve(crate::support::BankServer::new(crate::support::Vault::new(
+                name,
+            )))
+            .await
+            .unwrap();
+        nodes.push(node);
+    }
+    let client = BankClient::new(&cluster.node("client").await);
+    let started = tokio::time::Instant::now();
+    let err = client.balance().await.unwrap_err();
+    assert_eq!(
+        err.report().attempts.len(),
+        2,
+        "once more, elsewhere, as any call: {err}"
+    );
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no pause: neither ran it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedged_read_that_never_reached_its_replica_goes_to_another_at_once() {
+    let cluster = Cluster::memory();
+    let (gone, _) = cluster.bank("bank-gone").await;
+    gone.kill().await;
+    let (_up, up) = cluster.bank("bank-up").await;
+    *up.balance_takes.lock().unwrap() = 10 * MS;
+    let client = BankClient::new(&cluster.node("client").await);
+    // Two calls: the balancer sends one's first attempt to each replica.
+    for _ in 0..2 {
+        let started = tokio::time::Instant::now();
+        let (answer, report) = client.balance().reported().await.unwrap();
+        assert_eq!(answer, "bank-up");
+        assert_eq!(
+            started.elapsed(),
+            10 * MS,
+            "no pause after a refused connection: {:?}",
+            report.attempts
+        );
+    }
+}
