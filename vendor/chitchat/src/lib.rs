@@ -13,6 +13,8 @@ mod message;
 mod message_serialize;
 mod parts;
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests_v2;
 pub(crate) mod serialize;
 mod server;

@@ -1,5 +1,6 @@
 use std::collections::HashSet;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -436,15 +437,19 @@ enum Command {
     Shutdown,
 }
 
-fn select_nodes_for_gossip<R>(
+/// Not upstream's: `pub(crate)` and generic over the sets' hasher `S` (the server passes std's
+/// `RandomState`), so that the simulation (`sim.rs`) picks peers with this very code and still
+/// repeats itself for a seed: a std `HashSet`'s order, which the picks follow, differs per process.
+pub(crate) fn select_nodes_for_gossip<R, S>(
     rng: &mut R,
-    peer_nodes: HashSet<SocketAddr>,
-    live_nodes: HashSet<SocketAddr>,
-    dead_nodes: HashSet<SocketAddr>,
-    seed_nodes: HashSet<SocketAddr>,
+    peer_nodes: HashSet<SocketAddr, S>,
+    live_nodes: HashSet<SocketAddr, S>,
+    dead_nodes: HashSet<SocketAddr, S>,
+    seed_nodes: HashSet<SocketAddr, S>,
 ) -> (Vec<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>)
 where
     R: Rng + ?Sized,
+    S: BuildHasher,
 {
     let live_nodes_count = live_nodes.len();
     let dead_nodes_count = dead_nodes.len();
@@ -486,9 +491,9 @@ where
 }
 
 /// Selects a dead node to gossip with, with some probability.
-fn select_dead_node_to_gossip_with<R>(
+fn select_dead_node_to_gossip_with<R, S>(
     rng: &mut R,
-    dead_nodes: &HashSet<SocketAddr>,
+    dead_nodes: &HashSet<SocketAddr, S>,
     live_nodes_count: usize,
     dead_nodes_count: usize,
 ) -> Option<SocketAddr>
@@ -503,9 +508,9 @@ where
 }
 
 /// Selects a seed node to gossip with, with some probability.
-fn select_seed_node_to_gossip_with<R>(
+fn select_seed_node_to_gossip_with<R, S>(
     rng: &mut R,
-    seed_nodes: &HashSet<SocketAddr>,
+    seed_nodes: &HashSet<SocketAddr, S>,
     live_nodes_count: usize,
     dead_nodes_count: usize,
 ) -> Option<SocketAddr>
