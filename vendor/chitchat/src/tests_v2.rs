@@ -1,6 +1,7 @@
 //! Not upstream's: gossip in digest parts (`parts.rs`), between nodes of one version and of two.
 
 use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -175,3 +176,30 @@ async fn nodes_of_v0_and_of_v2_gossip_with_each_other() {
     }
 }
 
+
+/// A node not known yet is asked in the least version the live nodes known here speak: V0 while
+/// none is known (a node's first words to its seeds) or one of them speaks V0, V2 once every one
+/// speaks V2, so that a new node's first pushes do not draw whole digests in one datagram.
+#[tokio::test]
+async fn a_node_not_known_yet_is_asked_in_the_version_the_live_nodes_speak() {
+    let unknown: SocketAddr = "10.9.9.9:7280".parse().unwrap();
+    let (mut a, mut b) = (node(42_001, 1_188), node(42_002, 1_188));
+    assert_eq!(a.version_for(unknown), ProtocolVersion::V0, "no node known yet");
+    let mut sizes = Vec::new();
+    exchange(&mut a, &mut b, &mut sizes);
+    exchange(&mut b, &mut a, &mut sizes);
+    a.update_nodes_liveness();
+    assert_eq!(a.live_nodes().count(), 2);
+    assert_eq!(a.version_for(unknown), ProtocolVersion::V2, "every live node speaks V2");
+    // A node of an earlier release: its state says no version.
+    let seeds = watch::channel(Default::default()).1;
+    let mut old = Chitchat::with_chitchat_id_and_seeds(
+        config(42_003, ProtocolVersion::V0, 1_188),
+        seeds,
+        Vec::new(),
+    );
+    exchange(&mut old, &mut a, &mut sizes);
+    a.update_nodes_liveness();
+    assert_eq!(a.live_nodes().count(), 3);
+    assert_eq!(a.version_for(unknown), ProtocolVersion::V0, "one live node speaks V0");
+}
