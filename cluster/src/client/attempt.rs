@@ -463,7 +463,7 @@ impl<'a> Attempts<'a> {
                 .await;
             // A retry of an at-most-once call answered from the provider's record.
             let (reply, recalled) = match reply {
-                Ok(Reply::Recalled(reply)) => (Ok(*reply), true),
+                Ok(Reply::Recalled(reply)) => (Ok(std::sync::Arc::unwrap_or_clone(reply)), true),
                 reply => (reply, false),
             };
             let failure = match Failure::of(reply) {

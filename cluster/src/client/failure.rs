@@ -50,7 +50,7 @@ impl Failure {
             Ok(Reply::Expired) => Err(Failure::Timeout),
             Ok(Reply::Interrupted(detail)) => Err(Failure::Interrupted(detail)),
             // Taken apart by the call path first (`attempt.rs`), which reports it.
-            Ok(Reply::Recalled(reply)) => Failure::of(Ok(*reply)),
+            Ok(Reply::Recalled(reply)) => Failure::of(Ok(std::sync::Arc::unwrap_or_clone(reply))),
             Err(TransportError::NotSent(detail)) => Err(Failure::NotSent(detail)),
             Err(TransportError::Busy(detail)) => Err(Failure::Busy(detail)),
             Err(TransportError::Queued(detail)) => Err(Failure::Queued(detail)),

@@ -234,7 +234,7 @@ impl<'a> Attempts<'a> {
                 .send(&entry.node, request, deadline)
                 .await;
             let (reply, recalled) = match reply {
-                Ok(Reply::Recalled(reply)) => (Ok(*reply), true),
+                Ok(Reply::Recalled(reply)) => (Ok(std::sync::Arc::unwrap_or_clone(reply)), true),
                 reply => (reply, false),
             };
             let result = Failure::of(reply);

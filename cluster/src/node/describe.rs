@@ -161,7 +161,7 @@ async fn describe(
             })
         })?;
     let reply = match reply {
-        Reply::Recalled(reply) => *reply,
+        Reply::Recalled(reply) => std::sync::Arc::unwrap_or_clone(reply),
         reply => reply,
     };
     let bytes = match reply {

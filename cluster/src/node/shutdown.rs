@@ -49,6 +49,7 @@ impl Node {
                 admission.running()
             );
         }
+        inner.dispatcher.stop_detached();
         tokio::time::sleep(LINGER).await;
         if let Err(e) = inner.registry.leave(&inner.info.name).await {
             tracing::warn!("node {} could not leave the registry: {e}", inner.info);
@@ -84,6 +85,7 @@ impl Node {
     /// close, running handlers are dropped, and the others find out through failure detection
     /// (a `MemoryRegistry` has none: the node's entries stay in it). For tests.
     pub async fn kill(&self) {
+        self.inner.dispatcher.stop_detached();
         self.stop_supervisors().await;
         self.inner.registry.halt().await;
         self.stop_listening().await;

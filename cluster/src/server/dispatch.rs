@@ -1,9 +1,11 @@
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::admission::{Admission, Permit};
 use super::describe;
@@ -13,6 +15,7 @@ use crate::context::{Context, Received};
 use crate::error::Reason;
 use crate::fast_map::FastMap;
 use crate::layer::{ProviderLayer, Served};
+use crate::options::{ResolvedOptions, Source};
 use crate::service::signature_hash;
 use crate::transport::{Reply, Request};
 
@@ -28,6 +31,8 @@ pub(crate) struct Dispatcher {
     pub(crate) generation: OnceLock<u64>,
     /// The calls of `at_most_once` functions (`record.rs`).
     record: Arc<Record>,
+    /// Cancelled when the node stops: see [`Dispatcher::stop_detached`].
+    stop: CancellationToken,
 }
 
 struct Hosted {
@@ -35,8 +40,20 @@ struct Hosted {
     // name -> (index, shape hash, signature text hash): a request names the function and the
     // hash of the shape it checked; a build from before shapes sends the text's hash.
     functions: Names<(usize, u64, u64)>,
-    // By index: whether the function is `at_most_once`.
-    at_most_once: Vec<bool>,
+    // By index: the function's name in the record and its declared budget, if it is
+    // `at_most_once`.
+    at_most_once: Vec<Option<AtMostOnce>>,
+}
+
+/// What the record needs of an `at_most_once` function.
+#[derive(Debug)]
+struct AtMostOnce {
+    /// `service.function`: part of the record's key.
+    function: Arc<str>,
+    /// The budget the provider declares for it: its handler runs no longer than this, whatever
+    /// budget a caller asks for (a caller that asks for hours and goes away does not hold a
+    /// place in admission for hours).
+    budget: Duration,
 }
 
 /// A map from names, read on every request; filled only by the node itself.
@@ -69,7 +86,15 @@ impl Dispatcher {
             describe: OnceLock::new(),
             generation: OnceLock::new(),
             record: Arc::default(),
+            stop: CancellationToken::new(),
         }
+    }
+
+    /// Stops the handlers of at-most-once calls that run on after their attempts: a killed
+    /// node's at once, a shut-down node's at its drain timeout (`node/shutdown.rs`), as the
+    /// other handlers are cut off with their connections.
+    pub(crate) fn stop_detached(&self) {
+        self.stop.cancel();
     }
 
     /// Hosts a provider, replacing one of the same service name.
@@ -89,7 +114,17 @@ impl Dispatcher {
         let at_most_once = description
             .functions
             .iter()
-            .map(|f| f.at_most_once)
+            .map(|f| {
+                f.at_most_once.then(|| AtMostOnce {
+                    function: Arc::from(format!("{}.{}", description.name, f.name)),
+                    budget: ResolvedOptions::merge(&[
+                        (Source::ProviderService, &description.options),
+                        (Source::ProviderFunction, &f.options),
+                    ])
+                    .retry
+                    .budget,
+                })
+            })
             .collect();
         let hosted = Arc::new(Hosted {
             provider,
@@ -148,21 +183,35 @@ impl Dispatcher {
                 return served(run, context, reply_limit, max_reply, &self.layers).await;
             };
             // An at-most-once call runs on in a task of its own when its attempt is given up
-            // (a timeout, a lost connection), holding its place in admission, until it ends or
-            // its record expires: its retry then gets its reply instead of "it may have run".
-            let waiter = recording.waiter();
+            // (a timeout, a lost connection), holding its place in admission, until it ends,
+            // its deadline passes or its node stops (`Dispatcher::stop_detached`): its retry
+            // then gets its reply instead of "it may have run". Its first attempt gets the
+            // reply itself, whether or not the record had room to keep it.
             let permit = _permit.detach(self.admission.clone());
             let layers = self.layers.clone();
-            let until = recording.expires();
+            let until = recording.expires().min(context.deadline());
+            let stop = self.stop.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
                 let _permit = permit;
                 let serving = served(run, context, reply_limit, max_reply, &layers);
-                if let Ok(reply) = tokio::time::timeout_at(until, serving).await {
-                    // Kept before it is read: a retry that races the reply finds it.
-                    recording.finish(&reply);
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => {}
+                    reply = tokio::time::timeout_at(until, serving) => {
+                        if let Ok(reply) = reply {
+                            // Kept before it is sent: a retry that races the reply finds it.
+                            recording.finish(&reply);
+                            let _ = tx.send(reply);
+                        }
+                    }
                 }
             });
-            self.record.ended(waiter, deadline).await
+            match tokio::time::timeout_at(deadline, rx).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => record::interrupted(),
+                Err(_) => Reply::Expired,
+            }
         }
     }
 
@@ -243,10 +292,25 @@ impl Dispatcher {
             request.head.caller.as_ref(),
             request.head.call_id,
         );
-        if let Some(recall) = key.as_ref().and_then(|key| self.record.seen(key)) {
-            return Err(Early::Recall(recall));
+        match key.as_ref().and_then(|(key, _)| self.record.seen(key)) {
+            Some(Ok(recall)) => return Err(Early::Recall(recall)),
+            Some(Err(busy)) => return Err(Early::Reply(refuse(Reason::Overloaded, busy))),
+            None => {}
         }
-        let budget_end = request.head.budget_deadline;
+        // An at-most-once call's handler runs on past its attempt, to the end of the call's
+        // budget, but never longer than the budget its provider declares.
+        let budget_end = match &key {
+            Some((_, declared)) => {
+                let longest = now + *declared;
+                Some(
+                    request
+                        .head
+                        .budget_deadline
+                        .map_or(longest, |end| end.min(longest)),
+                )
+            }
+            None => request.head.budget_deadline,
+        };
         let permit = match self.admission.admit(request.head.caller.as_ref()) {
             Ok(permit) => permit,
             Err((reason, detail)) => return Err(Early::Reply(refuse(reason, detail))),
@@ -265,7 +329,6 @@ impl Dispatcher {
             caller: head.caller,
             request_id: head.request_id,
             attempt,
-            // An at-most-once call's handler runs on past its attempt, within the budget.
             deadline: match (&key, budget_end) {
                 (Some(_), Some(end)) => end.max(deadline),
                 _ => deadline,
@@ -304,13 +367,26 @@ impl Dispatcher {
         // An at-most-once call is entered in the record before it runs, once nothing can refuse
         // it any more: a call refused never ran, and is not recorded.
         let recording = match key {
-            Some(key) => match self.record.begin(key, budget_end) {
-                Begin::Run(recording) => Some(recording),
-                Begin::Seen(recall) => return Err(Early::Recall(recall)),
-                Begin::Full(detail) => {
-                    return Err(Early::Reply(refuse(Reason::Overloaded, detail)));
+            Some((key, _)) => {
+                let early = match self.record.begin(key, budget_end) {
+                    Begin::Run(recording) => Ok(recording),
+                    Begin::Seen(recall) => Err(Early::Recall(recall)),
+                    Begin::Full(detail) => Err(Early::Reply(refuse(Reason::Overloaded, detail))),
+                };
+                match early {
+                    Ok(recording) => Some(recording),
+                    Err(early) => {
+                        // Every layer let it through: they hear that it did not run.
+                        drop(Told {
+                            layers: &self.layers,
+                            context,
+                            admitted: Instant::now(),
+                            served: Served::Refused,
+                        });
+                        return Err(early);
+                    }
                 }
-            },
+            }
             None => None,
         };
         // Building the future runs no user code, but a generated adapter is still code: a panic
@@ -333,17 +409,23 @@ enum Early {
     Recall(record::Recall),
 }
 
-/// The record's key of a request, if it is an attempt of an at-most-once call.
+/// The record's key of a request, if it is an attempt of an at-most-once call, and the
+/// function's declared budget.
 fn record_key(
     hosted: &Hosted,
     index: usize,
     caller: Option<&Arc<str>>,
     call_id: Option<u128>,
-) -> Option<record::Key> {
+) -> Option<(record::Key, Duration)> {
     let call = call_id?;
-    hosted.at_most_once.get(index).copied().filter(|yes| *yes)?;
+    let function = hosted.at_most_once.get(index)?.as_ref()?;
     let caller = caller.cloned().unwrap_or_else(|| Arc::from(""));
-    Some(record::Key { caller, call })
+    let key = record::Key {
+        caller,
+        function: function.function.clone(),
+        call,
+    };
+    Some((key, function.budget))
 }
 
 /// An admitted request, its handler's future built.

@@ -22,7 +22,7 @@
 //! is retried elsewhere, never run twice); a reply too large for what is left is not kept, and a
 //! retry of that call is told it ran and its reply is gone.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,10 +48,13 @@ pub(crate) const MAX_BYTES: usize = 128 << 20;
 /// What one call's entry takes, besides its reply: its key, state and place in the order.
 const ENTRY_BYTES: usize = 192;
 
-/// A call, as the record knows it: who made it, and its id.
+/// A call, as the record knows it: who made it, of which function, and its id. The function is
+/// in the key so that a caller that used one id for two functions gets neither the other's
+/// reply.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     pub(crate) caller: Arc<str>,
+    pub(crate) function: Arc<str>,
     pub(crate) call: u128,
 }
 
@@ -63,8 +66,10 @@ pub(crate) struct Record {
 #[derive(Debug, Default)]
 struct Inner {
     calls: HashMap<Key, Entry>,
-    /// Calls in the order they were entered, with when each expires.
-    order: VecDeque<(Instant, Key)>,
+    /// Calls by when they expire (and the order they were entered in): expiring takes the
+    /// first, whatever was entered before or after.
+    order: BTreeMap<(Instant, u64), Key>,
+    entered: u64,
     /// Each caller's calls kept, and the bytes they take.
     per_caller: HashMap<Arc<str>, (usize, usize)>,
     bytes: usize,
@@ -73,14 +78,19 @@ struct Inner {
 #[derive(Debug)]
 struct Entry {
     expires: Instant,
+    seq: u64,
     state: State,
+    /// A retry of the call is being answered: a second one at the same time is refused
+    /// ([`Record::seen`]), so retries of one call hold at most one copy of its reply and wait
+    /// one at a time, whatever a caller sends.
+    recalling: bool,
 }
 
 #[derive(Debug)]
 enum State {
     Running(Arc<Notify>),
-    /// The reply, or `None` when it was too large to keep.
-    Finished(Option<Reply>, usize),
+    /// The reply, shared with every retry answered, or `None` when it was too large to keep.
+    Finished(Option<Arc<Reply>>, usize),
     Interrupted,
 }
 
@@ -90,12 +100,33 @@ pub(crate) enum Begin {
     Run(Running),
     /// Seen before: the answer, or what to wait on.
     Seen(Recall),
-    /// No room: refuse it before it runs.
+    /// No room, or another retry of the call is being answered: refuse it before it runs.
     Full(String),
 }
 
-/// A call seen before: wait with [`Record::recall`].
-pub(crate) struct Recall(Key);
+/// A retry of a call seen before, the one being answered: wait with [`Record::recall`].
+pub(crate) struct Recall {
+    record: Arc<Record>,
+    key: Key,
+}
+
+impl Drop for Recall {
+    fn drop(&mut self) {
+        if let Some(entry) = self.record.lock().calls.get_mut(&self.key) {
+            entry.recalling = false;
+        }
+    }
+}
+
+/// What a retry is told when the call's first attempt stopped before it ended.
+pub(crate) fn interrupted() -> Reply {
+    Reply::Interrupted(
+        "an earlier attempt of this call started here and was stopped before it finished (its \
+         deadline, its caller's connection, or this node's shutdown): it may have run, and is \
+         not run again"
+            .to_owned(),
+    )
+}
 
 impl Record {
     /// Looks a call up; enters it as running if it is new and there is room. It expires at
@@ -105,7 +136,10 @@ impl Record {
         let mut inner = self.lock();
         inner.expire(now);
         if inner.calls.contains_key(&key) {
-            return Begin::Seen(Recall(key));
+            return match self.recall_of(&mut inner, key) {
+                Ok(recall) => Begin::Seen(recall),
+                Err(busy) => Begin::Full(busy),
+            };
         }
         let (mine, my_bytes) = inner
             .per_caller
@@ -130,13 +164,17 @@ impl Record {
         caller.1 += ENTRY_BYTES;
         let kept_until = now + KEEP;
         let expires = budget_end.map_or(kept_until, |end| end.min(kept_until)) + GRACE;
-        inner.order.push_back((expires, key.clone()));
+        inner.entered += 1;
+        let seq = inner.entered;
+        inner.order.insert((expires, seq), key.clone());
         let notify = Arc::new(Notify::new());
         inner.calls.insert(
             key.clone(),
             Entry {
                 expires,
+                seq,
                 state: State::Running(notify),
+                recalling: false,
             },
         );
         Begin::Run(Running {
@@ -146,31 +184,44 @@ impl Record {
         })
     }
 
-    /// The call, if it was seen before.
-    pub(crate) fn seen(&self, key: &Key) -> Option<Recall> {
+    /// The call, if it was seen before; `Err` if another retry of it is being answered.
+    pub(crate) fn seen(self: &Arc<Self>, key: &Key) -> Option<Result<Recall, String>> {
         let mut inner = self.lock();
         inner.expire(Instant::now());
-        inner.calls.contains_key(key).then(|| Recall(key.clone()))
+        inner
+            .calls
+            .contains_key(key)
+            .then(|| self.recall_of(&mut inner, key.clone()))
     }
 
-    /// The reply of a call whose first attempt this is, once its handler (running on in a task
-    /// of its own, `Dispatcher::handle`) ends; `Expired` at `deadline`.
-    pub(crate) async fn ended(&self, recall: Recall, deadline: Instant) -> Reply {
-        match self.recall(recall, deadline).await {
-            Reply::Recalled(reply) => *reply,
-            reply => reply,
+    fn recall_of(self: &Arc<Self>, inner: &mut Inner, key: Key) -> Result<Recall, String> {
+        let Some(entry) = inner.calls.get_mut(&key) else {
+            return Err("the call is not in the record".to_owned());
+        };
+        if entry.recalling {
+            return Err(
+                "another retry of this at-most-once call is being answered here: this one was \
+                 not"
+                .to_owned(),
+            );
         }
+        entry.recalling = true;
+        Ok(Recall {
+            record: self.clone(),
+            key,
+        })
     }
 
     /// The answer to a call seen before: its kept reply (waiting, until `deadline`, for one
     /// still running), or why there is none.
-    pub(crate) async fn recall(&self, Recall(key): Recall, deadline: Instant) -> Reply {
+    pub(crate) async fn recall(&self, recall: Recall, deadline: Instant) -> Reply {
+        let key = &recall.key;
         loop {
             let notify = {
                 let inner = self.lock();
-                match inner.calls.get(&key).map(|e| &e.state) {
+                match inner.calls.get(key).map(|e| &e.state) {
                     Some(State::Finished(Some(reply), _)) => {
-                        return Reply::Recalled(Box::new(reply.clone()));
+                        return Reply::Recalled(reply.clone());
                     }
                     Some(State::Finished(None, size)) => {
                         return Reply::Undeliverable(format!(
@@ -179,14 +230,7 @@ impl Record {
                              is not run again"
                         ));
                     }
-                    Some(State::Interrupted) | None => {
-                        return Reply::Interrupted(
-                            "an earlier attempt of this call started here and was stopped \
-                             before it finished (its deadline, or its caller's connection \
-                             closed): it may have run, and is not run again"
-                                .to_owned(),
-                        );
-                    }
+                    Some(State::Interrupted) | None => return interrupted(),
                     Some(State::Running(notify)) => notify.clone(),
                 }
             };
@@ -195,7 +239,7 @@ impl Record {
             // Registered before the state is read again: an end in between is not missed.
             ended.as_mut().enable();
             if matches!(
-                self.lock().calls.get(&key).map(|e| &e.state),
+                self.lock().calls.get(key).map(|e| &e.state),
                 Some(State::Running(_))
             ) && tokio::time::timeout_at(deadline, ended).await.is_err()
             {
@@ -210,29 +254,14 @@ impl Record {
 }
 
 impl Inner {
-    /// Forgets the calls that expired, oldest entered first. One entered later that expires
-    /// sooner waits behind them; every call is bounded by `KEEP` and `GRACE` all the same.
+    /// Forgets the calls that expired, soonest first: each costs a look at the first of
+    /// `order`, never a walk of the record.
     fn expire(&mut self, now: Instant) {
-        while let Some((expires, _)) = self.order.front()
-            && *expires <= now
+        while let Some(first) = self.order.first_entry()
+            && first.key().0 <= now
         {
-            let Some((_, key)) = self.order.pop_front() else {
-                break;
-            };
+            let key = first.remove();
             self.forget(&key);
-        }
-        // Full of calls that expire later than the oldest entered: look at all of them.
-        if self.calls.len() >= MAX_CALLS {
-            let expired: Vec<Key> = self
-                .calls
-                .iter()
-                .filter(|(_, e)| e.expires <= now && !matches!(e.state, State::Running(_)))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for key in &expired {
-                self.forget(key);
-            }
-            self.order.retain(|(_, key)| self.calls.contains_key(key));
         }
     }
 
@@ -240,6 +269,7 @@ impl Inner {
         let Some(entry) = self.calls.remove(key) else {
             return;
         };
+        self.order.remove(&(entry.expires, entry.seq));
         let kept = match entry.state {
             State::Finished(Some(_), size) => size,
             _ => 0,
@@ -273,7 +303,7 @@ impl Inner {
                     {
                         *my_bytes += size;
                         self.bytes += size;
-                        State::Finished(Some(reply.clone()), size)
+                        State::Finished(Some(Arc::new(reply.clone())), size)
                     }
                     _ => State::Finished(None, size),
                 }
@@ -293,7 +323,8 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    /// Keeps the call's reply for its retries.
+    /// Keeps the call's reply for its retries, if there is room: a reply past the room left is
+    /// still its first attempt's (`Dispatcher::handle` hands it over), only not kept.
     pub(crate) fn finish(mut self, reply: &Reply) {
         if let Some(key) = self.key.take() {
             self.record.lock().end(&key, Some(reply));
@@ -303,14 +334,6 @@ impl Running {
     /// When the record forgets the call: its handler may run until then, no longer.
     pub(crate) fn expires(&self) -> Instant {
         self.expires
-    }
-
-    /// How its first attempt waits for the call to end.
-    pub(crate) fn waiter(&self) -> Recall {
-        Recall(self.key.clone().unwrap_or(Key {
-            caller: Arc::from(""),
-            call: 0,
-        }))
     }
 }
 
@@ -329,6 +352,7 @@ mod tests {
     fn key(caller: &str, call: u128) -> Key {
         Key {
             caller: caller.into(),
+            function: "bank.deposit".into(),
             call,
         }
     }
@@ -353,13 +377,13 @@ mod tests {
             running.finish(&Reply::Done(vec![4, 2]));
         };
         let (reply, ()) = tokio::join!(waiting, ending);
-        assert_eq!(reply, Reply::Recalled(Box::new(Reply::Done(vec![4, 2]))));
+        assert_eq!(reply, Reply::Recalled(Arc::new(Reply::Done(vec![4, 2]))));
         let Begin::Seen(recall) = record.begin(key("web-1", 7), None) else {
             panic!("still seen");
         };
         assert_eq!(
             record.recall(recall, later(1)).await,
-            Reply::Recalled(Box::new(Reply::Done(vec![4, 2])))
+            Reply::Recalled(Arc::new(Reply::Done(vec![4, 2])))
         );
     }
 
@@ -482,5 +506,76 @@ mod tests {
             record.recall(recall, later(1)).await,
             Reply::Recalled(_)
         ));
+    }
+
+    /// one call with a long budget, entered first, keeps every call entered
+    /// after it from expiring (`expire` stops at the front of `order`); the per-caller bound is
+    /// checked without looking further. A caller whose calls all ended and expired long ago is
+    /// refused as if it held 65,536 calls.
+    #[tokio::test(start_paused = true)]
+    async fn one_long_call_does_not_keep_calls_entered_after_it_from_expiring() {
+        let record = Arc::new(Record::default());
+        // The hostile caller's one call: a budget of 10 min (the caller says so).
+        let Begin::Run(running) = record.begin(key("evil-1", 1), Some(later(600))) else {
+            panic!();
+        };
+        running.finish(&Reply::Done(vec![]));
+        // An honest caller: 65,536 calls of 1 s budgets, all answered.
+        for call in 0..MAX_CALLS_PER_CALLER as u128 {
+            let Begin::Run(running) = record.begin(key("web-1", call), Some(later(1))) else {
+                panic!("call {call}");
+            };
+            running.finish(&Reply::Done(vec![]));
+        }
+        // A minute later every one of them has expired (1 s + GRACE).
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let next = record.begin(key("web-1", u128::MAX), Some(later(1)));
+        let held = record.lock().calls.len();
+        assert!(
+            matches!(next, Begin::Run(_)),
+            "refused as full; the record still holds {held} calls, all but one expired"
+        );
+    }
+
+    /// A caller that used one id for two functions gets neither the other's reply.
+    #[tokio::test(start_paused = true)]
+    async fn one_id_of_two_functions_is_two_calls() {
+        let record = Arc::new(Record::default());
+        let Begin::Run(running) = record.begin(key("web-1", 7), None) else {
+            panic!();
+        };
+        running.finish(&Reply::Done(vec![1]));
+        let other = Key {
+            function: "bank.withdraw".into(),
+            ..key("web-1", 7)
+        };
+        assert!(matches!(record.begin(other, None), Begin::Run(_)));
+    }
+
+    /// Retries of one call are answered one at a time: another retry that arrives while one
+    /// waits is refused, so a flood of retries holds one wait and one copy of the reply.
+    #[tokio::test(start_paused = true)]
+    async fn a_second_retry_of_a_call_while_one_is_answered_is_refused() {
+        let record = Arc::new(Record::default());
+        let Begin::Run(running) = record.begin(key("web-1", 7), Some(later(30))) else {
+            panic!();
+        };
+        let Begin::Seen(first) = record.begin(key("web-1", 7), None) else {
+            panic!("seen");
+        };
+        assert!(matches!(
+            record.begin(key("web-1", 7), None),
+            Begin::Full(_)
+        ));
+        assert!(matches!(record.seen(&key("web-1", 7)), Some(Err(_))));
+        running.finish(&Reply::Done(vec![1]));
+        assert!(matches!(
+            record.recall(first, later(1)).await,
+            Reply::Recalled(_)
+        ));
+        assert!(
+            matches!(record.seen(&key("web-1", 7)), Some(Ok(_))),
+            "answered: the next retry is"
+        );
     }
 }

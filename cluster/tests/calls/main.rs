@@ -6,6 +6,7 @@ mod support;
 
 mod accrual;
 mod at_most_once;
+mod at_most_once_bounds;
 mod budget;
 mod compat;
 mod errors;

@@ -123,7 +123,7 @@ pub(crate) enum Reply {
     Interrupted(String),
     /// The reply of an earlier attempt of the same `at_most_once` call, from the provider's
     /// record: the function did not run again.
-    Recalled(Box<Reply>),
+    Recalled(std::sync::Arc<Reply>),
 }
 
 impl Reply {

@@ -95,7 +95,7 @@ impl From<Reply> for ReplyFrame {
             Reply::Expired => ReplyFrame::Expired,
             // Wire 1 carries no call id, so no reply of it is ever recalled or interrupted.
             Reply::Interrupted(detail) => ReplyFrame::Undeliverable(detail),
-            Reply::Recalled(reply) => Self::from(*reply),
+            Reply::Recalled(reply) => Self::from(std::sync::Arc::unwrap_or_clone(reply)),
         }
     }
 }

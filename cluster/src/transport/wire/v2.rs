@@ -261,7 +261,7 @@ impl<'de> Deserialize<'de> for ReplyFrame {
                     )),
                 };
                 Ok(ReplyFrame(if recalled {
-                    Reply::Recalled(Box::new(reply))
+                    Reply::Recalled(std::sync::Arc::new(reply))
                 } else {
                     reply
                 }))
@@ -392,8 +392,8 @@ mod tests {
             Reply::Undeliverable("no".into()),
             Reply::Expired,
             Reply::Interrupted("stopped".into()),
-            Reply::Recalled(Box::new(Reply::Done(vec![1]))),
-            Reply::Recalled(Box::new(Reply::Panicked("boom".into()))),
+            Reply::Recalled(std::sync::Arc::new(Reply::Done(vec![1]))),
+            Reply::Recalled(std::sync::Arc::new(Reply::Panicked("boom".into()))),
         ] {
             let bytes = Pin::new(&mut codec)
                 .serialize(&ReplyFrame(reply.clone()))
@@ -451,7 +451,7 @@ mod properties {
             any::<String>().prop_map(Reply::Undeliverable),
             Just(Reply::Expired),
             any::<String>().prop_map(Reply::Interrupted),
-            any::<Vec<u8>>().prop_map(|d| Reply::Recalled(Box::new(Reply::Done(d)))),
+            any::<Vec<u8>>().prop_map(|d| Reply::Recalled(std::sync::Arc::new(Reply::Done(d)))),
         ]
     }
 
