@@ -123,7 +123,15 @@ impl Options {
             let key = key_name(&inner);
             let first = inner_seen.first(&key, inner.path.span(), errors);
             match key.as_str() {
-                "after" => store(first, &mut after, duration(&inner, &key, false, errors)?),
+                // Durations are whole milliseconds: below 1 ms is 0, which would send every
+                // copy at once (the runtime takes it as 1 ms: `MIN_HEDGE_AFTER`).
+                "after" => match duration(&inner, &key, false, errors)? {
+                    Some(0) => errors.at(
+                        inner.path.span(),
+                        "`after` is how long an attempt goes unanswered before a copy is sent: at least 1ms, e.g. after = \"50ms\"",
+                    ),
+                    millis => store(first, &mut after, millis),
+                },
                 "max" => match count(&inner, &key, errors)? {
                     Some(n) if n == 0 || n > MAX_HEDGES => errors.at(
                         inner.path.span(),

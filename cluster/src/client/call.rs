@@ -84,7 +84,8 @@ impl<T, E> Call<T, E> {
     }
 
     /// Hedges this call: after `after` without an answer, a copy to another provider, at most
-    /// `max` copies besides the first (idempotent functions only; `docs/calls.md`).
+    /// `max` copies besides the first (idempotent functions only; `docs/calls.md`). An `after`
+    /// below 1 ms is taken as 1 ms ([`MIN_HEDGE_AFTER`](crate::options::MIN_HEDGE_AFTER)).
     pub fn hedge(mut self, after: Duration, max: u32) -> Self {
         self.overrides.hedge_after = Some(after);
         self.overrides.hedge_max = Some(max);

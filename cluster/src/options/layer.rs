@@ -76,7 +76,8 @@ pub struct CallOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_floor: Option<u32>,
     /// Hedging: how long an attempt of an idempotent function goes unanswered before another
-    /// copy is sent to another provider (the first answer wins, the others are cancelled).
+    /// copy is sent to another provider (the first answer wins, the others are cancelled). At
+    /// least 1 ms: less is taken as 1 ms (`MIN_HEDGE_AFTER`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hedge_after: Option<Duration>,
     /// The most copies sent besides the first (0: no hedging). Only idempotent functions are
@@ -190,7 +191,7 @@ impl CallOptions {
     /// | `retry_ratio` | 0.2: retries and hedges add at most a fifth to a node's calls of a service (Finagle's `RetryBudget`) |
     /// | `retry_window` | 10 s |
     /// | `retry_floor` | 10 retries a second |
-    /// | `hedge_after` | 0 (with `hedge_max` 0: no hedging) |
+    /// | `hedge_after` | 0, taken as 1 ms, the least (with `hedge_max` 0: no hedging) |
     /// | `hedge_max` | 0: no hedging |
     pub const fn library_default() -> Self {
         Self {
@@ -298,6 +299,7 @@ impl CallOptions {
 
     /// Sets hedging: after `after` without an answer, another copy to another provider, at
     /// most `max` copies besides the first (0 turns hedging off). Idempotent functions only.
+    /// An `after` below 1 ms is taken as 1 ms.
     pub const fn hedge(mut self, after: Duration, max: u32) -> Self {
         self.hedge_after = Some(after);
         self.hedge_max = Some(max);

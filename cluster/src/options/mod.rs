@@ -11,5 +11,5 @@ mod resolved;
 
 pub use layer::CallOptions;
 pub use resolved::{
-    HedgePolicy, MAX_HEDGES, MIN_RETRY_PAUSE, ResolvedOptions, RetryPolicy, Source,
+    HedgePolicy, MAX_HEDGES, MIN_HEDGE_AFTER, MIN_RETRY_PAUSE, ResolvedOptions, RetryPolicy, Source,
 };

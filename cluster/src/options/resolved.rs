@@ -74,7 +74,8 @@ pub struct RetryPolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HedgePolicy {
-    /// How long an attempt goes unanswered before the next copy.
+    /// How long an attempt goes unanswered before the next copy: at least
+    /// [`MIN_HEDGE_AFTER`], whatever a layer says.
     pub after: Duration,
     /// The most copies besides the first.
     pub max: u32,
@@ -112,6 +113,11 @@ const WINDOW_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::fr
 const MAX_FLOOR: u32 = 100_000;
 /// The most hedges of one call: each is a whole attempt in flight.
 pub const MAX_HEDGES: u32 = 8;
+
+/// The shortest wait before a hedge. An `after` of zero (which a provider's registry entry or a
+/// call's `hedge(...)` may say; `#[service]` refuses it) would send every copy at once, spending
+/// the retry allowance of the whole window on one call.
+pub const MIN_HEDGE_AFTER: Duration = Duration::from_millis(1);
 
 fn clamp_finite(value: f64, (low, high): (f64, f64)) -> f64 {
     if value.is_finite() {
@@ -194,7 +200,10 @@ impl ResolvedOptions {
             },
             wait_for_provider: merged.wait_for_provider.unwrap_or_default(),
             hedge: HedgePolicy {
-                after: merged.hedge_after.unwrap_or_default(),
+                after: merged
+                    .hedge_after
+                    .unwrap_or(MIN_HEDGE_AFTER)
+                    .max(MIN_HEDGE_AFTER),
                 max: merged.hedge_max.unwrap_or(0).min(MAX_HEDGES),
             },
             sources,
@@ -296,5 +305,19 @@ mod tests {
             let r = ResolvedOptions::merge(&[(Source::ProviderService, &layer)]);
             assert_eq!(r.retry.factor, expected, "factor {given}");
         }
+    }
+
+    #[test]
+    fn a_hedge_after_below_a_millisecond_is_taken_as_one() {
+        let provider = CallOptions::new().hedge(Duration::ZERO, 2);
+        let r = ResolvedOptions::merge(&[(Source::ProviderFunction, &provider)]);
+        assert_eq!((r.hedge.after, r.hedge.max), (MIN_HEDGE_AFTER, 2));
+        let call = CallOptions::new().hedge(Duration::from_nanos(10), 1);
+        let r =
+            ResolvedOptions::merge(&[(Source::ProviderFunction, &provider), (Source::Call, &call)]);
+        assert_eq!(r.hedge.after, MIN_HEDGE_AFTER);
+        let call = CallOptions::new().hedge(Duration::from_millis(20), 1);
+        let r = ResolvedOptions::merge(&[(Source::Call, &call)]);
+        assert_eq!(r.hedge.after, Duration::from_millis(20));
     }
 }
