@@ -14,6 +14,7 @@ use super::pauses::Pauses;
 use super::peers::{InFlight, Seen};
 use super::report::{call_name, early_error, provider_ref};
 use super::select::{Chosen, Miss, choose};
+use super::throttle::Counted;
 use crate::context::{Context, Metadata, RequestId};
 use crate::deadline::later;
 use crate::error::report::Human;
@@ -243,6 +244,12 @@ pub(super) struct Attempts<'a> {
     pinned: Option<Pinned>,
     /// The call's own id, for an at-most-once function.
     pub(super) call_id: Option<u128>,
+    /// The next retry or hedge, counted by retry throttling and not yet sent: dropped unsent
+    /// (the call ends first), it is uncounted.
+    pub(super) counted: Option<Counted<'a>>,
+    /// The last attempt that may have run, and on which provider: a later attempt goes only to
+    /// a provider that lets the function run twice (`may_run_twice`).
+    pub(super) ran_on: Option<(Failure, Arc<ServiceEntry>)>,
 }
 
 /// When and where the next attempt of a call goes.
@@ -316,6 +323,8 @@ impl<'a> Attempts<'a> {
             kind: AttemptKind::First,
             pinned: None,
             call_id: None,
+            counted: None,
+            ran_on: None,
         }
     }
 
@@ -418,12 +427,17 @@ impl<'a> Attempts<'a> {
                     self.report(Some(&chosen.entry)),
                 )));
             }
+            // A retry after an attempt that may have run goes only where the function may run
+            // twice: a provider of another release may declare it `at_most_once`.
+            if let Some(refused) = self.runs_again_on(&chosen) {
+                return Err(refused);
+            }
             // An idempotent function with hedging on: copies to other providers (`hedge.rs`).
             // Boxed: the common call's future does not carry a hedged call's state.
             if self.kind == AttemptKind::First
                 && options.hedge.max > 0
                 && self.retry.enabled
-                && chosen.entry.description.functions[chosen.function].idempotent
+                && may_run_twice(self.client, self.function, &chosen)
             {
                 let hedge = options.hedge;
                 return Box::pin(self.run_hedged(chosen, request, attempt_deadline, size, hedge))
@@ -455,6 +469,10 @@ impl<'a> Attempts<'a> {
             request
                 .attempt
                 .store(attempt, std::sync::atomic::Ordering::Relaxed);
+            // Sent: the retry stays counted by retry throttling.
+            if let Some(counted) = self.counted.take() {
+                counted.sent();
+            }
             let reply = self
                 .client
                 .node
@@ -489,6 +507,12 @@ impl<'a> Attempts<'a> {
                         self.gone(&format!("asked again, it answered: {}", failure.outcome()))
                     );
                 }
+                // Any other answer is its record's final word (the handler panicked, its reply
+                // is too large for this caller or was too large to keep): asked again, it
+                // would say the same until the budget ends.
+                if !matches!(failure, Failure::Timeout | Failure::Lost(_)) {
+                    return Err(self.fail(failure, &chosen.entry));
+                }
             } else if self.retry.enabled
                 && function.at_most_once
                 && request.head.call_id.is_some()
@@ -504,7 +528,9 @@ impl<'a> Attempts<'a> {
                     failure: failure.clone(),
                     since: now,
                 });
-            } else if !self.retry.enabled || !failure.retryable(function.idempotent) {
+            } else if !self.retry.enabled
+                || !failure.retryable(may_run_twice(self.client, self.function, &chosen))
+            {
                 return Err(self.fail(failure, &chosen.entry));
             }
             match self.plan(failure, chosen.entry)? {
@@ -555,6 +581,9 @@ impl<'a> Attempts<'a> {
         }
         if !self.failed.iter().any(|f| Arc::ptr_eq(f, &entry)) {
             self.failed.push(entry.clone());
+        }
+        if self.pinned.is_none() && !failure.never_ran() {
+            self.ran_on = Some((failure.clone(), entry.clone()));
         }
         // One that never ran goes to a replica not yet tried in this call at once, if there
         // is one: nothing is gained by waiting (Finagle requeues these without backoff).
@@ -630,13 +659,16 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// The call's error when retry throttling refuses the retry after `failure`, if it does.
+    /// The call's error when retry throttling refuses the retry after `failure`, if it does;
+    /// if it lets the retry through, the retry is counted until it is sent (`counted`).
     pub(super) fn throttled(
-        &self,
+        &mut self,
         failure: &Failure,
         entry: &ServiceEntry,
     ) -> Option<CallError<Infallible>> {
-        if self.client.throttle.may_retry(Instant::now(), &self.retry) {
+        let client: &'a Client = self.client;
+        if let Some(counted) = client.throttle.may_retry(Instant::now(), &self.retry) {
+            self.counted = Some(counted);
             return None;
         }
         let detail = format!(
@@ -662,12 +694,40 @@ impl<'a> Attempts<'a> {
         let Some(pinned) = self.pinned.take() else {
             return self.timeout_before_attempt(None);
         };
-        let report = self.report(Some(&pinned.entry));
         let said = format!(
             "it may have run on {} (generation {}) and is run nowhere else; {why}",
             pinned.entry.node, pinned.entry.node.generation
         );
-        match pinned.failure.verdict() {
+        self.failed_saying(pinned.failure, &pinned.entry, said)
+    }
+
+    /// The error of a call whose last attempt that may have run (`ran_on`) would be followed
+    /// by one on `chosen`, whose entry or the client's own description declares the function
+    /// `at_most_once` or not `idempotent`: it fails as that attempt did, if so.
+    pub(super) fn runs_again_on(&self, chosen: &Chosen) -> Option<CallError<Infallible>> {
+        if self.pinned.is_some() {
+            return None;
+        }
+        let (failure, entry) = self.ran_on.as_ref()?;
+        if may_run_twice(self.client, self.function, chosen) {
+            return None;
+        }
+        let said = format!(
+            "it may have run on {}, and {} (version {}) does not declare it idempotent: it is not run again",
+            entry.node, chosen.entry.node, chosen.entry.description.version
+        );
+        Some(self.failed_saying(failure.clone(), entry, said))
+    }
+
+    /// The error of a call that ended as `failure` on `entry` did, with `said` after its detail.
+    fn failed_saying(
+        &self,
+        failure: Failure,
+        entry: &ServiceEntry,
+        said: String,
+    ) -> CallError<Infallible> {
+        let report = self.report(Some(entry));
+        match failure.verdict() {
             Verdict::Rpc(kind, detail) => {
                 let detail = if detail.is_empty() {
                     said
@@ -779,6 +839,17 @@ impl<'a> Attempts<'a> {
             self.report(None),
         ))
     }
+}
+
+/// Whether the function of `chosen` may run more than once: be sent again after it may have run,
+/// or be hedged. Only if the provider's entry and the client's own description both declare it
+/// `idempotent`, and neither `at_most_once`: during a rolling deploy the two may disagree (an
+/// old provider still says `idempotent` of a function the client's release found is not), and
+/// the safe side wins. A remote entry may say anything, both flags included.
+pub(super) fn may_run_twice(client: &Client, function: usize, chosen: &Chosen) -> bool {
+    let own = &client.description.functions[function];
+    let provider = &chosen.entry.description.functions[chosen.function];
+    own.idempotent && !own.at_most_once && provider.idempotent && !provider.at_most_once
 }
 
 /// The provider a pinned attempt goes to: its entry as the registry holds it now; or, if the

@@ -3,8 +3,10 @@
 //!
 //! 1. The first attempt goes as any first attempt does (`attempt.rs` chose its provider).
 //! 2. Each `hedge.after` without an answer, another copy goes to a provider the call has not
-//!    tried yet, up to `hedge.max` copies; each one must pass retry throttling (`throttle.rs`).
-//!    With no untried provider left, or throttled, no more copies are sent.
+//!    tried yet, up to `hedge.max` copies; each one must pass retry throttling (`throttle.rs`),
+//!    which counts it only once a provider that can take it is found: one whose frame the
+//!    request fits, and whose entry lets the function run twice (`may_run_twice`). With no
+//!    untried provider left, or throttled, no more copies are sent.
 //! 3. An attempt that fails while others are still out brings the next copy forward at once
 //!    (it is not waited for); one whose failure ends the call (a bad request, a panic) ends it.
 //! 4. The first answer wins: the other attempts are dropped, which cancels them at their
@@ -23,7 +25,7 @@ use futures::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep_until};
 
 use super::Client;
-use super::attempt::{Answer, Attempts, Plan};
+use super::attempt::{Answer, Attempts, Plan, may_run_twice};
 use super::failure::Failure;
 use super::peers::{InFlight, Seen};
 use super::select::{Chosen, choose};
@@ -32,6 +34,10 @@ use crate::error::{AttemptKind, CallError, CallReport, Reason, RpcError, RpcErro
 use crate::options::HedgePolicy;
 use crate::registry::ServiceEntry;
 use crate::transport::{Reply, Request};
+
+/// An attempt sent: its provider, when it started, why it was sent, and whether that provider
+/// lets the function run twice (`may_run_twice`); `None` once it has ended.
+type Slot = Option<(Arc<ServiceEntry>, Instant, AttemptKind, bool)>;
 
 /// One attempt out, as it ended.
 struct Ended {
@@ -54,8 +60,9 @@ impl<'a> Attempts<'a> {
         hedge: HedgePolicy,
     ) -> Result<Answer, CallError<Infallible>> {
         let mut out: FuturesUnordered<Out<'a>> = FuturesUnordered::new();
-        // Each attempt sent: its provider, when it started, why it was sent; `None` once ended.
-        let mut slots: Vec<Option<(Arc<ServiceEntry>, Instant, AttemptKind)>> = Vec::new();
+        // Each attempt sent, numbered after the attempts made before this one.
+        let mut slots: Vec<Slot> = Vec::new();
+        let numbered = self.attempts.len() + self.attempts_left_out;
         // Every provider tried in this call: a copy goes to another.
         let mut tried: Vec<Arc<ServiceEntry>> = Vec::new();
         let mut hedges_left = hedge.max;
@@ -63,6 +70,7 @@ impl<'a> Attempts<'a> {
         tried.push(first.entry.clone());
         out.push(self.send(
             &mut slots,
+            numbered,
             first,
             request.clone(),
             now,
@@ -71,10 +79,14 @@ impl<'a> Attempts<'a> {
         ));
         let mut next_hedge = later(now, hedge.after);
         loop {
-            let hedging = hedges_left > 0 && !out.is_empty();
+            // A copy runs beside the attempts out: only while each of their providers lets the
+            // function run twice (a retry may have gone to one of another release).
+            let hedging = hedges_left > 0
+                && !out.is_empty()
+                && slots.iter().flatten().all(|(.., twice)| *twice);
             tokio::select! {
                 Some(ended) = out.next() => {
-                    let Some((entry, started, kind)) = slots[ended.slot].take() else {
+                    let Some((entry, started, kind, twice)) = slots[ended.slot].take() else {
                         continue;
                     };
                     let failure = match ended.result {
@@ -87,11 +99,14 @@ impl<'a> Attempts<'a> {
                     self.kind = kind;
                     let record = self.record_of(&ended.entry, started, failure.outcome());
                     CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);
-                    if !failure.retryable(true) {
+                    if !failure.retryable(twice) {
                         self.record_cancelled(&slots, "cancelled: the call ended first");
                         return Err(self.fail(failure, &entry));
                     }
                     if !out.is_empty() {
+                        if !failure.never_ran() {
+                            self.ran_on = Some((failure.clone(), entry.clone()));
+                        }
                         // Others are still out: the next copy now, not after its delay; but a
                         // provider that sheds load stops the copies past `overloaded_retries`.
                         if matches!(failure, Failure::Refused(Reason::Overloaded, _)) {
@@ -125,11 +140,18 @@ impl<'a> Attempts<'a> {
                             Err(_) => return Err(self.fail(failure, &entry)),
                         },
                     };
+                    if let Some(refused) = self.runs_again_on(&chosen) {
+                        return Err(refused);
+                    }
                     let now = Instant::now();
                     match self.prepared(&chosen, &request, size, now) {
                         Some((copy, deadline)) => {
+                            // Sent: the retry stays counted by retry throttling.
+                            if let Some(counted) = self.counted.take() {
+                                counted.sent();
+                            }
                             tried.push(chosen.entry.clone());
-                            out.push(self.send(&mut slots, chosen, copy, now, deadline, AttemptKind::Retry));
+                            out.push(self.send(&mut slots, numbered, chosen, copy, now, deadline, AttemptKind::Retry));
                             next_hedge = later(now, hedge.after);
                         }
                         None => return Err(self.fail(failure, &entry)),
@@ -138,23 +160,37 @@ impl<'a> Attempts<'a> {
                 () = sleep_until(next_hedge), if hedging => {
                     let now = Instant::now();
                     next_hedge = later(now, hedge.after);
-                    let next = choose(self.client, self.function, &tried, &self.excluded, self.overrides)
-                        .ok()
-                        .filter(|c| !tried.iter().any(|t| t.node == c.entry.node));
+                    // The next provider not yet tried that can take a copy. One that cannot (its
+                    // frame is too small for the request, or its entry does not let the function
+                    // run twice) is passed over for the rest of the call; nothing is counted for it.
+                    let next = loop {
+                        let Some(chosen) = choose(self.client, self.function, &tried, &self.excluded, self.overrides)
+                            .ok()
+                            .filter(|c| !tried.iter().any(|t| t.node == c.entry.node))
+                        else {
+                            break None;
+                        };
+                        tried.push(chosen.entry.clone());
+                        if may_run_twice(self.client, self.function, &chosen)
+                            && let Some(prepared) = self.prepared(&chosen, &request, size, now)
+                        {
+                            break Some((chosen, prepared));
+                        }
+                    };
                     // No provider left to hedge to, or throttled: the attempts out are all.
-                    let Some(chosen) = next else {
+                    let Some((chosen, (copy, deadline))) = next else {
                         hedges_left = 0;
                         continue;
                     };
-                    if !self.client.throttle.may_retry(now, &self.retry) {
+                    // Counted only now that it is sure to be sent.
+                    let client: &'a Client = self.client;
+                    let Some(counted) = client.throttle.may_retry(now, &self.retry) else {
                         hedges_left = 0;
                         continue;
-                    }
-                    if let Some((copy, deadline)) = self.prepared(&chosen, &request, size, now) {
-                        hedges_left -= 1;
-                        tried.push(chosen.entry.clone());
-                        out.push(self.send(&mut slots, chosen, copy, now, deadline, AttemptKind::Hedge));
-                    }
+                    };
+                    counted.sent();
+                    hedges_left -= 1;
+                    out.push(self.send(&mut slots, numbered, chosen, copy, now, deadline, AttemptKind::Hedge));
                 }
                 () = sleep_until(self.deadline) => {
                     self.record_cancelled(&slots, "timeout: the budget ran out");
@@ -200,10 +236,13 @@ impl<'a> Attempts<'a> {
         Some((Arc::new(copy), deadline))
     }
 
-    /// Sends one attempt; it reports how it ended in its slot.
+    /// Sends one attempt, numbered after the `numbered` attempts made before the hedged one and
+    /// those it sent; it reports how it ended in its slot.
+    #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
-        slots: &mut Vec<Option<(Arc<ServiceEntry>, Instant, AttemptKind)>>,
+        slots: &mut Vec<Slot>,
+        numbered: usize,
         chosen: Chosen,
         request: Arc<Request>,
         now: Instant,
@@ -211,8 +250,9 @@ impl<'a> Attempts<'a> {
         kind: AttemptKind,
     ) -> Out<'a> {
         let slot = slots.len();
-        slots.push(Some((chosen.entry.clone(), now, kind)));
-        let number = self.attempts.len() + self.attempts_left_out + slot + 1;
+        let twice = may_run_twice(self.client, self.function, &chosen);
+        slots.push(Some((chosen.entry.clone(), now, kind, twice)));
+        let number = numbered + slot + 1;
         request.attempt.store(
             u32::try_from(number).unwrap_or(u32::MAX),
             std::sync::atomic::Ordering::Relaxed,
@@ -253,12 +293,8 @@ impl<'a> Attempts<'a> {
     }
 
     /// Records the attempts still out as ended by `why`: another answered, or the call ended.
-    fn record_cancelled(
-        &mut self,
-        slots: &[Option<(Arc<ServiceEntry>, Instant, AttemptKind)>],
-        why: &str,
-    ) {
-        for (entry, started, kind) in slots.iter().flatten() {
+    fn record_cancelled(&mut self, slots: &[Slot], why: &str) {
+        for (entry, started, kind, _) in slots.iter().flatten() {
             self.kind = *kind;
             let record = self.record_of(entry, *started, why.to_owned());
             CallReport::record(&mut self.attempts, &mut self.attempts_left_out, record);

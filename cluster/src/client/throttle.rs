@@ -12,7 +12,10 @@
 //!    started in.
 //! 2. A retry or a hedge asks [`Throttle::may_retry`]: the retries counted over the last
 //!    `window` seconds, plus this one, must stay within `ratio` times the calls counted over the
-//!    same seconds, plus `floor` for each of those seconds. If they do, it is counted.
+//!    same seconds, plus `floor` for each of those seconds. If they do, it is counted; if it is
+//!    then not sent after all (the provider chosen cannot take the request's frame, the budget
+//!    ran out in the pause), it is uncounted ([`Counted`]): only what reaches the wire spends
+//!    the allowance.
 //! 3. Otherwise the call fails at once with `RetryThrottled` (a hedge is simply not sent).
 //!
 //! One per service on a node, shared by every client of it there (`Peers::service`). The counts
@@ -53,23 +56,57 @@ impl Throttle {
     }
 
     /// Whether a retry or hedge at `now` stays within `policy`'s ratio and floor; if it does,
-    /// it is counted.
-    pub(crate) fn may_retry(&self, now: Instant, policy: &RetryPolicy) -> bool {
+    /// it is counted, until the [`Counted`] returned is dropped without being [`Counted::sent`]:
+    /// a retry or hedge that is not sent after all (the provider's frame is too small for the
+    /// request, the budget ran out during the pause) gives its place back.
+    pub(crate) fn may_retry(&self, now: Instant, policy: &RetryPolicy) -> Option<Counted<'_>> {
         let second = self.second(now);
         let window = u32::try_from(policy.window.as_secs().clamp(1, 60)).unwrap_or(60);
         let calls = self.calls.sum(second, window);
         let retries = self.retries.sum(second, window);
         let allowed = policy.ratio * calls as f64 + f64::from(policy.floor) * f64::from(window);
         if (retries + 1) as f64 > allowed {
-            return false;
+            return None;
         }
         self.retries.add(second);
-        true
+        Some(Counted {
+            throttle: self,
+            second,
+        })
     }
 
     /// Whole seconds since the throttle was made (wraps after 136 years).
     fn second(&self, now: Instant) -> u32 {
         now.saturating_duration_since(self.origin).as_secs() as u32
+    }
+}
+
+/// A retry or hedge counted by [`Throttle::may_retry`]: uncounted when dropped, unless it was
+/// sent.
+#[must_use = "dropped, the retry is uncounted: call `sent` once it is sent"]
+pub(crate) struct Counted<'a> {
+    throttle: &'a Throttle,
+    second: u32,
+}
+
+impl Counted<'_> {
+    /// The retry or hedge was sent: it stays counted.
+    pub(crate) fn sent(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.throttle.retries.sub(self.second);
+    }
+}
+
+impl std::fmt::Debug for Counted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counted")
+            .field("second", &self.second)
+            .finish()
     }
 }
 
@@ -103,6 +140,15 @@ impl Slots {
         }
     }
 
+    /// Takes one back from `second`'s count, if the slot still counts that second.
+    fn sub(&self, second: u32) {
+        let slot = &self.0[second as usize % SLOTS];
+        let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |current| {
+            ((current >> 32) as u32 == second && current & u64::from(u32::MAX) > 0)
+                .then(|| current - 1)
+        });
+    }
+
     /// The counts of the `window` seconds up to and including `second`.
     fn sum(&self, second: u32, window: u32) -> u64 {
         (0..window)
@@ -134,6 +180,27 @@ mod tests {
         ResolvedOptions::merge(&[(Source::Client, &layer)]).retry
     }
 
+    /// Sends the retry if it was let through.
+    fn sent(counted: Option<Counted<'_>>) -> bool {
+        counted.map(Counted::sent).is_some()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_counted_and_not_sent_gives_its_place_back() {
+        let throttle = Throttle::new();
+        let p = policy(0.0, 1, 1);
+        let now = Instant::now();
+        for _ in 0..5 {
+            // Counted, then not sent (its provider's frame is too small): uncounted.
+            assert!(throttle.may_retry(now, &p).is_some());
+        }
+        assert!(
+            sent(throttle.may_retry(now, &p)),
+            "the floor's one is still there"
+        );
+        assert!(!sent(throttle.may_retry(now, &p)), "and spent once sent");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn retries_stay_within_the_ratio_of_calls_over_the_window_plus_the_floor() {
         let throttle = Throttle::new();
@@ -142,18 +209,23 @@ mod tests {
         for _ in 0..100 {
             throttle.called(now);
         }
-        let allowed = (0..50).filter(|_| throttle.may_retry(now, &p)).count();
+        let allowed = (0..50)
+            .filter(|_| sent(throttle.may_retry(now, &p)))
+            .count();
         assert_eq!(allowed, 20, "a fifth of 100 calls");
         // Ten seconds on, those calls and retries are out of the window.
         let later = now + Duration::from_secs(10);
-        assert!(!throttle.may_retry(later, &p), "no calls in the window");
+        assert!(
+            !sent(throttle.may_retry(later, &p)),
+            "no calls in the window"
+        );
         throttle.called(later);
         throttle.called(later);
         throttle.called(later);
         throttle.called(later);
         throttle.called(later);
-        assert!(throttle.may_retry(later, &p), "one fifth of five");
-        assert!(!throttle.may_retry(later, &p));
+        assert!(sent(throttle.may_retry(later, &p)), "one fifth of five");
+        assert!(!sent(throttle.may_retry(later, &p)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -162,7 +234,9 @@ mod tests {
         let p = policy(0.2, 10, 1);
         let now = Instant::now();
         throttle.called(now);
-        let allowed = (0..30).filter(|_| throttle.may_retry(now, &p)).count();
+        let allowed = (0..30)
+            .filter(|_| sent(throttle.may_retry(now, &p)))
+            .count();
         assert_eq!(
             allowed, 10,
             "one a second over ten seconds; a fifth of one call is none"
@@ -179,7 +253,7 @@ mod tests {
         }
         let minute = now + Duration::from_secs(SLOTS as u64);
         assert!(
-            !throttle.may_retry(minute, &p),
+            !sent(throttle.may_retry(minute, &p)),
             "last minute's calls do not count"
         );
     }

@@ -8,6 +8,7 @@ use cluster::{AttemptKind, CallError, RpcErrorKind};
 use crate::support::{BankClient, Cluster};
 
 const S: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
 
 fn kinds(report: &cluster::CallReport) -> Vec<(AttemptKind, String)> {
     report
@@ -162,4 +163,117 @@ async fn a_retry_to_the_process_it_may_have_run_on_is_not_throttled() {
         report.attempts
     );
     assert_ne!(report.call_id, None, "the report names the call");
+}
+
+/// A ledger as its first release declared it: `post` idempotent, and hedged.
+#[cluster::service(
+    name = "ledger",
+    version = "1.0.0",
+    timeout = "5s",
+    retry(after = "1s", budget = "30s", factor = 1.0, jitter = false)
+)]
+pub trait LedgerOld {
+    #[call(idempotent, hedge(after = "50ms", max = 2))]
+    async fn post(&self, id: u64) -> u64;
+}
+
+/// The next release: `post` was found not to be idempotent, and runs at most once.
+#[cluster::service(
+    name = "ledger",
+    version = "1.1.0",
+    timeout = "5s",
+    retry(after = "1s", budget = "30s", factor = 1.0, jitter = false)
+)]
+pub trait LedgerNew {
+    #[call(at_most_once)]
+    async fn post(&self, id: u64) -> u64;
+    /// Panics after `ms` milliseconds.
+    #[call(at_most_once)]
+    async fn explode(&self, ms: u64) -> u64;
+}
+
+/// A ledger replica of either release: how long a post takes, and what was posted.
+struct Book {
+    takes: Duration,
+    posted: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl LedgerOld for std::sync::Arc<Book> {
+    async fn post(&self, id: u64) -> u64 {
+        tokio::time::sleep(self.takes).await;
+        self.posted.lock().unwrap().push(id);
+        id
+    }
+}
+
+impl LedgerNew for std::sync::Arc<Book> {
+    async fn post(&self, id: u64) -> u64 {
+        LedgerOld::post(self, id).await
+    }
+    async fn explode(&self, ms: u64) -> u64 {
+        self.posted.lock().unwrap().push(ms);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        panic!("the ledger is corrupt");
+    }
+}
+
+fn book(
+    takes: Duration,
+    posted: &std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+) -> std::sync::Arc<Book> {
+    std::sync::Arc::new(Book {
+        takes,
+        posted: posted.clone(),
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_old_providers_entry_does_not_hedge_what_the_clients_release_runs_at_most_once() {
+    let cluster = Cluster::memory();
+    let posted = std::sync::Arc::default();
+    let old = cluster.node("ledger-old").await;
+    let _old = old
+        .serve(LedgerOldServer::new(book(S, &posted)))
+        .await
+        .unwrap();
+    // A client of the new release: its build declares `post` at most once.
+    let client = LedgerNewClient::new(&cluster.node("client").await);
+    let call = tokio::spawn(async move { client.post(7).reported().await });
+    // The deploy goes on: two replicas of the new release register while the call runs.
+    tokio::time::sleep(10 * MS).await;
+    let mut new = Vec::new();
+    for name in ["ledger-new-a", "ledger-new-b"] {
+        let node = cluster.node(name).await;
+        let registration = node
+            .serve(LedgerNewServer::new(book(500 * MS, &posted)))
+            .await
+            .unwrap();
+        new.push((node, registration));
+    }
+    let (_, report) = call.await.unwrap().expect("answered");
+    tokio::time::sleep(10 * S).await;
+    assert_eq!(report.attempts.len(), 1, "not hedged: {report}");
+    assert_eq!(*posted.lock().unwrap(), [7], "posted once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_answered_from_the_record_with_a_panic_ends_the_call() {
+    let cluster = Cluster::memory();
+    let posted = std::sync::Arc::default();
+    let provider = cluster.node("ledger-1").await;
+    let _r = provider
+        .serve(LedgerNewServer::new(book(S, &posted)))
+        .await
+        .unwrap();
+    let client = LedgerNewClient::new(&cluster.node("client").await);
+    // Attempts of 5 s; the handler panics at 6 s, while the retry (sent at 6 s) waits on it.
+    let started = tokio::time::Instant::now();
+    let err = client.explode(6_000).await.expect_err("it panicked");
+    let CallError::Service(e) = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(e.reason(), cluster::Reason::Panicked, "{err}");
+    assert_eq!(*posted.lock().unwrap(), [6_000], "ran once");
+    assert_eq!(started.elapsed(), 6 * S, "not asked again: {err}");
+    assert_eq!(kinds(err.report()).len(), 2, "{err}");
 }

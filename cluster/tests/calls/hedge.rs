@@ -155,3 +155,78 @@ async fn a_hedged_read_that_never_reached_its_replica_goes_to_another_at_once() 
         );
     }
 }
+
+/// Refuses `balance` as overloaded, and keeps the attempt number of each request it is shown.
+#[derive(Clone, Default)]
+struct ShedBalance(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+
+impl cluster::layer::ProviderLayer for ShedBalance {
+    fn on_request(&self, ctx: &cluster::Context) -> Result<(), cluster::layer::Refusal> {
+        self.0.lock().unwrap().push(ctx.attempt());
+        if ctx.function() == "balance" {
+            return Err(cluster::layer::Refusal::overloaded("shedding load"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedged_read_refused_as_overloaded_stops_at_the_bound_and_numbers_its_attempts_in_order()
+{
+    let cluster = Cluster::memory();
+    let mut seen = Vec::new();
+    let mut nodes = Vec::new();
+    for name in ["bank-a", "bank-b", "bank-c"] {
+        let layer = ShedBalance::default();
+        let node = cluster::Node::builder()
+            .name(name)
+            .registry(cluster.registry.clone())
+            .memory(cluster.memory.as_ref().unwrap())
+            .provider_layer(layer.clone())
+            .start()
+            .await
+            .unwrap();
+        let vault = crate::support::Vault::new(name);
+        *vault.balance_takes.lock().unwrap() = 100 * MS;
+        let _registration = node
+            .serve(crate::support::BankServer::new(vault))
+            .await
+            .unwrap();
+        seen.push(layer);
+        nodes.push(node);
+    }
+    let client = BankClient::new(&cluster.node("client").await);
+    // Two copies allowed: still no more than `overloaded_retries` (1) sends after the first.
+    let err = client.balance().hedge(MS, 2).await.unwrap_err();
+    let mut numbers: Vec<u32> = seen
+        .iter()
+        .flat_map(|l| l.0.lock().unwrap().clone())
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(err.report().attempts.len(), 2, "{err}");
+    assert_eq!(
+        numbers,
+        [1, 2],
+        "each provider is told its attempt's number: {err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_after_of_zero_is_taken_as_a_millisecond() {
+    let cluster = Cluster::memory();
+    let mut nodes = Vec::new();
+    for name in ["bank-a", "bank-b", "bank-c"] {
+        let (node, vault) = cluster.bank(name).await;
+        *vault.balance_takes.lock().unwrap() = 100 * MS;
+        nodes.push(node);
+    }
+    let client = BankClient::new(&cluster.node("client").await);
+    let (_, report) = client
+        .balance()
+        .hedge(Duration::ZERO, 2)
+        .reported()
+        .await
+        .unwrap();
+    let starts: Vec<_> = report.attempts.iter().map(|a| a.started).collect();
+    assert_eq!(starts, [Duration::ZERO, MS, 2 * MS], "{report}");
+}

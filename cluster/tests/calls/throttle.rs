@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use cluster::{CallError, CallOptions, RpcErrorKind};
 
-use crate::support::{Cluster, Mode, SearchClient};
+use crate::support::{BankClient, Cluster, Mode, SearchClient};
 
 fn throttled<E: std::fmt::Debug>(e: &CallError<E>) -> bool {
     matches!(e, CallError::Rpc(e) if e.kind() == RpcErrorKind::RetryThrottled)
@@ -100,4 +100,73 @@ async fn a_provider_failing_every_call_gets_at_most_a_fifth_more_attempts_than_c
         attempts >= 1_000 + 200,
         "{attempts}: the floor and ratio are used"
     );
+}
+
+/// bank-a, slow, with the usual frame; bank-b, quick, whose frames hold 4 KiB.
+async fn a_slow_bank_and_a_quick_one_with_small_frames(
+    cluster: &Cluster,
+) -> (Vec<cluster::Node>, BankClient) {
+    use crate::support::{BankServer, Vault};
+    let mut nodes = Vec::new();
+    for (name, frame, takes) in [("bank-a", None, 5), ("bank-b", Some(4 << 10), 0)] {
+        let mut builder = cluster::Node::builder()
+            .name(name)
+            .registry(cluster.registry.clone())
+            .memory(cluster.memory.as_ref().unwrap());
+        if let Some(frame) = frame {
+            builder = builder.max_frame(frame);
+        }
+        let node = builder.start().await.unwrap();
+        let vault = Vault::new(name);
+        *vault.balance_takes.lock().unwrap() = Duration::from_secs(takes);
+        let _registration = node.serve(BankServer::new(vault)).await.unwrap();
+        nodes.push(node);
+    }
+    (nodes, BankClient::new(&cluster.node("client").await))
+}
+
+/// Two reads: each is answered by bank-b, at once or by its hedge after 50 ms.
+async fn two_reads_answered_quickly(client: &BankClient) {
+    for _ in 0..2 {
+        let started = tokio::time::Instant::now();
+        let (name, report) = client.balance().reported().await.unwrap();
+        assert_eq!(name, "bank-b", "{report}");
+        assert!(
+            started.elapsed() <= Duration::from_millis(50),
+            "{:?}: {report}",
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_replica_is_hedged_to_a_quick_one_with_small_frames() {
+    let cluster = Cluster::memory();
+    let (_nodes, client) = a_slow_bank_and_a_quick_one_with_small_frames(&cluster).await;
+    two_reads_answered_quickly(&client).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_that_no_replica_can_take_does_not_spend_retry_throttling() {
+    let cluster = Cluster::memory();
+    let (_nodes, client) = a_slow_bank_and_a_quick_one_with_small_frames(&cluster).await;
+    // A read whose metadata makes it larger than bank-b's frame: on bank-a it waits 5 s, and
+    // no hedge goes (bank-b cannot take it); the turn that picks bank-b fails at once, TooLarge.
+    let big = "x".repeat(4 << 10);
+    for _ in 0..2 {
+        match client
+            .balance()
+            .metadata("pad", big.as_str())
+            .reported()
+            .await
+        {
+            Ok((name, report)) => {
+                assert_eq!(name, "bank-a");
+                assert_eq!(report.attempts.len(), 1, "no hedge: {report}");
+            }
+            Err(e) => assert!(e.to_string().contains("frames of at most"), "{e}"),
+        }
+    }
+    // The hedges it did not send spent nothing: the ordinary reads after it are hedged.
+    two_reads_answered_quickly(&client).await;
 }
