@@ -100,7 +100,7 @@ impl Sealer {
     }
 
     /// `plain`, sealed as sent at `sent` (µs since 1970).
-    fn seal_at(&self, plain: &[u8], sent: u64) -> Vec<u8> {
+    pub(crate) fn seal_at(&self, plain: &[u8], sent: u64) -> Vec<u8> {
         let (id, key) = self.keyring.sealing();
         let mut nonce = [0u8; 12];
         self.random

@@ -167,7 +167,16 @@ impl Socket for GossipSocket {
 
     async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
         loop {
-            let (len, from) = match self.socket.recv_from(&mut self.buf).await {
+            // Found empty, the queue holds nothing older than now: what is read from here on
+            // waited at most since (`lateness.rs`).
+            let received = match self.socket.try_recv_from(&mut self.buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.lateness.idle();
+                    self.socket.recv_from(&mut self.buf).await
+                }
+                received => received,
+            };
+            let (len, from) = match received {
                 Ok(received) => received,
                 // An ICMP error from an earlier send, surfacing here: not this socket's end.
                 Err(e)
@@ -197,7 +206,7 @@ impl Socket for GossipSocket {
                 (Some(sealer), _) => match sealer.open_timed(&whole) {
                     Ok((plain, sent)) => {
                         // Waited too long in the queue: newer news is behind it (`lateness.rs`).
-                        if let Some(waited) = self.lateness.late(from, sent, seal::now_micros()) {
+                        if let Some(waited) = self.lateness.late(from, sent) {
                             self.traffic.late_datagrams.fetch_add(1, Ordering::Relaxed);
                             self.dropped.note(
                                 from,
@@ -400,5 +409,108 @@ mod tests {
         }
         assert_eq!(socket.pending.len(), MAX_PENDING);
         assert!(socket.join(peer, part(7, 1)).is_some());
+    }
+
+    /// A sealing of cluster "test" under `key`, and a socket reading with it.
+    async fn sealed(key: &crate::security::GossipKey) -> (GossipSocket, impl Fn() -> Arc<Sealer>) {
+        use crate::security::Keyring;
+        let key = key.clone();
+        let sealer = move || {
+            Arc::new(Sealer::new(
+                Keyring::new(key.clone()),
+                "test",
+                Duration::from_secs(30),
+            ))
+        };
+        let mut socket = socket().await;
+        socket.sealer = Some(sealer());
+        socket.buf = vec![0; MAX_DATAGRAM + 1].into_boxed_slice();
+        (socket, sealer)
+    }
+
+    /// A V0 SYN with an empty digest, for cluster "test".
+    fn syn() -> Vec<u8> {
+        let mut syn = 45_139u16.to_le_bytes().to_vec();
+        syn.extend([0, 0, 0, 0]);
+        syn.extend(4u16.to_le_bytes());
+        syn.extend(b"test");
+        syn
+    }
+
+    /// Twenty honest datagrams more from `from`: all read, none dropped as late.
+    async fn all_read(victim: &mut GossipSocket, from: &tokio::net::UdpSocket, honest: &Sealer) {
+        let to = victim.socket.local_addr().unwrap();
+        for _ in 0..20 {
+            from.send_to(&honest.seal(&syn()), to).await.unwrap();
+        }
+        for i in 0..20 {
+            let read = tokio::time::timeout(Duration::from_millis(500), victim.recv()).await;
+            let late = victim.traffic.late_datagrams.load(Ordering::Relaxed);
+            assert!(
+                matches!(read, Ok(Ok(_))),
+                "honest datagram {i} of 20 not read; {late} dropped as late"
+            );
+        }
+        assert_eq!(victim.traffic.late_datagrams.load(Ordering::Relaxed), 0);
+    }
+
+    /// What shedding is for: datagrams that waited over a second in the queue of a node that
+    /// did not read it are dropped unread; the fresh one behind them is read.
+    #[tokio::test]
+    async fn a_backlog_that_waited_past_a_second_is_dropped_and_what_is_fresh_read() {
+        let key = crate::security::GossipKey::generate();
+        let (mut victim, sealer) = sealed(&key).await;
+        let to = victim.socket.local_addr().unwrap();
+        let honest = sealer();
+        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        peer.send_to(&honest.seal(&syn()), to).await.unwrap();
+        assert!(victim.recv().await.is_ok(), "an honest datagram is read");
+        for _ in 0..20 {
+            peer.send_to(&honest.seal(&syn()), to).await.unwrap();
+        }
+        // This node does not read for 1.3 s.
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        peer.send_to(&honest.seal(&syn()), to).await.unwrap();
+        let read = tokio::time::timeout(Duration::from_millis(500), victim.recv()).await;
+        assert!(matches!(read, Ok(Ok(_))), "the fresh datagram is read");
+        assert_eq!(victim.traffic.late_datagrams.load(Ordering::Relaxed), 20);
+    }
+
+    /// A holder of the gossip key seals one datagram dated 25 s ahead (inside the 30 s replay
+    /// window) and sends it from a peer's address (UDP's source is not authenticated): that
+    /// peer's honest gossip is still read (`lateness.rs`).
+    #[tokio::test]
+    async fn a_future_dated_datagram_from_a_peers_address_does_not_drop_its_honest_gossip() {
+        let key = crate::security::GossipKey::generate();
+        let (mut victim, sealer) = sealed(&key).await;
+        let to = victim.socket.local_addr().unwrap();
+        let honest = sealer();
+        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        peer.send_to(&honest.seal(&syn()), to).await.unwrap();
+        assert!(victim.recv().await.is_ok(), "an honest datagram is read");
+        let forged = sealer().seal_at(&syn(), seal::now_micros() + 25_000_000);
+        peer.send_to(&forged, to).await.unwrap();
+        assert!(victim.recv().await.is_ok(), "the forged one is read too");
+        all_read(&mut victim, &peer, &honest).await;
+    }
+
+    /// Without the key: one of member P's datagrams (P's clock 3 s ahead, within the 30 s the
+    /// docs allow), captured on its way to another member, replayed to this node from member
+    /// Q's address. This node never saw its nonce, so it opens; Q's gossip is still read.
+    #[tokio::test]
+    async fn a_keyless_replay_of_one_members_datagram_from_anothers_address_does_not_silence_it() {
+        let key = crate::security::GossipKey::generate();
+        let (mut victim, sealer) = sealed(&key).await;
+        let to = victim.socket.local_addr().unwrap();
+        let q_sealer = sealer();
+        let q = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        for _ in 0..3 {
+            q.send_to(&q_sealer.seal(&syn()), to).await.unwrap();
+            assert!(victim.recv().await.is_ok(), "Q's honest datagram is read");
+        }
+        let captured = sealer().seal_at(&syn(), seal::now_micros() + 3_000_000);
+        q.send_to(&captured, to).await.unwrap();
+        assert!(victim.recv().await.is_ok(), "the replay opens");
+        all_read(&mut victim, &q, &q_sealer).await;
     }
 }
