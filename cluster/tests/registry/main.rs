@@ -11,3 +11,4 @@ mod gossip;
 mod hostile;
 mod limits;
 mod liveness;
+mod v2_attacks;

@@ -269,7 +269,15 @@ pub(crate) fn serialize_v2(digest: &Digest, buf: &mut Vec<u8>) {
     }
 }
 
+/// The bytes of names a V2 digest may decode to, per byte it was read from. A name shares its
+/// start with the previous one, so 18 bytes could stand for 65,535 of name: unbounded, one
+/// datagram of 65 KB decoded to 57 MB of names. Entries of 20-character names take about 22
+/// bytes each, and past 16 bytes of fixed fields an entry can stand for at most 16 times its
+/// size only with names over 256 bytes that share all but their end.
+pub(crate) const MAX_NAME_EXPANSION: usize = 16;
+
 pub(crate) fn deserialize_v2(buf: &mut &[u8]) -> anyhow::Result<Digest> {
+    let mut names_left = buf.len().saturating_mul(MAX_NAME_EXPANSION);
     let flags = take(buf, 1)?[0];
     if flags & !3 != 0 {
         bail!("unknown digest flags {flags:#x}");
@@ -291,6 +299,9 @@ pub(crate) fn deserialize_v2(buf: &mut &[u8]) -> anyhow::Result<Digest> {
         if prefix.len() + suffix.len() > usize::from(u16::MAX) {
             bail!("a node name longer than 65,535 bytes");
         }
+        names_left = names_left.checked_sub(prefix.len() + suffix.len()).with_context(|| {
+            format!("names of more than {MAX_NAME_EXPANSION} times the digest's bytes")
+        })?;
         let name = String::from_utf8([prefix, suffix].concat())?;
         let generation = u64::from_le_bytes(take(buf, 8)?.try_into()?);
         let ip = match take(buf, 1)?[0] {
@@ -472,6 +483,67 @@ mod tests {
         let end = narrow.covers.to.clone().expect("narrowed");
         assert!(asked.covers.contains(&end), "the narrowed end is inside the asked range");
         assert!(narrow.node_digests.keys().filter(|id| narrow.covers.contains(id)).all(|id| *id < end));
+    }
+
+    #[test]
+    fn names_that_share_their_start_decode_within_the_bound() {
+        // 1,000 nodes named as the cluster crate names them, and the worst a cluster node can
+        // send: names of 255 bytes (the crate's longest), all one name in generations that
+        // differ, each entry 17 bytes standing for 255.
+        let mut digest = Digest::default();
+        for i in 0..1_000u64 {
+            let addr = "10.0.0.1:7280".parse().unwrap();
+            let id = ChitchatId::new(format!("orders-7f9c4d-{i:05}"), i, addr);
+            let entry = NodeDigest { heartbeat: Heartbeat(i), last_gc_version: 0, max_version: i };
+            digest.node_digests.insert(id, entry);
+        }
+        assert_eq!(roundtrip(&digest), digest);
+        let mut digest = Digest::default();
+        for generation in 0..200u64 {
+            let id = ChitchatId::new("n".repeat(255), generation, "10.0.0.1:7280".parse().unwrap());
+            let entry = NodeDigest { heartbeat: Heartbeat(1), last_gc_version: 0, max_version: 0 };
+            digest.node_digests.insert(id, entry);
+        }
+        assert_eq!(roundtrip(&digest), digest);
+    }
+
+    /// A digest of `entries` ids sharing one name of `name_len` bytes: the first spells it out,
+    /// each later one says "the previous name, whole" (18 bytes) and differs in generation.
+    fn name_bomb(name_len: usize, entries: usize) -> Vec<u8> {
+        let mut bomb = vec![0];
+        write_varint(entries as u64, &mut bomb);
+        for i in 0..entries {
+            if i == 0 {
+                write_varint(0, &mut bomb);
+                write_varint(name_len as u64, &mut bomb);
+                bomb.extend(std::iter::repeat_n(b'a', name_len));
+            } else {
+                write_varint(name_len as u64, &mut bomb);
+                write_varint(0, &mut bomb);
+            }
+            bomb.extend((i as u64).to_le_bytes());
+            if i == 0 {
+                bomb.extend([4, 127, 0, 0, 1]);
+            } else {
+                bomb.push(0);
+            }
+            bomb.extend([1, 0, 1, 0, 0]);
+        }
+        bomb
+    }
+
+    #[test]
+    fn a_digest_naming_more_than_its_bound_is_refused() {
+        // Unbounded, this datagram of 65 KB decoded to 57 MB of names.
+        let bomb = name_bomb(32_000, 1_800);
+        assert!(bomb.len() < 65_507);
+        let error = Digest::deserialize(ProtocolVersion::V2, &mut &bomb[..]).unwrap_err();
+        assert!(error.to_string().contains("times the digest's bytes"), "{error}");
+        // Within the bound, the same shape decodes: 15 names of 32,000 bytes in 32 KB.
+        let small = name_bomb(32_000, 15);
+        let digest = Digest::deserialize(ProtocolVersion::V2, &mut &small[..]).unwrap();
+        let names: usize = digest.node_digests.keys().map(|id| id.node_id.len()).sum();
+        assert!(names <= small.len() * MAX_NAME_EXPANSION);
     }
 
     #[test]
