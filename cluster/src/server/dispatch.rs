@@ -292,24 +292,23 @@ impl Dispatcher {
             request.head.caller.as_ref(),
             request.head.call_id,
         );
-        match key.as_ref().and_then(|(key, _)| self.record.seen(key)) {
-            Some(Ok(recall)) => return Err(Early::Recall(recall)),
-            Some(Err(busy)) => return Err(Early::Reply(refuse(Reason::Overloaded, busy))),
-            None => {}
+        if let Some(recall) = key.as_ref().and_then(|(key, _)| self.record.seen(key)) {
+            return Err(Early::Recall(recall));
         }
         // An at-most-once call's handler runs on past its attempt, to the end of the call's
-        // budget, but never longer than the budget its provider declares.
-        let budget_end = match &key {
+        // budget, but never longer than the budget its provider declares (nor shorter than its
+        // attempt). Its record keeps it to the end of the caller's budget all the same: the
+        // caller retries until then, and a retry that found no record would run it again.
+        let (handler_end, kept_until) = match &key {
             Some((_, declared)) => {
                 let longest = now + *declared;
-                Some(
-                    request
-                        .head
-                        .budget_deadline
-                        .map_or(longest, |end| end.min(longest)),
-                )
+                let budget_end = request.head.budget_deadline;
+                let end = budget_end
+                    .map_or(longest, |end| end.min(longest))
+                    .max(deadline);
+                (end, Some(budget_end.unwrap_or(longest).max(end)))
             }
-            None => request.head.budget_deadline,
+            None => (deadline, None),
         };
         let permit = match self.admission.admit(request.head.caller.as_ref()) {
             Ok(permit) => permit,
@@ -329,10 +328,7 @@ impl Dispatcher {
             caller: head.caller,
             request_id: head.request_id,
             attempt,
-            deadline: match (&key, budget_end) {
-                (Some(_), Some(end)) => end.max(deadline),
-                _ => deadline,
-            },
+            deadline: handler_end,
             budget_deadline: head.budget_deadline,
             metadata: head.metadata,
             call_id: head.call_id,
@@ -368,7 +364,7 @@ impl Dispatcher {
         // it any more: a call refused never ran, and is not recorded.
         let recording = match key {
             Some((key, _)) => {
-                let early = match self.record.begin(key, budget_end) {
+                let early = match self.record.begin(key, kept_until) {
                     Begin::Run(recording) => Ok(recording),
                     Begin::Seen(recall) => Err(Early::Recall(recall)),
                     Begin::Full(detail) => Err(Early::Reply(refuse(Reason::Overloaded, detail))),
@@ -553,6 +549,12 @@ fn fit(reply: Reply, limit: usize) -> Reply {
         format!("{}… ({} bytes cut)", &text[..end], text.len() - end)
     };
     match reply {
+        // Kept for an earlier attempt, which may have accepted more than this one does.
+        Reply::Recalled(kept) if kept.size() > limit => Reply::TooLarge(cut(format!(
+            "the function ran; its reply, kept from an earlier attempt, is {} bytes, more than \
+             this attempt accepts ({limit})",
+            kept.size()
+        ))),
         Reply::Refused(code, detail) => Reply::Refused(code, cut(detail)),
         Reply::Panicked(message) => Reply::Panicked(cut(message)),
         Reply::TooLarge(detail) => Reply::TooLarge(cut(detail)),

@@ -80,10 +80,11 @@ struct Entry {
     expires: Instant,
     seq: u64,
     state: State,
-    /// A retry of the call is being answered: a second one at the same time is refused
-    /// ([`Record::seen`]), so retries of one call hold at most one copy of its reply and wait
-    /// one at a time, whatever a caller sends.
-    recalling: bool,
+    /// The newest retry of the call ([`Record::seen`]): only it waits for a running call, an
+    /// older one still waiting is answered `Expired` (its caller has moved on to the newer), so
+    /// retries of one call wait one at a time whatever a caller sends, and every answer shares
+    /// the one kept reply.
+    latest_recall: u64,
 }
 
 #[derive(Debug)]
@@ -100,22 +101,15 @@ pub(crate) enum Begin {
     Run(Running),
     /// Seen before: the answer, or what to wait on.
     Seen(Recall),
-    /// No room, or another retry of the call is being answered: refuse it before it runs.
+    /// No room: refuse it before it runs.
     Full(String),
 }
 
-/// A retry of a call seen before, the one being answered: wait with [`Record::recall`].
+/// A retry of a call seen before: wait with [`Record::recall`].
 pub(crate) struct Recall {
-    record: Arc<Record>,
     key: Key,
-}
-
-impl Drop for Recall {
-    fn drop(&mut self) {
-        if let Some(entry) = self.record.lock().calls.get_mut(&self.key) {
-            entry.recalling = false;
-        }
-    }
+    /// Its number among the call's retries: a newer one takes over.
+    id: u64,
 }
 
 /// What a retry is told when the call's first attempt stopped before it ended.
@@ -135,11 +129,8 @@ impl Record {
         let now = Instant::now();
         let mut inner = self.lock();
         inner.expire(now);
-        if inner.calls.contains_key(&key) {
-            return match self.recall_of(&mut inner, key) {
-                Ok(recall) => Begin::Seen(recall),
-                Err(busy) => Begin::Full(busy),
-            };
+        if let Some(recall) = inner.recall_of(key.clone()) {
+            return Begin::Seen(recall);
         }
         let (mine, my_bytes) = inner
             .per_caller
@@ -174,7 +165,7 @@ impl Record {
                 expires,
                 seq,
                 state: State::Running(notify),
-                recalling: false,
+                latest_recall: 0,
             },
         );
         Begin::Run(Running {
@@ -184,32 +175,11 @@ impl Record {
         })
     }
 
-    /// The call, if it was seen before; `Err` if another retry of it is being answered.
-    pub(crate) fn seen(self: &Arc<Self>, key: &Key) -> Option<Result<Recall, String>> {
+    /// The call, if it was seen before: this retry becomes the one answered.
+    pub(crate) fn seen(&self, key: &Key) -> Option<Recall> {
         let mut inner = self.lock();
         inner.expire(Instant::now());
-        inner
-            .calls
-            .contains_key(key)
-            .then(|| self.recall_of(&mut inner, key.clone()))
-    }
-
-    fn recall_of(self: &Arc<Self>, inner: &mut Inner, key: Key) -> Result<Recall, String> {
-        let Some(entry) = inner.calls.get_mut(&key) else {
-            return Err("the call is not in the record".to_owned());
-        };
-        if entry.recalling {
-            return Err(
-                "another retry of this at-most-once call is being answered here: this one was \
-                 not"
-                .to_owned(),
-            );
-        }
-        entry.recalling = true;
-        Ok(Recall {
-            record: self.clone(),
-            key,
-        })
+        inner.recall_of(key.clone())
     }
 
     /// The answer to a call seen before: its kept reply (waiting, until `deadline`, for one
@@ -219,7 +189,12 @@ impl Record {
         loop {
             let notify = {
                 let inner = self.lock();
-                match inner.calls.get(key).map(|e| &e.state) {
+                let entry = inner.calls.get(key);
+                if entry.is_some_and(|e| e.latest_recall != recall.id) {
+                    // A newer retry of the call arrived: it is the one answered.
+                    return Reply::Expired;
+                }
+                match entry.map(|e| &e.state) {
                     Some(State::Finished(Some(reply), _)) => {
                         return Reply::Recalled(reply.clone());
                     }
@@ -238,10 +213,9 @@ impl Record {
             tokio::pin!(ended);
             // Registered before the state is read again: an end in between is not missed.
             ended.as_mut().enable();
-            if matches!(
-                self.lock().calls.get(key).map(|e| &e.state),
-                Some(State::Running(_))
-            ) && tokio::time::timeout_at(deadline, ended).await.is_err()
+            if self.lock().calls.get(key).is_some_and(|e| {
+                matches!(e.state, State::Running(_)) && e.latest_recall == recall.id
+            }) && tokio::time::timeout_at(deadline, ended).await.is_err()
             {
                 return Reply::Expired;
             }
@@ -254,6 +228,19 @@ impl Record {
 }
 
 impl Inner {
+    /// A retry of `key`, if the call is kept: the newest, which wakes an older one waiting.
+    fn recall_of(&mut self, key: Key) -> Option<Recall> {
+        let entry = self.calls.get_mut(&key)?;
+        entry.latest_recall += 1;
+        if let State::Running(notify) = &entry.state {
+            notify.notify_waiters();
+        }
+        Some(Recall {
+            id: entry.latest_recall,
+            key,
+        })
+    }
+
     /// Forgets the calls that expired, soonest first: each costs a look at the first of
     /// `order`, never a walk of the record.
     fn expire(&mut self, now: Instant) {
@@ -552,10 +539,10 @@ mod tests {
         assert!(matches!(record.begin(other, None), Begin::Run(_)));
     }
 
-    /// Retries of one call are answered one at a time: another retry that arrives while one
-    /// waits is refused, so a flood of retries holds one wait and one copy of the reply.
+    /// Retries of one call wait one at a time: a newer one takes over from one still waiting,
+    /// which is answered `Expired`, so a flood of retries holds one wait.
     #[tokio::test(start_paused = true)]
-    async fn a_second_retry_of_a_call_while_one_is_answered_is_refused() {
+    async fn a_newer_retry_of_a_call_takes_over_from_one_still_waiting() {
         let record = Arc::new(Record::default());
         let Begin::Run(running) = record.begin(key("web-1", 7), Some(later(30))) else {
             panic!();
@@ -563,19 +550,20 @@ mod tests {
         let Begin::Seen(first) = record.begin(key("web-1", 7), None) else {
             panic!("seen");
         };
-        assert!(matches!(
-            record.begin(key("web-1", 7), None),
-            Begin::Full(_)
-        ));
-        assert!(matches!(record.seen(&key("web-1", 7)), Some(Err(_))));
-        running.finish(&Reply::Done(vec![1]));
-        assert!(matches!(
-            record.recall(first, later(1)).await,
-            Reply::Recalled(_)
-        ));
-        assert!(
-            matches!(record.seen(&key("web-1", 7)), Some(Ok(_))),
-            "answered: the next retry is"
-        );
+        let older = record.recall(first, later(10));
+        let newer = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let second = record.seen(&key("web-1", 7)).expect("seen");
+            let ending = async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                running.finish(&Reply::Done(vec![1]));
+            };
+            tokio::join!(record.recall(second, later(10)), ending).0
+        };
+        let started = Instant::now();
+        let (older, newer) = tokio::join!(older, newer);
+        assert_eq!(older, Reply::Expired, "the older wait ends");
+        assert!(matches!(newer, Reply::Recalled(_)), "{newer:?}");
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
     }
 }

@@ -282,3 +282,28 @@ async fn an_at_most_once_handler_is_cut_off_at_the_drain_timeout() {
         "shutdown returned at {stopped:?}; the deposit ran to its end at 21 s all the same"
     );
 }
+
+/// A caller's budget longer than the one the provider declares: the handler stops at the
+/// declared budget, but the record keeps the call to the end of the caller's, so a pinned retry
+/// that comes after the declared budget is answered from it, not run again (found by a
+/// reviewer: the record forgot the call with its handler, and the deposit ran twice).
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_the_providers_declared_budget_within_the_callers_is_answered_not_run() {
+    let cluster = Cluster::memory();
+    let (_provider, vault) = cluster.bank("bank-1").await; // declares a budget of 30 s
+    *vault.deposit_takes.lock().unwrap() = 8 * S;
+    let client = BankClient::new(&cluster.node("client").await);
+    let result = client
+        .deposit(7)
+        .options(
+            cluster::CallOptions::new()
+                .retry_budget(120 * S)
+                .retry_after(40 * S)
+                .retry_max_after(40 * S),
+        )
+        .reported()
+        .await;
+    assert_eq!(vault.ran(), [7], "{result:?}");
+    let (_, report) = result.expect("answered from the record");
+    assert!(report.attempts.iter().any(|a| a.recalled), "{report}");
+}

@@ -171,8 +171,11 @@ impl Socket for GossipSocket {
             // waited at most since (`lateness.rs`).
             let received = match self.socket.try_recv_from(&mut self.buf) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let received = self.socket.recv_from(&mut self.buf).await;
+                    // The queue was empty while this node waited: what it read arrived during
+                    // the wait, and a wait that lasted seconds is no backlog.
                     self.lateness.idle();
-                    self.socket.recv_from(&mut self.buf).await
+                    received
                 }
                 received => received,
             };
@@ -512,5 +515,32 @@ mod tests {
         q.send_to(&captured, to).await.unwrap();
         assert!(victim.recv().await.is_ok(), "the replay opens");
         all_read(&mut victim, &q, &q_sealer).await;
+    }
+
+    /// A second in which nothing arrives is no backlog: a datagram that arrives after it, from a
+    /// peer whose clock stepped back 3 s, waited no time and is read (found by a reviewer: the
+    /// wait was counted as time behind).
+    #[tokio::test]
+    async fn a_datagram_read_after_a_quiet_second_is_not_shed() {
+        let key = crate::security::GossipKey::generate();
+        let (mut victim, sealer) = sealed(&key).await;
+        let to = victim.socket.local_addr().unwrap();
+        let honest = sealer();
+        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        for _ in 0..5 {
+            peer.send_to(&honest.seal(&syn()), to).await.unwrap();
+            assert!(victim.recv().await.is_ok());
+        }
+        let send = async {
+            // The queue is empty meanwhile, this node waiting in `recv_from`.
+            tokio::time::sleep(Duration::from_millis(1_300)).await;
+            let stepped_back = seal::now_micros() - 3_000_000;
+            peer.send_to(&honest.seal_at(&syn(), stepped_back), to)
+                .await
+                .unwrap();
+        };
+        let (read, ()) = tokio::join!(victim.recv(), send);
+        assert!(read.is_ok());
+        assert_eq!(victim.traffic.late_datagrams.load(Ordering::Relaxed), 0);
     }
 }
