@@ -360,13 +360,21 @@ impl Server {
             .into_iter()
             .filter(|addr| *addr != chitchat_guard.self_chitchat_id().gossip_advertise_addr)
             .collect();
-        let (selected_nodes, random_dead_node_opt, random_seed_node_opt) = select_nodes_for_gossip(
-            &mut self.rng,
-            peer_nodes,
-            live_nodes,
-            dead_nodes,
-            seed_nodes,
-        );
+        // Not upstream's: a node that knows no other yet (it has just started) asks every seed,
+        // not one: a seed's first answer is its whole digest in one datagram (V0), lost with any
+        // of its IP fragments, and a node that heard only part of the cluster reaches the rest
+        // by second-hand news, a second later (`sim.rs`).
+        let every_seed: Vec<SocketAddr> = if peer_nodes.is_empty() {
+            seed_nodes.iter().copied().collect()
+        } else {
+            Vec::new()
+        };
+        let (mut selected_nodes, random_dead_node_opt, mut random_seed_node_opt) =
+            select_nodes_for_gossip(&mut self.rng, peer_nodes, live_nodes, dead_nodes, seed_nodes);
+        if !every_seed.is_empty() {
+            selected_nodes = every_seed;
+            random_seed_node_opt = None;
+        }
 
         chitchat_guard.update_self_heartbeat();
         chitchat_guard.gc_keys_marked_for_deletion();
@@ -397,15 +405,21 @@ impl Server {
     /// Gossips with another peer: a SYN for every part of the digest (not upstream's: one
     /// datagram each, `parts.rs`), in the version the peer speaks.
     async fn gossip(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
-        let (version, syns) = {
+        let envelopes: Vec<ChitchatEnvelope> = {
             let chitchat = self.chitchat.lock().await;
-            let version = chitchat.version_for(addr);
-            (version, chitchat.create_syn_messages(version))
+            chitchat
+                .versions_for(addr)
+                .into_iter()
+                .flat_map(|version| {
+                    chitchat
+                        .create_syn_messages(version)
+                        .into_iter()
+                        .map(move |message| ChitchatEnvelope { version, message })
+                })
+                .collect()
         };
-        for message in syns {
-            self.transport
-                .send(addr, ChitchatEnvelope { version, message })
-                .await?;
+        for envelope in envelopes {
+            self.transport.send(addr, envelope).await?;
         }
         Ok(())
     }
@@ -414,17 +428,22 @@ impl Server {
     /// ([`ChitchatHandle::gossip`]): every part lists this node's own entry, so one is enough
     /// to be heard first-hand and to have the peer ask for this node's news.
     async fn gossip_part(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
-        let syn = {
+        self.next_part = self.next_part.wrapping_add(1);
+        let envelopes: Vec<ChitchatEnvelope> = {
             let chitchat = self.chitchat.lock().await;
-            let version = chitchat.version_for(addr);
-            let mut syns = chitchat.create_syn_messages(version);
-            self.next_part = self.next_part.wrapping_add(1);
-            let part = self.next_part % syns.len().max(1);
-            syns.truncate(part + 1);
-            syns.pop().map(|message| ChitchatEnvelope { version, message })
+            chitchat
+                .versions_for(addr)
+                .into_iter()
+                .filter_map(|version| {
+                    let mut syns = chitchat.create_syn_messages(version);
+                    let part = self.next_part % syns.len().max(1);
+                    syns.truncate(part + 1);
+                    syns.pop().map(|message| ChitchatEnvelope { version, message })
+                })
+                .collect()
         };
-        if let Some(syn) = syn {
-            self.transport.send(addr, syn).await?;
+        for envelope in envelopes {
+            self.transport.send(addr, envelope).await?;
         }
         Ok(())
     }

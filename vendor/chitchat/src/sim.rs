@@ -36,7 +36,7 @@
 //! * **The server's loop** (`server.rs`): a round per node every 200 ms, at a phase drawn at
 //!   random, picks peers with the server's own `select_nodes_for_gossip` (three live peers,
 //!   now and then a dead one, a seed while few are live), sends each every SYN of
-//!   `create_syn_messages` in the version `version_for` gives (V2 to a node whose state says
+//!   `create_syn_messages` in the versions `versions_for` gives (V2 to a node whose state says
 //!   it speaks V2, V0 to one not known yet), then runs `update_nodes_liveness`. A datagram
 //!   received goes through `process_message_from` and its reply, if any, goes back in the
 //!   same version. The liveness pass `process_message_from` puts off is run when
@@ -46,7 +46,9 @@
 //!   (and `rev` bumped), at once unless another generation of its name at another address
 //!   says it is up (then five rounds later); that change is pushed as one SYN part each
 //!   (`ChitchatHandle::gossip`, the server's `gossip_part`) to up to 128 peers, live ones
-//!   first, then the others it knows, then the seeds while none is live, 16 a millisecond.
+//!   first, then the others it knows, then the seeds while none is live, 16 a millisecond;
+//!   again 50 ms later to the targets it knows by then, and 250 and 650 ms after the first to
+//!   those not pushed to yet.
 //! * **The network**: every datagram is encoded (`ChitchatEnvelope::serialize_to_vec`) and
 //!   decoded as `cluster`'s transport does (`deserialize_up_to(.., V2)`), takes 1 to 5 ms
 //!   (uniform, per datagram: datagrams overtake each other), and is lost as below. Sizes are
@@ -146,6 +148,13 @@ const HUGE_BUDGET: usize = 65_507;
 // The pusher (`push.rs`) and the claim (`claim.rs`).
 const PUSH_FANOUT: usize = 128;
 const PUSH_BURST: usize = 16;
+const PUSH_FOLLOW_UPS: [Duration; 4] = [
+    Duration::ZERO,
+    Duration::from_millis(50),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+];
+const PUSH_AGAIN: usize = 2;
 const CLAIM_POLL: Duration = Duration::from_millis(20);
 const CLAIM_ROUNDS: u32 = 5;
 
@@ -333,6 +342,8 @@ struct SimNode {
     rng: SmallRng,
     /// Which digest part the next pushed exchange carries (`Server::next_part`).
     next_part: usize,
+    /// The targets its pusher has pushed its last change to.
+    pushed: HashSet<SocketAddr>,
     /// When the liveness pass put off by `process_message_from` is due, as the server keeps it.
     liveness_at: Option<Instant>,
     /// What `cluster` watches: a change marks a liveness or suspicion change to scan.
@@ -402,6 +413,9 @@ enum Event {
     ClaimPoll { node: usize, give_up: Duration },
     /// The claim done: `status=up`, and the pusher wakes.
     MarkUp(usize),
+    /// A push: to every target the node knows of now, or to those not pushed to yet, paced
+    /// (`push.rs`).
+    Push { node: usize, all: bool },
     /// One pushed exchange (`Server::gossip_part`).
     PushPart { node: usize, to: SocketAddr },
 }
@@ -610,6 +624,7 @@ impl Sim {
             up: true,
             rng,
             next_part: 0,
+            pushed: HashSet::new(),
             liveness_at: None,
             watcher,
             _seeds: seeds_tx,
@@ -735,6 +750,19 @@ impl Sim {
                 self.mark_up(node);
                 Some(node)
             }
+            Event::Push { node, all } => {
+                if !self.nodes[node].up {
+                    return None;
+                }
+                let n = &mut self.nodes[node];
+                let mut targets = push_targets(&n.cc, PUSH_FANOUT, &mut n.rng);
+                targets.retain(|to| n.pushed.insert(*to) || all);
+                for (k, to) in targets.into_iter().enumerate() {
+                    let at = self.now + Duration::from_millis((k / PUSH_BURST) as u64);
+                    self.schedule(at, Event::PushPart { node, to });
+                }
+                None
+            }
             Event::PushPart { node, to } => {
                 if !self.nodes[node].up {
                     return None;
@@ -764,8 +792,18 @@ impl Sim {
         );
         let dead_nodes = det_set(cc.dead_nodes().map(|id| id.gossip_advertise_addr));
         let seed_nodes = det_set(cc.seed_nodes().into_iter().filter(|addr| *addr != own_addr));
-        let (selected, dead, seed) =
+        // As the server: a node that knows no other asks every seed.
+        let every_seed: Vec<SocketAddr> = if peer_nodes.is_empty() {
+            seed_nodes.iter().copied().collect()
+        } else {
+            Vec::new()
+        };
+        let (mut selected, dead, mut seed) =
             select_nodes_for_gossip(&mut node.rng, peer_nodes, live_nodes, dead_nodes, seed_nodes);
+        if !every_seed.is_empty() {
+            selected = every_seed;
+            seed = None;
+        }
         node.cc.update_self_heartbeat();
         node.cc.gc_keys_marked_for_deletion();
         for addr in selected.into_iter().chain(dead).chain(seed) {
@@ -780,8 +818,11 @@ impl Sim {
     /// `Server::gossip`: every SYN of the digest, in the version the peer speaks.
     fn gossip(&mut self, i: usize, to: SocketAddr) {
         let cc = &self.nodes[i].cc;
-        let version = cc.version_for(to);
-        for syn in cc.create_syn_messages(version) {
+        let mut syns = Vec::new();
+        for version in cc.versions_for(to) {
+            syns.extend(cc.create_syn_messages(version).into_iter().map(|syn| (version, syn)));
+        }
+        for (version, syn) in syns {
             self.send(i, to, version, syn);
         }
     }
@@ -789,12 +830,15 @@ impl Sim {
     /// `Server::gossip_part`: one SYN, a different part each time.
     fn gossip_part(&mut self, i: usize, to: SocketAddr) {
         let node = &mut self.nodes[i];
-        let version = node.cc.version_for(to);
-        let mut syns = node.cc.create_syn_messages(version);
         node.next_part = node.next_part.wrapping_add(1);
-        let part = node.next_part % syns.len().max(1);
-        syns.truncate(part + 1);
-        if let Some(syn) = syns.pop() {
+        let mut picked = Vec::new();
+        for version in node.cc.versions_for(to) {
+            let mut syns = node.cc.create_syn_messages(version);
+            let part = node.next_part % syns.len().max(1);
+            syns.truncate(part + 1);
+            picked.extend(syns.pop().map(|syn| (version, syn)));
+        }
+        for (version, syn) in picked {
             self.send(i, to, version, syn);
         }
     }
@@ -831,10 +875,11 @@ impl Sim {
         me.set("status", "up");
         let rev = me.get("rev").and_then(|r| r.parse::<u64>().ok()).unwrap_or(0);
         me.set("rev", rev + 1);
-        let targets = push_targets(&node.cc, PUSH_FANOUT, &mut node.rng);
-        for (k, to) in targets.into_iter().enumerate() {
-            let at = self.now + Duration::from_millis((k / PUSH_BURST) as u64);
-            self.schedule(at, Event::PushPart { node: i, to });
+        node.pushed.clear();
+        let mut at = self.now;
+        for (n, wait) in PUSH_FOLLOW_UPS.into_iter().enumerate() {
+            at += wait;
+            self.schedule(at, Event::Push { node: i, all: n < PUSH_AGAIN });
         }
     }
 
