@@ -458,7 +458,9 @@ mod tests {
     }
 
     /// What shedding is for: datagrams that waited over a second in the queue of a node that
-    /// did not read it are dropped unread; the fresh one behind them is read.
+    /// did not read it are dropped unread; the fresh one behind them is read. On real time, not
+    /// paused: the datagrams age in the kernel's socket queue against the wall-clock time their
+    /// seals carry, which a paused clock does not move (paused, none is late).
     #[tokio::test]
     async fn a_backlog_that_waited_past_a_second_is_dropped_and_what_is_fresh_read() {
         let key = crate::security::GossipKey::generate();
@@ -520,7 +522,7 @@ mod tests {
     /// A second in which nothing arrives is no backlog: a datagram that arrives after it, from a
     /// peer whose clock stepped back 3 s, waited no time and is read (found by a reviewer: the
     /// wait was counted as time behind).
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_datagram_read_after_a_quiet_second_is_not_shed() {
         let key = crate::security::GossipKey::generate();
         let (mut victim, sealer) = sealed(&key).await;
