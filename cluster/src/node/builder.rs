@@ -40,8 +40,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The largest bound on requests in flight on one connection a node may set.
 const MAX_IN_FLIGHT_LIMIT: usize = 1 << 20;
 
-/// The longest node name, in bytes: it travels in every handshake and registry entry.
-const MAX_NAME: usize = 255;
+/// The longest node name, in bytes: it travels in every handshake and registry entry, and
+/// gossip peers refuse a node of a longer one.
+const MAX_NAME: usize = chitchat::MAX_NODE_ID_LEN;
 
 /// The smallest frame limit a node may set: room for the envelope and a few arguments.
 const MIN_FRAME: usize = 4 << 10;

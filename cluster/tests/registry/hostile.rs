@@ -62,7 +62,7 @@ async fn node_ids_too_long_for_a_digest_are_not_admitted_and_gossip_goes_on() {
     let (node, registry) = victim("victim", GossipConfig::new()).await;
     let peer = Peer::to(&registry).await;
     // Before: the second made the node's own digest longer than a datagram, and answering a
-    // SYN asserted that a delta still fitted beside it.
+    // SYN asserted that a delta still fitted beside it. Now a name past 255 bytes is refused.
     for name in ["a", "b"] {
         let long = Id::new(name.repeat(40_000), 1, peer.addr());
         assert!(peer.syn_ack(&syn(&[(long, 1)])).await.is_some());

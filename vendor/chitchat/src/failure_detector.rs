@@ -137,6 +137,23 @@ impl FailureDetector {
         }
     }
 
+    /// Not upstream's: forgets the node dead here longest, if it has been dead for over
+    /// [`RECENT_DEATH`], as [`garbage_collect`](Self::garbage_collect) does at the end of the
+    /// grace period, and returns it.
+    pub(crate) fn forget_oldest_dead(&mut self) -> Option<ChitchatId> {
+        let now = Instant::now();
+        let oldest = self
+            .dead_nodes
+            .iter()
+            .filter(|(_, died)| now.saturating_duration_since(**died) > RECENT_DEATH)
+            .min_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)))
+            .map(|(chitchat_id, _)| chitchat_id.clone())?;
+        self.dead_nodes.remove(&oldest);
+        self.node_samples.remove(&oldest);
+        self.suspect_nodes.remove(&oldest);
+        Some(oldest)
+    }
+
     /// Removes and returns the list of garbage collectible nodes.
     pub fn garbage_collect(&mut self) -> Vec<ChitchatId> {
         let mut garbage_collected_nodes = Vec::new();

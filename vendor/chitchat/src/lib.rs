@@ -32,7 +32,8 @@ use delta::Delta;
 use failure_detector::FailureDetector;
 pub use failure_detector::FailureDetectorConfig;
 pub use limits::{
-    ChitchatLimits, MAX_DECOMPRESSED_LEN, MAX_DIGEST_LEN, MAX_KEY_VALUE_LEN, Refusal, Refusals,
+    ChitchatLimits, MAX_DECOMPRESSED_LEN, MAX_DIGEST_LEN, MAX_KEY_VALUE_LEN, MAX_NODE_ID_LEN, Refusal,
+    Refusals,
 };
 pub use listener::ListenerHandle;
 pub use serialize::{Deserializable, Serializable};
@@ -149,7 +150,9 @@ impl Chitchat {
 
     pub(crate) fn create_syn_message(&self) -> ChitchatMessage {
         let scheduled_for_deletion: HashSet<_> = self.scheduled_for_deletion_nodes().collect();
-        let digest = self.compute_digest(&scheduled_for_deletion);
+        let digest = self
+            .cluster_state
+            .compute_whole_digest(&scheduled_for_deletion, self.self_chitchat_id());
         ChitchatMessage::Syn {
             cluster_id: self.config.cluster_id.clone(),
             digest,
@@ -432,7 +435,8 @@ impl Chitchat {
                         self.datagram_budget().saturating_sub(empty_delta),
                     )
                 } else {
-                    self.compute_digest(&scheduled_for_deletion)
+                    self.cluster_state
+                        .compute_whole_digest(&scheduled_for_deletion, self.self_chitchat_id())
                 };
                 let unshared = self.unshared_with(&digest, &scheduled_for_deletion);
                 let delta = self.cluster_state.compute_partial_delta_respecting_mtu(
@@ -511,6 +515,7 @@ impl Chitchat {
 
         // Not upstream's: a new node is admitted only if there is room for it (`limits.rs`).
         let node_state = if should_init_if_absent {
+            self.make_room_for(chitchat_id);
             let Some(node_state) = self.cluster_state.admit_node(chitchat_id) else {
                 return false;
             };
@@ -720,6 +725,7 @@ impl Chitchat {
             return;
         }
         let node_state = if should_init_if_absent {
+            self.make_room_for(chitchat_id);
             let Some(node_state) = self.cluster_state.admit_node(chitchat_id) else {
                 return;
             };
@@ -792,6 +798,23 @@ impl Chitchat {
     fn compute_digest(&self, scheduled_for_deletion_nodes: &HashSet<&ChitchatId>) -> Digest {
         self.cluster_state
             .compute_digest(scheduled_for_deletion_nodes)
+    }
+
+    /// Not upstream's: at `max_nodes`, a node not known here takes the place of the node dead
+    /// here longest, if that one has been dead for over `RECENT_DEATH`. It is forgotten as at
+    /// the end of `dead_node_grace_period` (its last heartbeat remembered, so that a peer's
+    /// gossip of it does not bring it back). Without this, a rolling restart under new
+    /// generations of more than half `max_nodes` nodes filled the limit with the old ones, and
+    /// the new were refused until the old were purged (an hour, in `cluster`).
+    fn make_room_for(&mut self, chitchat_id: &ChitchatId) {
+        let states = self.cluster_state.node_states();
+        if states.len() < self.cluster_state.limits.max_nodes || states.contains_key(chitchat_id)
+        {
+            return;
+        }
+        if let Some(oldest) = self.failure_detector.forget_oldest_dead() {
+            self.cluster_state.remove_node(&oldest);
+        }
     }
 
     /// Subscribes a callback that will be called every time a key matching the supplied prefix
@@ -1821,6 +1844,47 @@ mod tests {
         assert_eq!(node_state.get("old"), None);
     }
 
+    /// At `max_nodes`, a new node takes the place of the node dead longest (over 30 s), which
+    /// gossip of its old heartbeat does not bring back; with no such node, it is refused.
+    #[tokio::test]
+    async fn at_max_nodes_a_new_node_takes_the_place_of_the_longest_dead() {
+        tokio::time::pause();
+        let config = ChitchatConfig::for_test(10_010);
+        let (_seed_addrs_rx, seed_addrs_tx) = watch::channel(Default::default());
+        let mut node = Chitchat::with_chitchat_id_and_seeds(config, seed_addrs_tx, Vec::new())
+            .with_limits(ChitchatLimits {
+                max_nodes: 4,
+                ..ChitchatLimits::default()
+            });
+        let [gone, b, c, d, e] = [10_011, 10_012, 10_013, 10_014, 10_015].map(ChitchatId::for_local_test);
+        for beat in 1..=3 {
+            for peer in [&gone, &b, &c] {
+                node.report_heartbeat(peer, Heartbeat(beat));
+            }
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        node.update_nodes_liveness();
+        assert_eq!(node.live_nodes().count(), 4, "itself and three peers");
+        for beat in 4..1_000 {
+            node.report_heartbeat(&b, Heartbeat(beat));
+            node.report_heartbeat(&c, Heartbeat(beat));
+            tokio::time::advance(Duration::from_millis(100)).await;
+            node.update_nodes_liveness();
+        }
+        assert!(node.dead_nodes().any(|id| id == &gone));
+
+        node.report_heartbeat(&d, Heartbeat(1));
+        assert!(node.node_state(&d).is_some(), "d takes gone's place");
+        assert!(node.node_state(&gone).is_none());
+        assert!(!node.dead_nodes().any(|id| id == &gone));
+        node.report_heartbeat(&gone, Heartbeat(3));
+        assert!(node.node_state(&gone).is_none(), "its old heartbeat does not bring it back");
+
+        node.report_heartbeat(&e, Heartbeat(1));
+        assert!(node.node_state(&e).is_none(), "no node dead long enough: refused");
+        assert_eq!(node.refusals().nodes(), 1);
+    }
+
     #[tokio::test]
     async fn test_reset_garbage_collected_node_state() {
         tokio::time::pause();
@@ -1885,9 +1949,11 @@ mod tests {
         // Prepare node
         let config = ChitchatConfig::for_test(10_006);
 
+        // Not upstream's: names of 250 bytes (at most `MAX_NODE_ID_LEN`), 220 nodes where
+        // upstream had 55 of 1,000 bytes: about the same digest.
         fn id(i: usize) -> ChitchatId {
             ChitchatId {
-                node_id: Arc::from("a".repeat(1000).as_str()),
+                node_id: Arc::from("a".repeat(250).as_str()),
                 generation_id: i as u64,
                 gossip_advertise_addr: SocketAddr::from(([127, 0, 0, 1], 10000u16 + i as u16)),
             }
@@ -1909,7 +1975,7 @@ mod tests {
 
         let mut digest = Digest::default();
         let mut delta = Delta::default();
-        for i in 0..55 {
+        for i in 0..220 {
             digest.add_node(id(i), Heartbeat(1), 0, 0);
             delta.add_node(id(i), 0, 0);
             delta.add_kv(&id(i), "key", &random_string(1000), 1, false);
@@ -1938,6 +2004,6 @@ mod tests {
         let ChitchatMessage::SynAck { delta, .. } = ack_envelope.message else {
             panic!("Expected SynAck, got {:?}", ack_envelope.message);
         };
-        assert_eq!(delta.node_deltas.len(), 4);
+        assert_eq!(delta.node_deltas.len(), 5);
     }
 }

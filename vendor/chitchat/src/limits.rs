@@ -22,11 +22,16 @@ use crate::ChitchatId;
 /// keeps its deltas under it too, so a delta it builds is never refused for its size.
 pub const MAX_DECOMPRESSED_LEN: usize = 1 << 20;
 
-/// The most bytes the digest (every node's id and versions) may take. Every SYN carries the
-/// whole digest in one datagram: past about 65,400 bytes no SYN can be sent, and a SYN-ACK
-/// would have no room left for its delta. A node whose entry would take the digest past this is
-/// not admitted.
+/// The most bytes a V0 or V1 digest (node ids and versions, in one datagram) may take: past
+/// about 65,400 bytes no SYN could be sent, and a SYN-ACK would have no room left for its
+/// delta. A larger cluster is listed in part (`ClusterState::compute_whole_digest`); V2
+/// digests are in parts of one packet each, whatever the cluster's size.
 pub const MAX_DIGEST_LEN: usize = 60_000;
+
+/// The longest node name (`ChitchatId::node_id`, in bytes) accepted from a peer: the longest
+/// `cluster` gives a node. A longer one would fill a V2 digest part on its own, or pass the
+/// datagram's budget.
+pub const MAX_NODE_ID_LEN: usize = 255;
 
 /// The longest key plus value accepted from a peer. A longer one could never be sent on: a
 /// delta is one datagram.
@@ -51,7 +56,7 @@ pub struct ChitchatLimits {
 impl Default for ChitchatLimits {
     fn default() -> Self {
         Self {
-            max_nodes: 1024,
+            max_nodes: 2048,
             max_keys_per_node: 256,
             max_bytes_per_node: 256 * 1024,
         }
@@ -65,8 +70,8 @@ pub enum Refusal {
     OwnState,
     /// A node past `max_nodes`.
     TooManyNodes,
-    /// A node whose id would take the digest past [`MAX_DIGEST_LEN`].
-    DigestFull,
+    /// A node whose name is longer than [`MAX_NODE_ID_LEN`].
+    NodeIdTooLong,
     /// A key past `max_keys_per_node`.
     TooManyKeys,
     /// A value past `max_bytes_per_node`.
@@ -80,7 +85,7 @@ impl fmt::Display for Refusal {
         f.write_str(match self {
             Refusal::OwnState => "a peer sent this node's own state",
             Refusal::TooManyNodes => "a new node past the limit of nodes",
-            Refusal::DigestFull => "a new node whose id would not fit in the digest",
+            Refusal::NodeIdTooLong => "a node whose name is too long",
             Refusal::TooManyKeys => "a key past the limit of keys per node",
             Refusal::TooManyBytes => "a value past the limit of bytes per node",
             Refusal::ValueTooLarge => "a key and value longer than a datagram",
@@ -108,7 +113,7 @@ impl Refusals {
     pub(crate) fn note(&self, why: Refusal, node: &ChitchatId) {
         let counter = match why {
             Refusal::OwnState => &self.own_state,
-            Refusal::TooManyNodes | Refusal::DigestFull => &self.nodes,
+            Refusal::TooManyNodes | Refusal::NodeIdTooLong => &self.nodes,
             Refusal::TooManyKeys => &self.keys,
             Refusal::TooManyBytes | Refusal::ValueTooLarge => &self.bytes,
         };
@@ -132,7 +137,7 @@ impl Refusals {
         self.own_state.load(Ordering::Relaxed)
     }
 
-    /// New nodes not admitted (past `max_nodes`, or a digest full).
+    /// New nodes not admitted (past `max_nodes`, or of a name past `MAX_NODE_ID_LEN`).
     pub fn nodes(&self) -> u64 {
         self.nodes.load(Ordering::Relaxed)
     }

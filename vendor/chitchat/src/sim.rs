@@ -25,7 +25,7 @@
 //! `cluster` gives it (`cluster/src/registry/gossip/mod.rs`, `spawn`, and `config.rs`'s
 //! defaults): protocol V2, a gossip round every 200 ms, phi threshold 6, `initial_interval` of
 //! one round, `min_dead_after` 2 s, `max_dead_in_digest` 128, a purge after 1 h, the limits of
-//! 1,024 nodes, 256 keys and 256 KiB a node, and `datagram_budget` 1,232 − 44 (the seal's
+//! 2,048 nodes, 256 keys and 256 KiB a node, and `datagram_budget` 1,232 − 44 (the seal's
 //! overhead) = 1,188. The huge budget, 65,507, puts every digest in one datagram, as before V2.
 //! Node ids are like `("orders-7f9c4d-00042", generation, 10.0.0.43:7280)` (19-byte names, 20
 //! services); a node holds `rpc`, `status`, `rev`, its service's description (about 1 KB of
@@ -135,7 +135,7 @@ const DEAD_AFTER: Duration = Duration::from_secs(2);
 const DEAD_IN_DIGEST: usize = 128;
 const PURGE_AFTER: Duration = Duration::from_secs(3_600);
 const LIMITS: ChitchatLimits = ChitchatLimits {
-    max_nodes: 1_024,
+    max_nodes: 2_048,
     max_keys_per_node: 256,
     max_bytes_per_node: 256 * 1_024,
 };

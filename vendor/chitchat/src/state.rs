@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use crate::delta::{Delta, DeltaSerializer, NodeDelta};
 use crate::digest::{Digest, NodeDigest};
 use crate::limits::{
-    ChitchatLimits, MAX_DIGEST_LEN, MAX_KEY_VALUE_LEN, Refusal, Refusals,
+    ChitchatLimits, MAX_DIGEST_LEN, MAX_KEY_VALUE_LEN, MAX_NODE_ID_LEN, Refusal, Refusals,
 };
 use crate::listener::Listeners;
 use crate::serialize::Serializable;
@@ -590,7 +590,8 @@ pub(crate) struct ClusterState {
     // if some other node is still sharing them.
     garbage_collected_nodes: LruCache<ChitchatId, Heartbeat>,
     // Not upstream's: what peers may make this node hold, what was refused, and the length of
-    // the V0 digest of every node state (kept under `MAX_DIGEST_LEN`).
+    // the V0 digest of every node state (`compute_whole_digest` keeps what it sends under
+    // `MAX_DIGEST_LEN`).
     pub(crate) limits: ChitchatLimits,
     pub(crate) refusals: Arc<Refusals>,
     digest_len: usize,
@@ -662,15 +663,15 @@ impl ClusterState {
         }
     }
 
-    /// The node state of a peer, created if there is room for it: fewer than `max_nodes`
-    /// states, and a digest that stays under `MAX_DIGEST_LEN` with it. Not upstream's, which
+    /// The node state of a peer, created if there is room for it (fewer than `max_nodes`
+    /// states) and its name is at most `MAX_NODE_ID_LEN` long. Not upstream's, which
     /// created a state (and a failure-detector window) for every id a peer named.
     pub(crate) fn admit_node(&mut self, chitchat_id: &ChitchatId) -> Option<&mut NodeState> {
         if !self.node_states.contains_key(chitchat_id) {
-            let refusal = if self.node_states.len() >= self.limits.max_nodes {
+            let refusal = if chitchat_id.node_id.len() > MAX_NODE_ID_LEN {
+                Some(Refusal::NodeIdTooLong)
+            } else if self.node_states.len() >= self.limits.max_nodes {
                 Some(Refusal::TooManyNodes)
-            } else if self.digest_len + digest_entry_len(chitchat_id) > MAX_DIGEST_LEN {
-                Some(Refusal::DigestFull)
             } else {
                 None
             };
@@ -748,6 +749,38 @@ impl ClusterState {
                 .collect(),
             covers: Default::default(),
         }
+    }
+
+    /// Not upstream's: the digest of a V0 or V1 message, which carries every node in one
+    /// datagram: past [`MAX_DIGEST_LEN`] bytes (about 1,000 nodes of 19-byte names), `own` and
+    /// as many others as fit. The receiver takes a node left out for one this node lacks and
+    /// sends its state as far as its delta has room, which changes nothing here. In a V2
+    /// cluster only a new node's first words to its seeds are answered in V0 (beside V2), so
+    /// this bounds a datagram rather than the cluster's size, which `max_nodes` bounds.
+    pub fn compute_whole_digest(
+        &self,
+        scheduled_for_deletion: &HashSet<&ChitchatId>,
+        own: &ChitchatId,
+    ) -> Digest {
+        let mut digest = self.compute_digest(scheduled_for_deletion);
+        if self.digest_len <= MAX_DIGEST_LEN {
+            return digest;
+        }
+        let mut room = MAX_DIGEST_LEN - 2;
+        let mut kept = BTreeMap::new();
+        if let Some(own_digest) = digest.node_digests.remove(own) {
+            room = room.saturating_sub(digest_entry_len(own));
+            kept.insert(own.clone(), own_digest);
+        }
+        for (chitchat_id, node_digest) in digest.node_digests {
+            let Some(left) = room.checked_sub(digest_entry_len(&chitchat_id)) else {
+                continue;
+            };
+            room = left;
+            kept.insert(chitchat_id, node_digest);
+        }
+        digest.node_digests = kept;
+        digest
     }
 
     pub fn gc_keys_marked_for_deletion(&mut self, marked_for_deletion_grace_period: Duration) {
@@ -1012,6 +1045,36 @@ mod tests {
     use crate::MAX_UDP_DATAGRAM_PAYLOAD_SIZE;
     use crate::serialize::Serializable;
     use crate::types::{DeletionStatusMutation, KeyValueMutation};
+
+    /// A cluster past what one V0 digest lists (1,000 nodes of 19-byte names fill 60 KB) admits
+    /// every node `max_nodes` allows; its V0 digest lists this node and as many others as fit
+    /// in one datagram, and V2 parts still list them all.
+    #[test]
+    fn a_cluster_larger_than_one_v0_digest_admits_every_node_and_lists_what_fits() {
+        let mut cluster_state = ClusterState::default();
+        cluster_state.limits.max_nodes = 1_200;
+        let id = |i: u16| {
+            let addr = SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 7280));
+            ChitchatId::new(format!("orders-7f9c4d-{i:05}"), 1, addr)
+        };
+        for i in 0..1_200 {
+            assert!(cluster_state.admit_node(&id(i)).is_some(), "node {i} refused");
+        }
+        assert!(cluster_state.admit_node(&id(1_200)).is_none(), "past max_nodes");
+        let own = id(1_199);
+        let whole = cluster_state.compute_whole_digest(&HashSet::new(), &own);
+        assert!(whole.node_digests.contains_key(&own));
+        let len = whole.serialized_len(crate::message::ProtocolVersion::V0);
+        assert!(len <= MAX_DIGEST_LEN, "{len} bytes");
+        assert!(whole.node_digests.len() > 950, "{} listed", whole.node_digests.len());
+        assert!(whole.node_digests.len() < 1_200);
+        let mut buf = Vec::new();
+        whole.serialize(crate::message::ProtocolVersion::V0, &mut buf);
+        assert_eq!(buf.len(), len);
+        let parts = crate::parts::split(&cluster_state.node_states, &own, &HashSet::new(), 1_188);
+        let listed: HashSet<_> = parts.iter().flat_map(|part| part.node_digests.keys()).collect();
+        assert_eq!(listed.len(), 1_200);
+    }
 
     #[test]
     fn test_stale_node_iter_stale_key_values() {

@@ -23,7 +23,7 @@ use crate::registry::RegistryError;
 /// | `max_datagram` | 1,232 bytes | a gossip round's SYN to a peer is as many datagrams of at most this size as the digest of every node takes (about 50 nodes a datagram), each answered with one of the same size when there is no news: none is IP-fragmented on any path, since 1,232 is IPv6's minimum MTU less its headers. Raise it on a network whose MTU is known to be larger (8,952 with 9,000-byte jumbo frames). A datagram carrying state (a registration's entry of up to `max_entry_bytes`) is larger |
 /// | `purge_after` | 1 h | a dead node's state is forgotten after this |
 /// | `max_entry_bytes` | 16 KiB | chitchat silently stops replicating a node that has a value of 64 KB or more |
-/// | `max_nodes` | 1,024 | each node costs every node a failure-detector window (8 KB) and its share of every round's digest (about 25 bytes); a node of an earlier release asks for the whole digest in one datagram, where about 1,200 ids of 10 characters fit |
+/// | `max_nodes` | 2,048 | 1,000 live nodes and the old generations of a rolling restart of all of them: a node dead for over 30 s gives its place to a new one, a more recent death does not. Each node costs every node a failure-detector window (8 KB) and its share of every round's digest (about 25 bytes) |
 /// | `max_keys_per_node` | 256 | a node holds 5 keys and one per service (a deleted one stays for `purge_after`) |
 /// | `max_bytes_per_node` | 256 KiB | sixteen entries of `max_entry_bytes`, a hundred of a usual 2 KiB |
 ///
@@ -89,7 +89,7 @@ impl Default for GossipConfig {
             max_datagram: chitchat::DEFAULT_DATAGRAM_BUDGET,
             purge_after: Duration::from_secs(3600),
             max_entry_bytes: 16 * 1024,
-            max_nodes: 1024,
+            max_nodes: 2048,
             max_keys_per_node: 256,
             max_bytes_per_node: 256 * 1024,
         }
