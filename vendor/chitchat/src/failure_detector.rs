@@ -25,6 +25,11 @@ pub struct FailureDetector {
     /// Not upstream's: live nodes whose phi is past the threshold, silent for less than
     /// `min_dead_after` (`FailureDetectorConfig`).
     suspect_nodes: HashSet<ChitchatId>,
+    /// Not upstream's: the nodes that have been live here (until their state is forgotten).
+    ever_live: HashSet<ChitchatId>,
+    /// Not upstream's: no node has been dead for over [`RECENT_DEATH`] before this instant
+    /// (`forget_oldest_dead`): a later death is later than the scan that set it.
+    none_dead_long_before: Option<Instant>,
 }
 
 impl FailureDetector {
@@ -35,6 +40,8 @@ impl FailureDetector {
             live_nodes: HashSet::new(),
             dead_nodes: HashMap::new(),
             suspect_nodes: HashSet::new(),
+            ever_live: HashSet::new(),
+            none_dead_long_before: None,
         }
     }
 
@@ -92,6 +99,11 @@ impl FailureDetector {
         Some(self.node_samples.get(chitchat_id)?.last_heartbeat?.elapsed())
     }
 
+    /// Not upstream's: whether the node has been live here since its state was created.
+    pub fn was_ever_live(&self, chitchat_id: &ChitchatId) -> bool {
+        self.ever_live.contains(chitchat_id)
+    }
+
     /// Whether the node was live at its last liveness update.
     pub fn is_live(&self, chitchat_id: &ChitchatId) -> bool {
         self.live_nodes.contains(chitchat_id)
@@ -122,7 +134,9 @@ impl FailureDetector {
         }
         self.suspect_nodes.remove(chitchat_id);
         if is_alive {
-            self.live_nodes.insert(chitchat_id.clone());
+            if self.live_nodes.insert(chitchat_id.clone()) {
+                self.ever_live.insert(chitchat_id.clone());
+            }
             self.dead_nodes.remove(chitchat_id);
         } else {
             self.live_nodes.remove(chitchat_id);
@@ -139,19 +153,41 @@ impl FailureDetector {
 
     /// Not upstream's: forgets the node dead here longest, if it has been dead for over
     /// [`RECENT_DEATH`], as [`garbage_collect`](Self::garbage_collect) does at the end of the
-    /// grace period, and returns it.
-    pub(crate) fn forget_oldest_dead(&mut self) -> Option<ChitchatId> {
+    /// grace period, and returns it, with whether it was ever live here.
+    ///
+    /// A scan that finds none is not repeated before the first death could be old enough: a
+    /// peer naming many unknown ids at `max_nodes` costs one walk of the dead nodes, not one
+    /// per id.
+    pub(crate) fn forget_oldest_dead(&mut self) -> Option<(ChitchatId, bool)> {
         let now = Instant::now();
+        if self.none_dead_long_before.is_some_and(|until| now <= until) {
+            return None;
+        }
         let oldest = self
             .dead_nodes
             .iter()
-            .filter(|(_, died)| now.saturating_duration_since(**died) > RECENT_DEATH)
             .min_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)))
-            .map(|(chitchat_id, _)| chitchat_id.clone())?;
-        self.dead_nodes.remove(&oldest);
-        self.node_samples.remove(&oldest);
-        self.suspect_nodes.remove(&oldest);
-        Some(oldest)
+            .map(|(chitchat_id, died)| (chitchat_id.clone(), *died));
+        match oldest {
+            Some((oldest, died)) if now.saturating_duration_since(died) > RECENT_DEATH => {
+                let was_live = self.ever_live.contains(&oldest);
+                self.forget(&oldest);
+                Some((oldest, was_live))
+            }
+            _ => {
+                let first_death = oldest.map_or(now, |(_, died)| died);
+                self.none_dead_long_before = first_death.checked_add(RECENT_DEATH);
+                None
+            }
+        }
+    }
+
+    /// Not upstream's: forgets everything of a node whose state is gone.
+    fn forget(&mut self, chitchat_id: &ChitchatId) {
+        self.dead_nodes.remove(chitchat_id);
+        self.node_samples.remove(chitchat_id);
+        self.suspect_nodes.remove(chitchat_id);
+        self.ever_live.remove(chitchat_id);
     }
 
     /// Removes and returns the list of garbage collectible nodes.
@@ -168,9 +204,7 @@ impl FailureDetector {
             }
         }
         for chitchat_id in &garbage_collected_nodes {
-            self.dead_nodes.remove(chitchat_id);
-            self.node_samples.remove(chitchat_id);
-            self.suspect_nodes.remove(chitchat_id);
+            self.forget(chitchat_id);
         }
         garbage_collected_nodes
     }

@@ -105,7 +105,15 @@ pub struct Chitchat {
     /// Not upstream's: a node was revived first-hand since the last liveness pass.
     liveness_due: bool,
     last_liveness_pass: Option<tokio::time::Instant>,
+    /// Not upstream's: dead nodes a new one may still take the place of while this message is
+    /// processed (`make_room_for`).
+    evictions_left: usize,
 }
+
+/// Not upstream's: the most dead nodes one message may have forgotten to make room for new
+/// ones (`Chitchat::make_room_for`): a rolling restart names a few new generations at a time,
+/// and a peer naming a thousand made-up ids may not clear the dead history at once.
+const EVICTIONS_PER_MESSAGE: usize = 4;
 
 /// Not upstream's: the least time between two liveness passes run because a node was heard
 /// first-hand (`Chitchat::process_message_from`).
@@ -130,6 +138,7 @@ impl Chitchat {
             live_nodes_watcher_rx,
             liveness_due: false,
             last_liveness_pass: None,
+            evictions_left: EVICTIONS_PER_MESSAGE,
         };
 
         let self_node_state = chitchat.self_node_state();
@@ -348,6 +357,7 @@ impl Chitchat {
         msg: ChitchatMessage,
     ) -> Option<ChitchatMessage> {
         let mut revived = false;
+        self.evictions_left = EVICTIONS_PER_MESSAGE;
         let reply = self.answer(from, version, msg, &mut revived);
         self.liveness_due |= revived;
         // At most one pass over every node per `REVIVAL_PASS_EVERY`: a peer that revives one
@@ -532,8 +542,13 @@ impl Chitchat {
             // The heartbeat may have been relayed here before the node's own datagram came (a
             // new node's push races the first rounds that pass its state on): heard from the
             // node itself, it is alive now all the same. Left as is, it stayed not live until
-            // its next heartbeat went round, 300-600 ms after a join, in one join of six.
-            if !newer && (was_live || heartbeat < node_state.heartbeat()) {
+            // its next heartbeat went round, 300-600 ms after a join, in one join of six. Only
+            // for a node never live here: a dead node's last datagram, replayed from its
+            // address, carries the heartbeat already held and must not revive it.
+            let equal_counts = heartbeat == node_state.heartbeat()
+                && !was_live
+                && !self.failure_detector.was_ever_live(chitchat_id);
+            if !newer && !equal_counts {
                 return false;
             }
             self.failure_detector.report_first_hand_heartbeat(chitchat_id);
@@ -592,7 +607,7 @@ impl Chitchat {
         let garbage_collected_nodes = self.failure_detector.garbage_collect();
         for chitchat_id in &garbage_collected_nodes {
             if chitchat_id != self.self_chitchat_id() {
-                self.cluster_state.remove_node(chitchat_id);
+                self.cluster_state.remove_node(chitchat_id, true);
             } else {
                 error!("self node was marked dead, please report");
             }
@@ -806,14 +821,23 @@ impl Chitchat {
     /// gossip of it does not bring it back). Without this, a rolling restart under new
     /// generations of more than half `max_nodes` nodes filled the limit with the old ones, and
     /// the new were refused until the old were purged (an hour, in `cluster`).
+    ///
+    /// At most [`EVICTIONS_PER_MESSAGE`] a message, and never for a node that would be refused
+    /// for its name. A node forgotten that was never live here is not remembered (a peer's
+    /// made-up ids would push real nodes out of that memory); if a peer names it again, it
+    /// is a dead node held again, and gives its place again 30 s later.
     fn make_room_for(&mut self, chitchat_id: &ChitchatId) {
         let states = self.cluster_state.node_states();
-        if states.len() < self.cluster_state.limits.max_nodes || states.contains_key(chitchat_id)
+        if states.len() < self.cluster_state.limits.max_nodes
+            || states.contains_key(chitchat_id)
+            || chitchat_id.node_id.len() > MAX_NODE_ID_LEN
+            || self.evictions_left == 0
         {
             return;
         }
-        if let Some(oldest) = self.failure_detector.forget_oldest_dead() {
-            self.cluster_state.remove_node(&oldest);
+        if let Some((oldest, was_live)) = self.failure_detector.forget_oldest_dead() {
+            self.evictions_left -= 1;
+            self.cluster_state.remove_node(&oldest, was_live);
         }
     }
 
@@ -1844,45 +1868,123 @@ mod tests {
         assert_eq!(node_state.get("old"), None);
     }
 
+    /// A node holding at most `max_nodes` node states, with the failure detector's defaults.
+    fn bounded_node(port: u16, max_nodes: usize) -> Chitchat {
+        let config = ChitchatConfig::for_test(port);
+        let (_seed_addrs_rx, seed_addrs_tx) = watch::channel(Default::default());
+        Chitchat::with_chitchat_id_and_seeds(config, seed_addrs_tx, Vec::new()).with_limits(
+            ChitchatLimits {
+                max_nodes,
+                ..ChitchatLimits::default()
+            },
+        )
+    }
+
+    /// A SYN listing these nodes at these heartbeats, as `from` sends it.
+    fn syn_from(node: &mut Chitchat, from: &ChitchatId, beats: &[(&ChitchatId, u64)]) {
+        let mut digest = Digest::default();
+        for (id, beat) in beats {
+            digest.add_node((*id).clone(), Heartbeat(*beat), 0, 0);
+        }
+        let syn = ChitchatMessage::Syn {
+            cluster_id: node.cluster_id().to_string(),
+            digest,
+        };
+        node.process_message_from(Some(from.gossip_advertise_addr), ProtocolVersion::V0, syn);
+    }
+
+    /// `gone` live from three first-hand heartbeats, then silent while `others` beat on for
+    /// `seconds`, with a liveness pass every 100 ms.
+    async fn outlive(node: &mut Chitchat, gone: &ChitchatId, others: &[&ChitchatId], seconds: u64) {
+        for beat in 1..=3 {
+            for peer in others.iter().chain([&gone]) {
+                syn_from(node, peer, &[(peer, beat)]);
+            }
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        node.update_nodes_liveness();
+        assert!(node.live_nodes().any(|id| id == gone));
+        for beat in 4..4 + seconds * 10 {
+            for peer in others {
+                syn_from(node, peer, &[(peer, beat)]);
+            }
+            tokio::time::advance(Duration::from_millis(100)).await;
+            node.update_nodes_liveness();
+        }
+        assert!(node.dead_nodes().any(|id| id == gone));
+    }
+
     /// At `max_nodes`, a new node takes the place of the node dead longest (over 30 s), which
     /// gossip of its old heartbeat does not bring back; with no such node, it is refused.
     #[tokio::test]
     async fn at_max_nodes_a_new_node_takes_the_place_of_the_longest_dead() {
         tokio::time::pause();
-        let config = ChitchatConfig::for_test(10_010);
-        let (_seed_addrs_rx, seed_addrs_tx) = watch::channel(Default::default());
-        let mut node = Chitchat::with_chitchat_id_and_seeds(config, seed_addrs_tx, Vec::new())
-            .with_limits(ChitchatLimits {
-                max_nodes: 4,
-                ..ChitchatLimits::default()
-            });
-        let [gone, b, c, d, e] = [10_011, 10_012, 10_013, 10_014, 10_015].map(ChitchatId::for_local_test);
-        for beat in 1..=3 {
-            for peer in [&gone, &b, &c] {
-                node.report_heartbeat(peer, Heartbeat(beat));
-            }
-            tokio::time::advance(Duration::from_millis(100)).await;
-        }
-        node.update_nodes_liveness();
-        assert_eq!(node.live_nodes().count(), 4, "itself and three peers");
-        for beat in 4..1_000 {
-            node.report_heartbeat(&b, Heartbeat(beat));
-            node.report_heartbeat(&c, Heartbeat(beat));
-            tokio::time::advance(Duration::from_millis(100)).await;
-            node.update_nodes_liveness();
-        }
-        assert!(node.dead_nodes().any(|id| id == &gone));
+        let mut node = bounded_node(10_010, 4);
+        let [gone, b, c, d, e] =
+            [10_011, 10_012, 10_013, 10_014, 10_015].map(ChitchatId::for_local_test);
+        outlive(&mut node, &gone, &[&b, &c], 100).await;
 
-        node.report_heartbeat(&d, Heartbeat(1));
+        syn_from(&mut node, &b, &[(&d, 1)]);
         assert!(node.node_state(&d).is_some(), "d takes gone's place");
         assert!(node.node_state(&gone).is_none());
         assert!(!node.dead_nodes().any(|id| id == &gone));
-        node.report_heartbeat(&gone, Heartbeat(3));
+        syn_from(&mut node, &b, &[(&gone, 3)]);
         assert!(node.node_state(&gone).is_none(), "its old heartbeat does not bring it back");
 
-        node.report_heartbeat(&e, Heartbeat(1));
+        syn_from(&mut node, &b, &[(&e, 1)]);
         assert!(node.node_state(&e).is_none(), "no node dead long enough: refused");
         assert_eq!(node.refusals().nodes(), 1);
+    }
+
+    /// A crashed node's last datagram, replayed from its address, carries a heartbeat already
+    /// held: it does not make the node live again (a new node's equal heartbeat does).
+    #[tokio::test]
+    async fn a_replayed_last_datagram_does_not_revive_a_crashed_node() {
+        tokio::time::pause();
+        let mut node = bounded_node(10_020, 16);
+        let [gone, b] = [10_021, 10_022].map(ChitchatId::for_local_test);
+        outlive(&mut node, &gone, &[&b], 60).await;
+        syn_from(&mut node, &gone, &[(&gone, 3)]);
+        node.update_nodes_liveness();
+        assert!(!node.live_nodes().any(|id| id == &gone), "revived by a replay");
+        syn_from(&mut node, &gone, &[(&gone, 4)]);
+        assert!(node.live_nodes().any(|id| id == &gone), "a newer heartbeat revives it");
+    }
+
+    /// Admission at `max_nodes`: a name that would be refused takes no place, one message frees
+    /// at most `EVICTIONS_PER_MESSAGE` places, and a node forgotten that was never live here is
+    /// not remembered (made-up ids would push real nodes out of that memory).
+    #[tokio::test]
+    async fn what_one_message_may_evict_at_max_nodes() {
+        tokio::time::pause();
+        let mut node = bounded_node(10_030, 2 + 6);
+        let b = ChitchatId::for_local_test(10_031);
+        let made_up: Vec<ChitchatId> = (0..6).map(|i| ChitchatId::for_local_test(10_040 + i)).collect();
+        // Six ids relayed by b: held, never live here, dead at the next pass.
+        let mut beats: Vec<(&ChitchatId, u64)> = made_up.iter().map(|id| (id, 1)).collect();
+        beats.push((&b, 1));
+        syn_from(&mut node, &b, &beats);
+        assert_eq!(node.node_states().len(), 8, "full");
+        for beat in 0..320 {
+            syn_from(&mut node, &b, &[(&b, 100 + beat)]);
+            tokio::time::advance(Duration::from_millis(100)).await;
+            node.update_nodes_liveness();
+        }
+        let long_name = ChitchatId::new("x".repeat(MAX_NODE_ID_LEN + 1), 1, b.gossip_advertise_addr);
+        syn_from(&mut node, &b, &[(&long_name, 1)]);
+        assert_eq!(node.node_states().len(), 8, "a refused name evicted no one");
+
+        let new: Vec<ChitchatId> = (0..6).map(|i| ChitchatId::for_local_test(10_050 + i)).collect();
+        let beats: Vec<(&ChitchatId, u64)> = new.iter().map(|id| (id, 1)).collect();
+        syn_from(&mut node, &b, &beats);
+        let admitted = new.iter().filter(|id| node.node_state(id).is_some()).count();
+        assert_eq!(admitted, EVICTIONS_PER_MESSAGE);
+        let forgotten: Vec<&ChitchatId> = made_up.iter().filter(|id| node.node_state(id).is_none()).collect();
+        assert_eq!(forgotten.len(), EVICTIONS_PER_MESSAGE);
+        assert!(
+            forgotten.iter().all(|id| node.cluster_state.last_heartbeat_if_deleted(id).is_none()),
+            "never live here: not remembered"
+        );
     }
 
     #[tokio::test]

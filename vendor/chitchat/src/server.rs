@@ -360,19 +360,15 @@ impl Server {
             .into_iter()
             .filter(|addr| *addr != chitchat_guard.self_chitchat_id().gossip_advertise_addr)
             .collect();
-        // Not upstream's: a node that knows no other yet (it has just started) asks every seed,
-        // not one: a seed's first answer is its whole digest in one datagram (V0), lost with any
-        // of its IP fragments, and a node that heard only part of the cluster reaches the rest
-        // by second-hand news, a second later (`sim.rs`).
-        let every_seed: Vec<SocketAddr> = if peer_nodes.is_empty() {
-            seed_nodes.iter().copied().collect()
+        let first_seeds = if peer_nodes.is_empty() {
+            first_seeds(&mut self.rng, &seed_nodes)
         } else {
             Vec::new()
         };
         let (mut selected_nodes, random_dead_node_opt, mut random_seed_node_opt) =
             select_nodes_for_gossip(&mut self.rng, peer_nodes, live_nodes, dead_nodes, seed_nodes);
-        if !every_seed.is_empty() {
-            selected_nodes = every_seed;
+        if !first_seeds.is_empty() {
+            selected_nodes = first_seeds;
             random_seed_node_opt = None;
         }
 
@@ -455,6 +451,22 @@ enum Command {
     Gossip(SocketAddr),
     Shutdown,
 }
+
+/// Not upstream's: the seeds a node that knows no other yet (it has just started) asks, up to
+/// [`FIRST_SEEDS`] of them at random, not one: a seed's first answer in V0 is its whole digest
+/// in one datagram, lost with any of its IP fragments, and a node that heard only part of the
+/// cluster reaches the rest by second-hand news, a second later (`sim.rs`). Not every seed:
+/// seeds given as a name that resolves to every pod (a headless service) would each answer.
+pub(crate) fn first_seeds<R, S>(rng: &mut R, seed_nodes: &HashSet<SocketAddr, S>) -> Vec<SocketAddr>
+where
+    R: Rng + ?Sized,
+    S: BuildHasher,
+{
+    seed_nodes.iter().copied().sample(rng, FIRST_SEEDS)
+}
+
+/// How many seeds a node that knows no other asks at once ([`first_seeds`]).
+pub(crate) const FIRST_SEEDS: usize = 3;
 
 /// Not upstream's: `pub(crate)` and generic over the sets' hasher `S` (the server passes std's
 /// `RandomState`), so that the simulation (`sim.rs`) picks peers with this very code and still

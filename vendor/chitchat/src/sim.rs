@@ -122,7 +122,7 @@ use tokio::time::Instant;
 use crate::digest::Digest;
 use crate::message::{ChitchatEnvelope, ChitchatMessage, ProtocolVersion};
 use crate::parts::Covers;
-use crate::server::select_nodes_for_gossip;
+use crate::server::{first_seeds, select_nodes_for_gossip};
 use crate::{
     Chitchat, ChitchatConfig, ChitchatId, ChitchatLimits, FailureDetectorConfig, NodeState,
     delta_mtu,
@@ -792,16 +792,16 @@ impl Sim {
         );
         let dead_nodes = det_set(cc.dead_nodes().map(|id| id.gossip_advertise_addr));
         let seed_nodes = det_set(cc.seed_nodes().into_iter().filter(|addr| *addr != own_addr));
-        // As the server: a node that knows no other asks every seed.
-        let every_seed: Vec<SocketAddr> = if peer_nodes.is_empty() {
-            seed_nodes.iter().copied().collect()
+        // As the server: a node that knows no other asks up to three seeds.
+        let first_seeds = if peer_nodes.is_empty() {
+            first_seeds(&mut node.rng, &seed_nodes)
         } else {
             Vec::new()
         };
         let (mut selected, dead, mut seed) =
             select_nodes_for_gossip(&mut node.rng, peer_nodes, live_nodes, dead_nodes, seed_nodes);
-        if !every_seed.is_empty() {
-            selected = every_seed;
+        if !first_seeds.is_empty() {
+            selected = first_seeds;
             seed = None;
         }
         node.cc.update_self_heartbeat();

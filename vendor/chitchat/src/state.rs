@@ -700,12 +700,16 @@ impl ClusterState {
         self.seed_addrs.borrow().clone()
     }
 
-    pub(crate) fn remove_node(&mut self, chitchat_id: &ChitchatId) {
+    /// Forgets a node's state; its last heartbeat is remembered, if `remember`, so that gossip
+    /// of that heartbeat or an older one does not bring it back.
+    pub(crate) fn remove_node(&mut self, chitchat_id: &ChitchatId, remember: bool) {
         let node_state = self.node_states.remove(chitchat_id);
         if let Some(node_state) = node_state {
             self.digest_len -= digest_entry_len(chitchat_id);
-            self.garbage_collected_nodes
-                .push(chitchat_id.clone(), node_state.heartbeat);
+            if remember {
+                self.garbage_collected_nodes
+                    .push(chitchat_id.clone(), node_state.heartbeat);
+            }
         }
     }
 
