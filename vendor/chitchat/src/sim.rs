@@ -151,10 +151,10 @@ const PUSH_BURST: usize = 16;
 const PUSH_FOLLOW_UPS: [Duration; 4] = [
     Duration::ZERO,
     Duration::from_millis(50),
-    Duration::from_millis(200),
-    Duration::from_millis(400),
+    Duration::from_millis(100),
+    Duration::from_millis(500),
 ];
-const PUSH_AGAIN: usize = 2;
+const PUSH_AGAIN: usize = 3;
 const CLAIM_POLL: Duration = Duration::from_millis(20);
 const CLAIM_ROUNDS: u32 = 5;
 

@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use crate::message::{ChitchatEnvelope, ChitchatMessage, ProtocolVersion};
 use crate::server::spawn_chitchat;
 use crate::transport::ChannelTransport;
-use crate::{Chitchat, ChitchatConfig, ChitchatId, FailureDetectorConfig, Version};
+use crate::digest::Digest;
+use crate::{Chitchat, ChitchatConfig, ChitchatId, FailureDetectorConfig, Heartbeat, Version};
 
 fn config(port: u16, version: ProtocolVersion, budget: usize) -> ChitchatConfig {
     let mut config = ChitchatConfig::for_test(port);
@@ -150,7 +151,10 @@ async fn nodes_of_v0_and_of_v2_gossip_with_each_other() {
         if i > 0 {
             config.seed_nodes = vec![ids[0].gossip_advertise_addr.to_string()];
         }
-        handles.push(spawn_chitchat(config, Vec::new(), &transport).await.unwrap());
+        // Every node holds a key, as every `cluster` node does: a state with none says
+        // nothing of its release (`version_for`).
+        let keys = vec![("rpc".to_string(), format!("10.0.0.{i}:7281"))];
+        handles.push(spawn_chitchat(config, keys, &transport).await.unwrap());
     }
     let everyone: HashSet<ChitchatId> = ids.iter().cloned().collect();
     tokio::time::timeout(Duration::from_secs(30), async {
@@ -191,12 +195,28 @@ async fn a_node_not_known_yet_is_asked_in_the_version_the_live_nodes_speak() {
     a.update_nodes_liveness();
     assert_eq!(a.live_nodes().count(), 2);
     assert_eq!(a.version_for(unknown), ProtocolVersion::V2, "every live node speaks V2");
+    // A node whose digest entry was relayed here, but none of its keys yet.
+    let relayed = ChitchatId::new("relayed", 1, "10.9.9.10:7280".parse().unwrap());
+    let mut digest = Digest::default();
+    digest.add_node(relayed.clone(), Heartbeat(7), 0, 3);
+    let b_addr = b.self_chitchat_id().gossip_advertise_addr;
+    let syn = ChitchatMessage::Syn {
+        cluster_id: a.cluster_id().to_string(),
+        digest,
+    };
+    a.process_message_from(Some(b_addr), ProtocolVersion::V2, syn);
+    assert!(a.node_state(&relayed).is_some());
+    assert_eq!(
+        a.version_for(relayed.gossip_advertise_addr),
+        ProtocolVersion::V2,
+        "a node known by its digest entry alone is asked as the live nodes speak"
+    );
     // A node of an earlier release: its state says no version.
     let seeds = watch::channel(Default::default()).1;
     let mut old = Chitchat::with_chitchat_id_and_seeds(
         config(42_003, ProtocolVersion::V0, 1_188),
         seeds,
-        Vec::new(),
+        vec![("rpc".to_string(), "10.0.0.3:7281".to_string())],
     );
     exchange(&mut old, &mut a, &mut sizes);
     a.update_nodes_liveness();

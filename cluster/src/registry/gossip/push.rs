@@ -39,11 +39,11 @@ const BURST: usize = 16;
 const FOLLOW_UPS: [Duration; 4] = [
     Duration::ZERO,
     Duration::from_millis(50),
-    Duration::from_millis(200),
-    Duration::from_millis(400),
+    Duration::from_millis(100),
+    Duration::from_millis(500),
 ];
 /// The pushes that go to every target, not only to new ones.
-const AGAIN: usize = 2;
+const AGAIN: usize = 3;
 
 /// The least time between two pushes, after the last one has gone out (a push to 128 peers
 /// takes 8 ms, paced): changes within it go out together. Short, because a node that starts
