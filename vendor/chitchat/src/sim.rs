@@ -47,7 +47,7 @@
 //!   says it is up (then five rounds later); that change is pushed as one SYN part each
 //!   (`ChitchatHandle::gossip`, the server's `gossip_part`) to up to 128 peers, live ones
 //!   first, then the others it knows, then the seeds while none is live, 16 a millisecond;
-//!   again 50 ms later to the targets it knows by then, and 250 and 650 ms after the first to
+//!   again 50 and 150 ms later to the targets it knows by then, and 650 ms after the first to
 //!   those not pushed to yet.
 //! * **The network**: every datagram is encoded (`ChitchatEnvelope::serialize_to_vec`) and
 //!   decoded as `cluster`'s transport does (`deserialize_up_to(.., V2)`), takes 1 to 5 ms

@@ -8,7 +8,7 @@
 //!    knows its peers only second-hand, from its seed, and counts none of them live yet), then
 //!    its seeds while it knows no live peer. Each peer hears the news from this node itself,
 //!    which makes this node live there at once (`vendor/chitchat/README.md`).
-//!    Each push goes out again 50 ms later, and to the peers learned of meanwhile 250 and 650 ms
+//!    Each push goes out again 50 and 150 ms later, and to the peers learned of meanwhile 650 ms
 //!    later ([`FOLLOW_UPS`]): a datagram lost to one peer is sent again, and a node that has
 //!    just started reaches the peers it learns of as its seeds' answers come in, before their
 //!    rounds would have told them second-hand. A newer change starts over.
@@ -29,13 +29,14 @@ use super::Running;
 /// Peers pushed to at once, before a millisecond's pause.
 const BURST: usize = 16;
 
-/// When a change is pushed, counted from the one before: at once to every target, 50 ms later
-/// to every target again, then to the targets not pushed to yet. A peer whose one datagram was
+/// When a change is pushed, counted from the one before: at once to every target, 50 and 150 ms
+/// later to every target again, then to the targets not pushed to yet. A peer whose one datagram was
 /// lost, or that a node just started did not know of yet (its seeds' answers come in parts, or
 /// are lost), would hear the news second-hand only and not count this node live until its
 /// heartbeats had gone round: simulated at 100-130 nodes with 1 % of packets lost, a join
 /// reached every node in 412 ms at the median and 925 ms at worst, pushed once
-/// (`vendor/chitchat/src/sim.rs`, `docs/benchmarks.md`).
+/// (`vendor/chitchat/src/sim.rs`, `docs/benchmarks.md`). Sent to every target twice, four
+/// joins in 84 (3 seeds) still took 111-691 ms: a peer had missed both; thrice, none over 100 ms.
 const FOLLOW_UPS: [Duration; 4] = [
     Duration::ZERO,
     Duration::from_millis(50),
@@ -81,7 +82,7 @@ pub(super) async fn push_changes(
                 let peers = targets(&*held.chitchat.lock().await, fanout);
                 let mut sent = 0;
                 for peer in peers {
-                    // The first two pushes go to every target; later ones to those not pushed
+                    // The first three pushes go to every target; later ones to those not pushed
                     // to yet.
                     if !pushed.insert(peer) && n >= AGAIN {
                         continue;
