@@ -132,7 +132,7 @@ pub(crate) struct SecurityArgs {
     /// Trust this CA (PEM) for https:// peers, besides the web roots
     #[arg(long, value_name = "FILE")]
     pub(crate) tls_ca: Option<PathBuf>,
-    // Refused, with the reason (`refused` in main.rs), rather than unknown: someone who tries
+    // Refused, with the reason (`access` in server.rs), rather than unknown: someone who tries
     // them learns where a password goes instead. A value, if given, is taken so that the
     // reason is what is said.
     #[arg(long, hide = true, num_args = 0..=1, value_name = "PASSWORD")]
