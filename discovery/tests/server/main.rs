@@ -1,10 +1,12 @@
-//! The registry server: routes and shapes, leases, bad input, peers, the dashboard.
+//! The registry server: routes and shapes, leases, bad input, peers, the dashboard, the binary's
+//! command line.
 #![allow(unreachable_pub)]
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod bad_input;
+mod command_line;
 mod connections;
 mod dashboard;
 mod leases;

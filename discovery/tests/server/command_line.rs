@@ -1,0 +1,203 @@
+//! The `cluster-discovery` binary's command line: `--help` names every option; a misuse exits 2
+//! and says what was wrong; a command line with options of each kind still starts a server
+//! that does as they say.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// What `cluster-discovery ARGS` did: its exit code, stdout and stderr.
+fn discovery(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))
+        .args(args)
+        .env_remove("DISCOVERY_PASSWORD")
+        .env_remove("DISCOVERY_PEER_PASSWORD")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Asserts that `serve ARGS` is a misuse: exit code 2, nothing on stdout (no server started),
+/// and a message on stderr that names each of `named`.
+fn misuse(args: &[&str], named: &[&str]) {
+    let (code, out, err) = discovery(&[&["serve"], args].concat());
+    assert_eq!(code, Some(2), "{args:?}: {err}");
+    assert_eq!(out, "", "{args:?}");
+    for word in named {
+        assert!(err.contains(word), "{args:?} should name {word}: {err}");
+    }
+}
+
+/// Every option of `serve`, and the environment variables it reads.
+const OPTIONS: [&str; 38] = [
+    "--port",
+    "--bind",
+    "--peer",
+    "--own-url",
+    "--dashboard-token",
+    "--open-dashboard",
+    "--no-dashboard",
+    "--lease-duration",
+    "--renewal-interval",
+    "--no-self-preservation",
+    "--no-warm-up",
+    "--user",
+    "--password-file",
+    "--peer-user",
+    "--peer-password-file",
+    "--protect-reads",
+    "--tls-cert",
+    "--tls-key",
+    "--tls-ca",
+    "--max-body-bytes",
+    "--max-batch-items",
+    "--max-apps",
+    "--max-instances-per-app",
+    "--max-instances",
+    "--max-metadata-entries",
+    "--max-instance-bytes",
+    "--max-lease",
+    "--max-clock-skew",
+    "--max-connections",
+    "--header-read-timeout",
+    "--request-timeout",
+    "--write-timeout",
+    "--max-peer-queue",
+    "--warning-interval",
+    "--log-buffer-lines",
+    "DISCOVERY_DASHBOARD_TOKEN",
+    "DISCOVERY_PASSWORD",
+    "DISCOVERY_PEER_PASSWORD",
+];
+
+#[test]
+fn help_exits_0_and_names_every_option_and_its_default() {
+    for args in [&["--help"][..], &["-h"], &["serve", "--help"]] {
+        let (code, out, err) = discovery(args);
+        assert_eq!(code, Some(0), "{err}");
+        for word in OPTIONS {
+            assert!(out.contains(word), "{args:?} should name {word}:\n{out}");
+        }
+        // The defaults are the server's own (Limits::default(), ServerConfig::default()).
+        for default in ["[default: 8761]", "[default: 90]", "[default: 1048576]"] {
+            assert!(out.contains(default), "{args:?}: {default}:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn a_misuse_exits_2_and_names_the_problem() {
+    let (code, _, err) = discovery(&[]);
+    assert_eq!(code, Some(2), "{err}");
+    let (code, _, err) = discovery(&["run"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("'run'"), "{err}");
+
+    misuse(&["--bogus"], &["--bogus"]);
+    misuse(&["--port"], &["--port", "value"]);
+    misuse(&["--port", "65536"], &["--port", "65536"]);
+    misuse(&["--bind", "nope"], &["--bind", "nope"]);
+    misuse(&["--bind", "127.0.0.1:8761"], &["--bind", "127.0.0.1:8761"]);
+    misuse(&["--max-apps", "0"], &["--max-apps", "positive integer"]);
+    misuse(&["--max-lease", "31536001"], &["--max-lease", "31536000"]);
+    misuse(
+        &["--max-lease", "60"],
+        &["--lease-duration 90", "--max-lease 60"],
+    );
+    // Passwords go in files or the environment, never where `ps` shows them.
+    misuse(&["--password", "secret"], &["--password", "ps"]);
+    misuse(&["--peer-password"], &["--peer-password-file"]);
+    misuse(&["--password-file", "pw"], &["--user"]);
+    misuse(&["--user", "a:b"], &["--user", "a:b"]);
+    misuse(&["--user", "app"], &["--user app", "DISCOVERY_PASSWORD"]);
+    misuse(&["--protect-reads"], &["--protect-reads", "--user"]);
+    misuse(&["--tls-cert", "server.pem"], &["--tls-key"]);
+}
+
+/// A server process, killed when the test ends however it ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_line_of_every_kind_starts_a_server_that_does_as_it_says() {
+    let password = std::env::temp_dir().join(format!("discovery-cli-{}.pw", std::process::id()));
+    std::fs::write(&password, "app-pw\n").unwrap();
+    let mut server = Server(
+        Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))
+            .args([
+                "serve",
+                "--port",
+                "8761",
+                "--port",
+                "0",
+                "--bind",
+                "127.0.0.1",
+            ])
+            .args(["--peer", "http://127.0.0.1:9/eureka/"])
+            .args(["--own-url", "http://127.0.0.1:9/eureka/"])
+            .args(["--user", "app", "--password-file"])
+            .arg(&password)
+            .args(["--lease-duration", "60", "--max-lease", "3600"])
+            .args(["--max-body-bytes", "512", "--no-warm-up"])
+            // The last of the dashboard options wins.
+            .args([
+                "--dashboard-token",
+                "t",
+                "--no-dashboard",
+                "--open-dashboard",
+            ])
+            .env("RUST_LOG", "off")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the binary starts"),
+    );
+    let stdout = server.0.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let _ = std::fs::remove_file(&password);
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("`listening on URL` first: {line}"))
+        .to_owned();
+
+    let http = reqwest::Client::new();
+    let dashboard = url.trim_end_matches("eureka/").to_owned() + "discovery";
+    let status = |r: reqwest::Response| r.status().as_u16();
+    assert_eq!(status(http.get(&dashboard).send().await.unwrap()), 200);
+    // --no-warm-up: a read is answered at once.
+    assert_eq!(
+        status(http.get(format!("{url}apps/")).send().await.unwrap()),
+        200
+    );
+    // --user: a write needs its credential; --max-body-bytes: a body past 512 bytes is 413.
+    let register = |body: String| {
+        http.post(format!("{url}apps/ORDERS"))
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let body = crate::support::js_body("orders", "o-1", 8080);
+    assert!(body.len() < 512, "{}", body.len());
+    assert_eq!(status(register(body.clone()).send().await.unwrap()), 401);
+    let authorized = register(body).basic_auth("app", Some("app-pw"));
+    assert_eq!(status(authorized.send().await.unwrap()), 204);
+    let large = format!("{:<600}", crate::support::js_body("orders", "o-2", 8080));
+    let refused = register(large).basic_auth("app", Some("app-pw"));
+    assert_eq!(status(refused.send().await.unwrap()), 413);
+}
