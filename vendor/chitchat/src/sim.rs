@@ -13,7 +13,7 @@
 //! | `SIM_SECONDS` | 30 | the steady window, in which nothing changes |
 //! | `SIM_LOSS` | 0 | the fraction of IP packets dropped (see "loss" below) |
 //! | `SIM_SEED` | 1 | every random choice of the run (phases, peers, latencies, losses, who crashes) |
-//! | `SIM_JOINS`, `SIM_CRASHES` | 8, 8 | joins and crashes measured, one at a time |
+//! | `SIM_JOINS`, `SIM_CRASHES`, `SIM_LEAVES` | 8, 8, 4 | joins, crashes and clean leaves measured, one at a time |
 //! | `SIM_MTU` | 1500 | the path's MTU; a datagram larger than one packet is IP-fragmented |
 //! | `SIM_BUDGETS` | `1188,65507` | the `datagram_budget`s to run, one run each |
 //! | `SIM_SOAK` | 0 | 1: end with a rolling restart of every node (6. below) |
@@ -96,8 +96,12 @@
 //!    pairs), and the failure detector's mean interval.
 //! 4. Traffic in the steady window: bytes and datagrams a node sends per second, the parts of
 //!    a SYN, the largest datagram.
-//! 5. A restart of the first crashed node under its name, address and a new generation.
-//! 6. With `SIM_SOAK=1`, a rolling restart of every node, one every `SIM_SOAK_EVERY`: a seed
+//! 5. Clean leaves of random non-seed nodes, one at a time, as `GossipRegistry::leave` does
+//!    one: `status=leaving` and the node's `svc:` key deleted, pushed as any change, and the
+//!    node stopped two rounds later; the time until every other node holds it leaving (out of
+//!    its lookups) or dead.
+//! 6. A restart of the first crashed node under its name, address and a new generation.
+//! 7. With `SIM_SOAK=1`, a rolling restart of every node, one every `SIM_SOAK_EVERY`: a seed
 //!    restarts in place (crashes, and a new generation starts at its address: a stateful pod);
 //!    any other node is replaced as a rollout does, by a node under a new name and address that
 //!    starts first, the old one crashing (killed, not drained) once the new one is in or the
@@ -208,6 +212,7 @@ struct Params {
     seed: u64,
     joins: usize,
     crashes: usize,
+    leaves: usize,
     mtu: usize,
     budget: usize,
     soak: bool,
@@ -238,14 +243,15 @@ impl Params {
             seed: env("SIM_SEED", 1),
             joins: env("SIM_JOINS", 8),
             crashes: env("SIM_CRASHES", 8),
+            leaves: env("SIM_LEAVES", 4),
             mtu: env("SIM_MTU", 1_500),
             budget: budgets[0],
             soak: env("SIM_SOAK", 0) != 0,
             soak_every: Duration::from_secs_f64(env("SIM_SOAK_EVERY", 1.0)),
         };
         assert!(
-            params.nodes >= params.joins + params.crashes + SEEDS + 2,
-            "SIM_NODES too small for the joins and crashes"
+            params.nodes >= params.joins + params.crashes + params.leaves + SEEDS + 2,
+            "SIM_NODES too small for the joins, crashes and leaves"
         );
         assert!((0.0..1.0).contains(&params.loss), "SIM_LOSS is a fraction");
         (params, budgets)
@@ -413,6 +419,8 @@ enum Event {
     ClaimPoll { node: usize, give_up: Duration },
     /// The claim done: `status=up`, and the pusher wakes.
     MarkUp(usize),
+    /// A leaving node stops, two rounds after it said so (`GossipRegistry::leave`).
+    Stop(usize),
     /// A push: to every target the node knows of now, or to those not pushed to yet, paced
     /// (`push.rs`).
     Push { node: usize, all: bool },
@@ -492,6 +500,16 @@ struct JoinProbe {
     pending_up: usize,
 }
 
+/// A node that leaves cleanly: its way out of every other node's lookups.
+struct LeaveProbe {
+    node: usize,
+    left: Duration,
+    observer: Vec<bool>,
+    /// When each observer held it leaving or dead.
+    out_at: Vec<Option<Duration>>,
+    pending: usize,
+}
+
 /// A crashed node's way out of every other node's live set.
 struct CrashProbe {
     node: usize,
@@ -567,6 +585,7 @@ struct Sim {
     traffic: Traffic,
     join: Option<JoinProbe>,
     crash: Option<CrashProbe>,
+    leave: Option<LeaveProbe>,
     flaps: Flaps,
     heartbeats: Option<HeartbeatSampler>,
     decode_errors: u64,
@@ -590,6 +609,7 @@ impl Sim {
             traffic: Traffic::default(),
             join: None,
             crash: None,
+            leave: None,
             flaps: Flaps::default(),
             heartbeats: None,
             decode_errors: 0,
@@ -750,6 +770,10 @@ impl Sim {
                 self.mark_up(node);
                 Some(node)
             }
+            Event::Stop(node) => {
+                self.nodes[node].up = false;
+                None
+            }
             Event::Push { node, all } => {
                 if !self.nodes[node].up {
                     return None;
@@ -875,7 +899,12 @@ impl Sim {
         me.set("status", "up");
         let rev = me.get("rev").and_then(|r| r.parse::<u64>().ok()).unwrap_or(0);
         me.set("rev", rev + 1);
-        node.pushed.clear();
+        self.push_change(i);
+    }
+
+    /// The pusher, woken by a change of node `i`'s own state (`push.rs`).
+    fn push_change(&mut self, i: usize) {
+        self.nodes[i].pushed.clear();
         let mut at = self.now;
         for (n, wait) in PUSH_FOLLOW_UPS.into_iter().enumerate() {
             at += wait;
@@ -963,6 +992,17 @@ impl Sim {
             if live && join.up_at[i].is_none() && up() {
                 join.up_at[i] = Some(now - join.started);
                 join.pending_up -= 1;
+            }
+        }
+        if let Some(leave) = &mut self.leave
+            && leave.observer[i]
+            && leave.out_at[i].is_none()
+        {
+            let id = &self.ids[leave.node];
+            let up = cc.node_state(id).and_then(|s| s.get("status")) == Some("up");
+            if !cc.failure_detector.is_live(id) || !up {
+                leave.out_at[i] = Some(now - leave.left);
+                leave.pending -= 1;
             }
         }
         if let Some(crash) = &mut self.crash
@@ -1077,6 +1117,30 @@ impl Sim {
         });
     }
 
+    /// A clean leave (`GossipRegistry::leave`): `status=leaving`, the node's entries deleted,
+    /// pushed; the node stops two rounds later.
+    fn leave(&mut self, node: usize) {
+        let me = self.nodes[node].cc.self_node_state();
+        me.set("status", "leaving");
+        let entries: Vec<String> = me.iter_prefix("svc:").map(|(k, _)| k.to_owned()).collect();
+        for key in entries {
+            me.delete(&key);
+        }
+        self.push_change(node);
+        self.schedule(self.now + GOSSIP_INTERVAL * 2, Event::Stop(node));
+        let observer: Vec<bool> = (0..self.nodes.len())
+            .map(|i| i != node && self.nodes[i].up)
+            .collect();
+        let pending = observer.iter().filter(|o| **o).count();
+        self.leave = Some(LeaveProbe {
+            node,
+            left: self.now,
+            out_at: vec![None; observer.len()],
+            observer,
+            pending,
+        });
+    }
+
     /// A crash no probe watches (the soak's), noted in `crashes`.
     fn crash_quietly(&mut self, node: usize, crashes: &mut Vec<(usize, Duration)>) {
         self.nodes[node].up = false;
@@ -1182,6 +1246,10 @@ fn join_done(sim: &Sim) -> bool {
     sim.join
         .as_ref()
         .is_some_and(|j| j.pending_live == 0 && j.pending_up == 0)
+}
+
+fn leave_done(sim: &Sim) -> bool {
+    sim.leave.as_ref().is_some_and(|l| l.pending == 0)
 }
 
 fn crash_done(sim: &Sim) -> bool {
@@ -1458,6 +1526,51 @@ async fn run(p: Params) -> Report {
     report.row(
         "crashes: false suspicions / false deaths (running nodes)",
         format!("{} / {}", crash_flaps.suspicions, crash_flaps.deaths),
+    );
+
+    // Clean leaves, one at a time, of nodes that are not seeds.
+    let phase_wall = std::time::Instant::now();
+    let (mut all_out, mut median_out, mut leave_incomplete) = (Vec::new(), Vec::new(), Vec::new());
+    for k in 0..p.leaves {
+        let phase = Duration::from_micros(sim.pick.random_range(0..200_000));
+        sim.run_until(sim.now + phase, never).await;
+        let candidates: Vec<usize> = sim.running().filter(|i| *i >= SEEDS).collect();
+        let node = candidates[sim.pick.random_range(0..candidates.len())];
+        sim.leave(node);
+        let complete = sim.run_until(sim.now + CRASH_TIMEOUT, leave_done).await;
+        let leave = sim.leave.take().expect("left");
+        let mut out: Vec<Duration> = leave.out_at.iter().flatten().copied().collect();
+        println!(
+            "{label} leave {k}: out at {} of {} nodes, in {}",
+            out.len(),
+            out.len() + leave.pending,
+            ms(sim.now - leave.left)
+        );
+        if complete {
+            median_out.push(percentile(&mut out, 0.5));
+            all_out.push(percentile(&mut out, 1.0));
+        } else {
+            leave_incomplete.push(format!("leave {k}: out at {} nodes", out.len()));
+        }
+        sim.run_until(sim.now + GAP, never).await;
+    }
+    let leave_flaps = sim.flaps.take();
+    println!(
+        "{label} {} leaves in {:.1} s wall",
+        p.leaves,
+        phase_wall.elapsed().as_secs_f64()
+    );
+    report.row(
+        format!("leave: out of every node's lookups, p50 / max ({} leaves)", all_out.len()),
+        p50_max(&all_out),
+    );
+    report.row("leave: median node has it out after, p50 / max", p50_max(&median_out));
+    if !leave_incomplete.is_empty() {
+        report.row("leave: INCOMPLETE", leave_incomplete.join("; "));
+    }
+    report.row(
+        "leaves: false suspicions / false deaths (running nodes)",
+        format!("{} / {}", leave_flaps.suspicions, leave_flaps.deaths),
     );
 
     // A restart of the first crashed node: its name and address, a new generation.
