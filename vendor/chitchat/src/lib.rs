@@ -200,8 +200,9 @@ impl Chitchat {
     /// gossiping both ways.
     ///
     /// A node whose state is not known here yet (nor any of its keys: every `cluster` node
-    /// holds some) is asked in the least version the live nodes known here speak: V2 once every one of them does. Asking it in V0 instead costs a whole
-    /// digest in one datagram each way (at 300 nodes, a new node's first pushes drew 79
+    /// holds some) is asked in the least version the live nodes known here speak: V2 once
+    /// every one of them does. Asking it in V0 instead costs a whole digest in one datagram
+    /// each way (at 300 nodes, a new node's first pushes drew 79
     /// answers of up to 52 KB, IP-fragmented: `sim.rs`). A node that knows no other yet (a
     /// node's first words to its seeds), or that knows one of an earlier release, asks in V0.
     /// A node of an earlier release that is not known yet and is asked in V2 drops that one
