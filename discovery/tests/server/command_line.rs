@@ -3,7 +3,9 @@
 //! that does as they say.
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use crate::Server;
 
 /// What `cluster-discovery ARGS` did: its exit code, stdout and stderr.
 fn discovery(args: &[&str]) -> (Option<i32>, String, String) {
@@ -115,16 +117,6 @@ fn a_misuse_exits_2_and_names_the_problem() {
     misuse(&["--user", "app"], &["--user app", "DISCOVERY_PASSWORD"]);
     misuse(&["--protect-reads"], &["--protect-reads", "--user"]);
     misuse(&["--tls-cert", "server.pem"], &["--tls-key"]);
-}
-
-/// A server process, killed when the test ends however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,18 +3,10 @@
 //! answers at once, and a warning a client repeats was written once.
 
 use std::io::{BufRead as _, BufReader, Read as _};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use crate::Server;
 use std::time::Duration;
-
-/// The server process, killed when the test ends however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_nobody_reads_never_stops_the_server_and_repeated_warnings_are_written_once() {

@@ -16,6 +16,16 @@ mod peers;
 mod routes;
 mod security;
 
+/// A `cluster-discovery` process started by a test, killed when the test ends however it ends.
+pub struct Server(pub std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Waits (on real time, for real sockets) until `f` holds; 10 s is only reached when broken.
 pub async fn until<F, Fut>(what: &str, f: F)
 where
