@@ -1,0 +1,196 @@
+//! `cluster`'s command line. The doc comments below are its `--help`; clap answers a misuse
+//! with exit code 2.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// What every command that reads the cluster shares, said after the options.
+const NOTES: &str = "\
+The commands that read the cluster join it as a node that serves nothing, under the identity
+given (--certs DIR and --name NAME, as any node: `cluster issue --dir DIR --node NAME` makes
+one for an operator), wait until the registry copy stops changing (at most --wait), do their
+work and leave cleanly. Each option can also come from the environment: CLUSTER_CERTS,
+CLUSTER_NAME, CLUSTER_SEEDS (comma-separated), CLUSTER_ID.
+
+Exit codes: 0 done; 1 the call failed (its error on stderr, or as JSON on stdout with --json),
+no seed answered, or a command failed; 2 a misuse (an unknown option, JSON arguments that do
+not fit the function, an unknown service or function).";
+
+/// The command line of a running cluster: its nodes, its services, calls from the shell with
+/// JSON, its events as they happen; and the commands that make a cluster's secrets
+#[derive(Debug, Parser)]
+#[command(
+    name = "cluster",
+    version,
+    after_help = NOTES,
+    disable_help_subcommand = true,
+    args_override_self = true
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    #[command(flatten)]
+    pub(crate) join: JoinArgs,
+    /// Print JSON (one document; one line per event for `watch`) instead of tables
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+/// What `cluster` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// The nodes the registry holds: name, address, generation, wire versions, services
+    Nodes,
+    /// The providers the registry holds: service, version, node, health
+    Services {
+        /// Only those of this node
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+    },
+    /// A service's versions, providers and functions: signatures, shapes, idempotence and
+    /// every call option with the layer it comes from
+    Describe {
+        /// The service's name
+        #[arg(value_name = "SERVICE")]
+        service: String,
+    },
+    /// Call a function with JSON arguments; print its answer as JSON
+    #[command(after_help = CALL_NOTES)]
+    Call(CallArgs),
+    /// Print the registry's events as they happen (until ctrl-c)
+    Watch,
+    /// Make a new cluster: DIR/ca.pem, DIR/ca.key (keep it off the nodes), DIR/gossip.key
+    Init {
+        /// The cluster's name, which its CA certificate carries
+        #[arg(long, value_name = "NAME")]
+        cluster: String,
+        /// Where to write them; it must not hold a cluster already
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Issue a certificate from the CA in DIR: DIR/NAME.pem and DIR/NAME.key, for a node or
+    /// for an operator's `cluster`
+    Issue {
+        /// The directory `init` wrote
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// The name, as the node (or `cluster --name`) gives it
+        #[arg(long, value_name = "NAME")]
+        node: String,
+        /// How long the certificate is valid, in days
+        #[arg(long, value_name = "N", default_value_t = 365)]
+        days: u32,
+    },
+    /// Print a new gossip key, in hex: a line for gossip.key, to rotate keys
+    Key,
+}
+
+/// How `call` reads its arguments and what it prints.
+const CALL_NOTES: &str = "\
+ARGS is a JSON array with one value per argument, checked against the function's shape in the
+provider's registry entry before anything is sent: a struct is an object by field name, an enum
+\"Variant\" or {\"Variant\": value}, bytes an array of numbers, map keys that are not strings
+their JSON text. `-` reads it from stdin. `cluster describe SERVICE` shows each function's shape.
+
+The answer is printed as JSON on stdout. A function returning Result prints its Ok value; its
+Err value is a failed call: exit 1, the error on stderr (with --json: {\"error\": ...} on stdout,
+with the call's report: its attempts, their providers and timings).";
+
+/// `call`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct CallArgs {
+    /// The function, as SERVICE.FUNCTION (the service's name may hold dots: the last one splits)
+    #[arg(value_name = "SERVICE.FUNCTION")]
+    pub(crate) target: String,
+    /// The arguments: a JSON array, one value per argument; `-` for stdin
+    #[arg(value_name = "ARGS", default_value = "[]")]
+    pub(crate) args: String,
+    /// The versions a provider may have, as a semver requirement [default: any]
+    #[arg(long = "version", value_name = "REQ")]
+    pub(crate) requirement: Option<semver::VersionReq>,
+    /// The per-attempt timeout, over the provider's (e.g. 500ms, 5s, 2m)
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// The whole call's budget, all attempts and pauses, over the provider's
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) budget: Option<Duration>,
+    /// One attempt, whatever happens
+    #[arg(long)]
+    pub(crate) no_retry: bool,
+    /// A metadata entry the handler reads (repeatable)
+    #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub(crate) metadata: Vec<(String, String)>,
+    /// Also print the report of a call that succeeded (stderr; in the JSON with --json)
+    #[arg(long)]
+    pub(crate) report: bool,
+}
+
+/// How this process joins the cluster.
+#[derive(Debug, Args)]
+pub(crate) struct JoinArgs {
+    /// Mutual TLS: DIR holds ca.pem, gossip.key, NAME.pem, NAME.key
+    #[arg(long, global = true, env = "CLUSTER_CERTS", value_name = "DIR")]
+    pub(crate) certs: Option<PathBuf>,
+    /// The name this process joins under: its certificate's (required with --certs) [default
+    /// with --insecure: cluster-cli-PID]
+    #[arg(long, global = true, env = "CLUSTER_NAME", value_name = "NAME")]
+    pub(crate) name: Option<String>,
+    /// Plaintext, without certificates (needs --cluster-id)
+    #[arg(long, global = true)]
+    pub(crate) insecure: bool,
+    /// The name of a plaintext cluster
+    #[arg(
+        long = "cluster-id",
+        global = true,
+        env = "CLUSTER_ID",
+        value_name = "ID"
+    )]
+    pub(crate) cluster_id: Option<String>,
+    /// A node's gossip address to join through (repeatable)
+    #[arg(
+        long = "seed",
+        global = true,
+        env = "CLUSTER_SEEDS",
+        value_delimiter = ',',
+        value_name = "HOST:PORT"
+    )]
+    pub(crate) seeds: Vec<String>,
+    /// Where to gossip, over UDP [default: 127.0.0.1:0, a free port]
+    #[arg(long, global = true, value_name = "IP:PORT")]
+    pub(crate) gossip_listen: Option<SocketAddr>,
+    /// The address the nodes gossip back to (needed with a wildcard --gossip-listen)
+    #[arg(long, global = true, value_name = "IP:PORT")]
+    pub(crate) gossip_advertise: Option<SocketAddr>,
+    /// The longest wait for the registry copy to fill
+    #[arg(long, global = true, value_name = "DURATION", value_parser = duration, default_value = "5s")]
+    pub(crate) wait: Duration,
+}
+
+/// `500ms`, `5s`, `2m`, `1h`: a number and a unit.
+fn duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .ok_or_else(|| format!("`{text}` has no unit: write e.g. 500ms, 5s, 2m"))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration: write e.g. 500ms, 5s, 2m"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(format!("`{unit}` is not a unit: ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
+}
+
+/// `KEY=VALUE`.
+fn key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))
+}

@@ -1,0 +1,226 @@
+//! `cluster describe SERVICE`: every version of a service the registry holds, its providers,
+//! and each function's signature, shape, idempotence and call options, each option with the
+//! layer it comes from, as a caller without a client build of its own would merge them
+//! (`ResolvedOptions::merge` over the provider's service and function options).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::options::ResolvedOptions;
+use cluster::registry::ServiceEntry;
+use cluster::{FunctionDescription, Node, ServiceDescription, Source};
+use serde_json::{Value, json};
+
+use crate::Failure;
+use crate::show::health;
+
+/// The option names, in the order of `ResolvedOptions::sources`.
+const OPTIONS: [&str; 14] = [
+    "timeout",
+    "retry",
+    "retry_after",
+    "retry_max_after",
+    "retry_factor",
+    "retry_jitter",
+    "retry_budget",
+    "wait_for_provider",
+    "overloaded_retries",
+    "retry_ratio",
+    "retry_window",
+    "retry_floor",
+    "hedge_after",
+    "hedge_max",
+];
+
+pub(crate) fn describe(node: &Node, service: &str, json: bool) -> Result<(), Failure> {
+    let entries = node.registry().lookup(service);
+    if entries.is_empty() {
+        let mut known: Vec<String> = node
+            .registry()
+            .services()
+            .iter()
+            .map(|e| e.description.name.clone())
+            .collect();
+        known.sort();
+        known.dedup();
+        return Err(Failure::Usage(format!(
+            "no service `{service}` in the registry; it holds: {}",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    let groups = by_description(&entries);
+    if json {
+        let versions: Vec<Value> = groups
+            .iter()
+            .map(|(d, providers)| version_json(d, providers))
+            .collect();
+        println!("{}", json!({ "service": service, "versions": versions }));
+        return Ok(());
+    }
+    for (description, providers) in &groups {
+        print_version(description, providers);
+    }
+    Ok(())
+}
+
+/// The entries grouped by description, newest version first: providers of one version have
+/// one description, unless two builds disagree (then each is shown).
+fn by_description(
+    entries: &[Arc<ServiceEntry>],
+) -> Vec<(Arc<ServiceDescription>, Vec<Arc<ServiceEntry>>)> {
+    let mut groups: Vec<(Arc<ServiceDescription>, Vec<Arc<ServiceEntry>>)> = Vec::new();
+    for entry in entries {
+        match groups.iter_mut().find(|(d, _)| **d == *entry.description) {
+            Some((_, providers)) => providers.push(entry.clone()),
+            None => groups.push((entry.description.clone(), vec![entry.clone()])),
+        }
+    }
+    groups.sort_by(|a, b| b.0.version.cmp(&a.0.version));
+    for (_, providers) in &mut groups {
+        providers.sort_by(|a, b| a.node.name.cmp(&b.node.name));
+    }
+    groups
+}
+
+/// The options a call of `function` gets from its provider's entry, before any client or call
+/// layer.
+fn resolved(description: &ServiceDescription, function: &FunctionDescription) -> ResolvedOptions {
+    ResolvedOptions::merge(&[
+        (Source::ProviderService, &description.options),
+        (Source::ProviderFunction, &function.options),
+    ])
+}
+
+/// Each option's value as text, in the order of [`OPTIONS`].
+fn values(o: &ResolvedOptions) -> [String; 14] {
+    let d = |d: Duration| human(d);
+    [
+        d(o.timeout),
+        o.retry.enabled.to_string(),
+        d(o.retry.after),
+        if o.retry.max_after == Duration::MAX {
+            "none".to_owned()
+        } else {
+            d(o.retry.max_after)
+        },
+        o.retry.factor.to_string(),
+        o.retry.jitter.to_string(),
+        d(o.retry.budget),
+        d(o.wait_for_provider),
+        o.retry.overloaded.to_string(),
+        o.retry.ratio.to_string(),
+        d(o.retry.window),
+        o.retry.floor.to_string(),
+        d(o.hedge.after),
+        o.hedge.max.to_string(),
+    ]
+}
+
+/// `250ms`, `5s`, `1.5s`, `2m`, `3h`.
+fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        ms if ms < 1000 => format!("{ms}ms"),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format!(
+            "{}s",
+            format!("{:.3}", d.as_secs_f64()).trim_end_matches('0')
+        ),
+    }
+}
+
+/// Where an option came from, in a word or two.
+fn source(source: Source) -> &'static str {
+    match source {
+        Source::ProviderService => "service",
+        Source::ProviderFunction => "function",
+        Source::Library => "default",
+        _ => "other",
+    }
+}
+
+fn flags(function: &FunctionDescription) -> String {
+    let mut flags = Vec::new();
+    flags.push(if function.idempotent {
+        "idempotent"
+    } else {
+        "not idempotent"
+    });
+    if function.at_most_once {
+        flags.push("at most once");
+    }
+    flags.join(", ")
+}
+
+fn print_version(description: &ServiceDescription, providers: &[Arc<ServiceEntry>]) {
+    let compat = description
+        .compat
+        .as_ref()
+        .map_or_else(String::new, |c| format!(", serves clients of {c}"));
+    println!(
+        "{} {} (wire {}{compat})",
+        description.name, description.version, description.wire
+    );
+    println!("  providers:");
+    for p in providers {
+        println!("    {} {} {}", p.node.name, p.node.addr, health(p));
+    }
+    for function in &description.functions {
+        println!("  {}  [{}]", function.signature, flags(function));
+        if let Some(shape) = &function.shape {
+            println!("    shape  {shape}");
+        }
+        let options = resolved(description, function);
+        let values = values(&options);
+        let width = OPTIONS.iter().map(|n| n.len()).max().unwrap_or(0);
+        let value_width = values.iter().map(String::len).max().unwrap_or(0);
+        for ((name, value), from) in OPTIONS.iter().zip(&values).zip(options.sources) {
+            println!("    {name:width$}  {value:value_width$}  {}", source(from));
+        }
+    }
+}
+
+fn version_json(description: &ServiceDescription, providers: &[Arc<ServiceEntry>]) -> Value {
+    let functions: Vec<Value> = description
+        .functions
+        .iter()
+        .map(|function| {
+            let options = resolved(description, function);
+            let values = values(&options);
+            let options: serde_json::Map<String, Value> = OPTIONS
+                .iter()
+                .zip(values)
+                .zip(options.sources)
+                .map(|((name, value), from)| {
+                    ((*name).to_owned(), json!({ "value": value, "from": source(from) }))
+                })
+                .collect();
+            json!({
+                "name": function.name,
+                "signature": function.signature,
+                "shape": function.shape.as_ref().map(ToString::to_string),
+                "args": function.shape.as_ref().map(|s| s.args.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                "idempotent": function.idempotent,
+                "at_most_once": function.at_most_once,
+                "options": options,
+            })
+        })
+        .collect();
+    json!({
+        "version": description.version.to_string(),
+        "compat": description.compat,
+        "wire": description.wire,
+        "providers": providers.iter().map(|p| json!({
+            "node": p.node.name,
+            "addr": p.node.addr.to_string(),
+            "health": health(p),
+        })).collect::<Vec<_>>(),
+        "functions": functions,
+    })
+}

@@ -1,0 +1,144 @@
+//! Joining the cluster as a node that serves nothing, under the operator's identity (the same
+//! rules as any node: a certificate of the cluster's CA and its gossip key, or plaintext asked
+//! for by name), and waiting until the registry copy has filled.
+//!
+//! Gossip has no "complete" signal: a new node hears the cluster's state in parts over a few
+//! rounds (`docs/registry.md`). So the copy counts as filled when it holds another node and has
+//! not changed for [`QUIET`], a few gossip rounds; at most `--wait`.
+
+use std::time::Duration;
+
+use cluster::registry::{GossipConfig, GossipRegistry, RegistryError};
+use cluster::{Identity, Keyring, Node, StartError};
+use tokio::time::Instant;
+
+use crate::args::JoinArgs;
+use crate::{Failure, misuse};
+
+/// How long the copy must stay unchanged to count as filled: five rounds of gossip at the
+/// default interval (200 ms), time for the last parts of a large cluster's state to arrive.
+const QUIET: Duration = Duration::from_millis(1000);
+
+/// A node of the cluster, for as long as a command runs.
+pub(crate) struct Joined {
+    pub(crate) node: Node,
+}
+
+impl Joined {
+    /// Leaves cleanly, so that the nodes see a departure and not a crash.
+    pub(crate) async fn leave(self) {
+        self.node.shutdown().await;
+    }
+}
+
+/// Starts the node and waits for its copy of the registry to fill.
+pub(crate) async fn join(args: &JoinArgs) -> Result<Joined, Failure> {
+    if args.seeds.is_empty() {
+        misuse("no seed: give --seed HOST:PORT (a node's gossip address) or CLUSTER_SEEDS");
+    }
+    let mut gossip = GossipConfig::new().seeds(args.seeds.iter());
+    if let Some(listen) = args.gossip_listen {
+        gossip = gossip.listen(listen);
+    }
+    if let Some(advertise) = args.gossip_advertise {
+        gossip = gossip.advertise(advertise);
+    }
+    let (builder, gossip) = match (&args.certs, args.insecure) {
+        (Some(dir), false) => {
+            let Some(name) = &args.name else {
+                misuse(
+                    "--certs needs --name (or CLUSTER_NAME): the name of the certificate in DIR",
+                );
+            };
+            let identity = Identity::from_dir(dir, name).map_err(|e| {
+                Failure::Usage(format!(
+                    "the identity of `{name}` in {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            let keyring = Keyring::from_file(dir.join("gossip.key"))
+                .map_err(|e| Failure::Usage(format!("the gossip key: {e}")))?;
+            (Node::builder().identity(identity), gossip.keyring(keyring))
+        }
+        (None, true) => {
+            let Some(cluster) = &args.cluster_id else {
+                misuse(
+                    "--insecure needs --cluster-id: a plaintext cluster still has a name of its own",
+                );
+            };
+            let name = args
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("cluster-cli-{}", std::process::id()));
+            (
+                Node::builder().name(name).insecure(),
+                gossip.insecure().cluster_id(cluster),
+            )
+        }
+        (Some(_), true) => misuse("--certs and --insecure: choose one"),
+        (None, false) => misuse(
+            "no identity: give --certs DIR and --name NAME (`cluster issue --dir DIR --node NAME` \
+             makes one), or --insecure --cluster-id ID for a plaintext cluster",
+        ),
+    };
+    let registry = GossipRegistry::new(gossip);
+    let node = builder
+        .registry(registry.clone())
+        .start()
+        .await
+        .map_err(|e| match e {
+            StartError::Registry(RegistryError::NameTaken { name, holder }) => Failure::Failed(format!(
+                "the name `{name}` is in use by a live process at {holder} (another `cluster` command \
+                 under the same name?): each process needs a name of its own, so issue another \
+                 certificate (`cluster issue --dir DIR --node {name}-2`)"
+            )),
+            e => Failure::Failed(format!("cannot join: {e}")),
+        })?;
+    let joined = Joined { node };
+    if let Err(e) = settle(&joined.node, args).await {
+        joined.leave().await;
+        return Err(e);
+    }
+    Ok(joined)
+}
+
+/// Waits until the copy holds another node and has been quiet for [`QUIET`], at most `--wait`.
+async fn settle(node: &Node, args: &JoinArgs) -> Result<(), Failure> {
+    let registry = node.registry();
+    let mut changes = registry.changes();
+    let give_up = Instant::now() + args.wait;
+    let mut quiet_from = Instant::now();
+    loop {
+        let others = registry.nodes().iter().any(|n| n.name != node.name());
+        let quiet_until = quiet_from + QUIET;
+        if others && Instant::now() >= quiet_until {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            if others {
+                // Still changing at the deadline: show what is there, as it is.
+                return Ok(());
+            }
+            return Err(Failure::Failed(format!(
+                "no node answered within {:?} through the seeds {}: are they up, and is this the \
+                 same cluster (a certificate of its CA, its gossip key)?",
+                args.wait,
+                args.seeds.join(", ")
+            )));
+        }
+        let wake = if others {
+            quiet_until.min(give_up)
+        } else {
+            give_up
+        };
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return Err(Failure::Failed("the registry stopped".to_owned()));
+                }
+                quiet_from = Instant::now();
+            }
+            () = tokio::time::sleep_until(wake) => {}
+        }
+    }
+}

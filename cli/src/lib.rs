@@ -1,0 +1,6 @@
+//! `cluster`, the command line of a running cluster (`src/bin/cluster/`), and what it is made
+//! of that is worth testing on its own: JSON in and out of a call without the service's Rust
+//! types ([`json`]). `docs/operations.md` walks through the commands.
+
+pub mod json;
+pub mod secrets;

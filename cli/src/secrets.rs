@@ -1,0 +1,67 @@
+//! A cluster's secrets on disk, as `cluster init` and `cluster issue` (and `cluster-node`'s
+//! commands of the same names) write them:
+//!
+//! ```text
+//! cluster init --cluster prod --dir certs      # certs/ca.pem, ca.key, gossip.key
+//! cluster issue --dir certs --node search-1    # certs/search-1.pem, search-1.key
+//! ```
+//!
+//! `ca.key` signs new nodes: keep it where `issue` runs, not on the nodes. A node needs
+//! `ca.pem`, `gossip.key` and its own two files.
+
+use std::path::Path;
+
+use cluster::{Authority, GossipKey, IdentityError};
+
+/// `cluster init`: a new CA and gossip key in `dir`, which must not hold one already.
+pub fn init(dir: &Path, cluster: &str) -> Result<(), IdentityError> {
+    if dir.join("ca.pem").exists() {
+        return Err(IdentityError::Invalid(format!(
+            "{} already holds a cluster's CA (ca.pem): refusing to replace it",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|source| IdentityError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let ca = Authority::new(cluster)?;
+    write(&dir.join("ca.pem"), ca.cert_pem(), false)?;
+    write(&dir.join("ca.key"), &ca.key_pem(), true)?;
+    let key = GossipKey::generate();
+    let text = format!(
+        "# the gossip keyring of cluster {cluster}: the first key seals, every key opens\n{}\n",
+        key.to_hex()
+    );
+    write(&dir.join("gossip.key"), &text, true)
+}
+
+/// `cluster issue`: a certificate and key for `node` in `dir`, from its `ca.pem` and
+/// `ca.key`.
+pub fn issue(dir: &Path, node: &str, days: u32) -> Result<(), IdentityError> {
+    let ca = Authority::from_dir(dir)?;
+    let (cert, key) = ca.issue_pem(node, days)?;
+    write(&dir.join(format!("{node}.pem")), &cert, false)?;
+    write(&dir.join(format!("{node}.key")), &key, true)
+}
+
+/// Writes `text` to `path`; a secret is readable by its owner only.
+fn write(path: &Path, text: &str, secret: bool) -> Result<(), IdentityError> {
+    let io = |source| IdentityError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let _ = secret;
+    use std::io::Write;
+    options
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(io)
+}

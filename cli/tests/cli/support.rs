@@ -1,0 +1,265 @@
+//! A two-node cluster for `cluster` to look at, and the binary run as an operator runs it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use cluster::registry::{GossipConfig, GossipRegistry};
+use cluster::{Identity, Keyring, Node};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+use super::{OrdersServer, Shop};
+
+/// How long any one step may take before the test fails: only a broken test reaches it.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A directory removed with everything in it when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("cluster-cli-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Two nodes serving `orders` (`shop-a`, the seed, and `shop-b`), and the certificates of an
+/// operator `ops` of the same cluster and of a `stranger` of another.
+pub(crate) struct Cluster {
+    certs: Scratch,
+    other: Scratch,
+    a: Node,
+    b: Option<Node>,
+    seed: SocketAddr,
+    shop: &'static Shop,
+}
+
+async fn start_node(dir: &Path, name: &str, seeds: &[SocketAddr]) -> (Node, SocketAddr) {
+    let identity = Identity::from_dir(dir, name).expect("an identity");
+    let keyring = Keyring::from_file(dir.join("gossip.key")).expect("a keyring");
+    let registry = GossipRegistry::new(
+        GossipConfig::new()
+            .keyring(keyring)
+            .seeds(seeds.iter().map(ToString::to_string)),
+    );
+    let node = Node::builder()
+        .identity(identity)
+        .registry(registry.clone())
+        .start()
+        .await
+        .expect("node starts");
+    (node, registry.gossip_addr().expect("gossiping"))
+}
+
+impl Cluster {
+    pub(crate) async fn start() -> Self {
+        let (certs, other) = (Scratch::new(), Scratch::new());
+        cluster_cli::secrets::init(&certs.0, "test").expect("init");
+        for name in ["shop-a", "shop-b", "ops"] {
+            cluster_cli::secrets::issue(&certs.0, name, 1).expect("issue");
+        }
+        cluster_cli::secrets::init(&other.0, "other").expect("init");
+        cluster_cli::secrets::issue(&other.0, "stranger", 1).expect("issue");
+        let shop: &'static Shop = Box::leak(Box::default());
+        let (a, seed) = start_node(&certs.0, "shop-a", &[]).await;
+        let (b, _) = start_node(&certs.0, "shop-b", &[seed]).await;
+        for node in [&a, &b] {
+            std::mem::forget(node.serve(OrdersServer::new(shop)).await.expect("serves"));
+        }
+        let mut changes = a.registry().changes();
+        tokio::time::timeout(PATIENCE, async {
+            while a.registry().lookup("orders").len() < 2 {
+                changes.changed().await.expect("registry runs");
+            }
+        })
+        .await
+        .expect("both providers in the seed's copy");
+        Self {
+            certs,
+            other,
+            a,
+            b: Some(b),
+            seed,
+            shop,
+        }
+    }
+
+    /// Orders placed so far, on either node.
+    pub(crate) fn placed(&self) -> u64 {
+        self.shop.placed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Where `shop-a` serves calls.
+    pub(crate) fn addr_of_a(&self) -> SocketAddr {
+        self.a.addr()
+    }
+
+    fn as_ops(&self, args: &[&str]) -> Command {
+        let mut command = command(args);
+        command.arg("--certs").arg(&self.certs.0).args([
+            "--name",
+            "ops",
+            "--seed",
+            &self.seed.to_string(),
+        ]);
+        command
+    }
+
+    /// `cluster ARGS` as the operator `ops`.
+    pub(crate) async fn cli(&self, args: &[&str]) -> Run {
+        Run::of(&mut self.as_ops(args)).await
+    }
+
+    /// `cluster ARGS` as `ops`, with `input` on stdin.
+    pub(crate) async fn cli_with_stdin(&self, args: &[&str], input: &str) -> Run {
+        let mut command = self.as_ops(args);
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cluster runs");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(input.as_bytes()).await.expect("writes");
+        drop(stdin);
+        Run::finish(child).await
+    }
+
+    /// `cluster ARGS` with the certificate of another cluster.
+    pub(crate) async fn cli_as_stranger(&self, args: &[&str]) -> Run {
+        let mut command = command(args);
+        command.arg("--certs").arg(&self.other.0).args([
+            "--name",
+            "stranger",
+            "--seed",
+            &self.seed.to_string(),
+        ]);
+        Run::of(&mut command).await
+    }
+
+    /// `cluster ARGS` as `ops`, left running: its stdout read line by line.
+    pub(crate) fn spawn(&self, args: &[&str]) -> Running {
+        let mut child = self
+            .as_ops(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cluster runs");
+        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        Running { child, lines }
+    }
+
+    /// `shop-b` leaves cleanly.
+    pub(crate) async fn stop_b(&mut self) {
+        if let Some(b) = self.b.take() {
+            b.shutdown().await;
+        }
+    }
+
+    pub(crate) async fn stop(mut self) {
+        self.stop_b().await;
+        self.a.shutdown().await;
+    }
+}
+
+/// The `cluster` binary with `args`, and none of the environment's `CLUSTER_*` settings.
+pub(crate) fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cluster"));
+    command
+        .args(args)
+        .env_remove("CLUSTER_CERTS")
+        .env_remove("CLUSTER_NAME")
+        .env_remove("CLUSTER_SEEDS")
+        .env_remove("CLUSTER_ID")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// A finished run of `cluster`.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Run {
+    pub(crate) async fn of(command: &mut Command) -> Run {
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cluster runs");
+        Run::finish(child).await
+    }
+
+    async fn finish(child: Child) -> Run {
+        let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
+            .await
+            .expect("cluster ends")
+            .expect("cluster runs");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Its stdout, after exit code 0.
+    pub(crate) fn ok(self) -> String {
+        assert_eq!(self.code, 0, "cluster failed: {self:?}");
+        self.stdout
+    }
+
+    /// Its stdout as JSON, after exit code 0.
+    pub(crate) fn json(self) -> Value {
+        let out = self.ok();
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+    }
+}
+
+/// A `cluster` process still running.
+pub(crate) struct Running {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Running {
+    /// Its next line of stdout, as JSON.
+    pub(crate) async fn line(&mut self) -> Value {
+        let line = tokio::time::timeout(PATIENCE, self.lines.next_line())
+            .await
+            .expect("a line in time")
+            .expect("stdout reads")
+            .expect("a line before the end");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Sends it SIGTERM, as a shell's ctrl-c would end it; its exit code.
+    pub(crate) async fn stop(mut self) -> Option<i32> {
+        let pid = self.child.id().expect("running").to_string();
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(killed.success());
+        tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("ends on SIGTERM")
+            .expect("waits")
+            .code()
+    }
+}
