@@ -382,7 +382,7 @@ impl NodeBuilder {
             }
             (None, false, None) => {
                 return Err(StartError::Setting(
-                    "no identity: give the node one (NodeBuilder::identity, from the files `cluster-node init` and `cluster-node issue` write), or call insecure() to serve in plaintext".to_owned(),
+                    "no identity: give the node one (NodeBuilder::identity, from the files `cluster init` and `cluster issue` write), or call insecure() to serve in plaintext".to_owned(),
                 ));
             }
             // The in-process network has no sockets to secure.

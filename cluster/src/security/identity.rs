@@ -104,13 +104,13 @@ impl Identity {
     }
 
     /// The identity of `node` in a directory the bootstrap command wrote: `ca.pem`,
-    /// `<node>.pem` and `<node>.key` (`cluster-node issue` makes the last two).
+    /// `<node>.pem` and `<node>.key` (`cluster issue` makes the last two).
     pub fn from_dir(dir: impl AsRef<Path>, node: &str) -> Result<Self, IdentityError> {
         let dir = dir.as_ref();
         let cert = dir.join(format!("{node}.pem"));
         if dir.join("ca.pem").exists() && !cert.exists() {
             return Err(IdentityError::Invalid(format!(
-                "{} holds no certificate for node `{node}`: run `cluster-node issue --dir {} --node {node}`",
+                "{} holds no certificate for node `{node}`: run `cluster issue --dir {} --node {node}`",
                 dir.display(),
                 dir.display()
             )));

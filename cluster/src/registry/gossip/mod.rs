@@ -324,7 +324,7 @@ impl GossipRegistry {
             }
             (None, false) => {
                 return Err(RegistryError::Gossip(
-                    "no gossip key: give GossipConfig::keyring (the key file `cluster-node init` writes), or insecure() to gossip in plaintext".to_owned(),
+                    "no gossip key: give GossipConfig::keyring (the key file `cluster init` writes), or insecure() to gossip in plaintext".to_owned(),
                 ));
             }
         };
