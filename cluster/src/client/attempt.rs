@@ -15,7 +15,7 @@ use super::peers::{InFlight, Seen};
 use super::report::{call_name, early_error, provider_ref};
 use super::select::{Chosen, Miss, choose};
 use super::throttle::Counted;
-use crate::context::{Context, Metadata, RequestId};
+use crate::context::{Context, Metadata, RequestId, TraceParent};
 use crate::deadline::later;
 use crate::error::report::Human;
 use crate::error::{
@@ -41,6 +41,8 @@ pub(crate) struct Sent<'a> {
     pub(crate) request_id: RequestId,
     /// The context of the handler the call is made in, unless it is detached.
     pub(crate) parent: Option<Context>,
+    /// The trace the call was given ([`Call::trace`](crate::Call::trace)), or its handler's.
+    pub(crate) trace: Option<TraceParent>,
 }
 
 /// A call's reply, with what its report needs if the reply is the provider's own error.
@@ -101,9 +103,13 @@ pub(crate) async fn run(
 ) -> Result<Answer, CallError<Infallible>> {
     // A span only when a subscriber wants it: built for nothing, it cost about 0.8 k
     // instructions per call (`docs/benchmarks.md`).
-    if tracing::enabled!(tracing::Level::DEBUG) {
+    if crate::context::traced() {
         let wanted = &client.description.functions[function];
-        let span = tracing::debug_span!("call", service = %client.description.name, function = %wanted.name);
+        let span = tracing::debug_span!(target: "cluster::trace", "call", service = %client.description.name, function = %wanted.name);
+        // A trace given or inherited is this span's parent, for OpenTelemetry as for us.
+        if let Some(trace) = sent.trace {
+            crate::context::set_span_parent(&span, trace);
+        }
         // Boxed: only a call traced at DEBUG carries the span's wrapper.
         return Box::pin(attempts(client, function, sent).instrument(span)).await;
     }
@@ -123,6 +129,7 @@ async fn attempts(
             metadata,
             request_id,
             parent,
+            trace,
         } = sent;
         let early = |kind, detail| Err(early_error(client, function, kind, detail));
         if client
@@ -153,6 +160,7 @@ async fn attempts(
             );
             return early(RpcErrorKind::TooLarge, detail);
         }
+        let trace = crate::context::of_call(trace, parent.as_ref());
         let mut call = Attempts::start(client, function, overrides, parent.as_ref());
         let budget_deadline = call.deadline;
         let request = Arc::new(Request {
@@ -173,8 +181,10 @@ async fn attempts(
                 // An at-most-once call's own id, under which its provider records it.
                 call_id: wanted.at_most_once.then(|| fastrand::u128(..)),
                 pinned: None,
+                trace,
             },
             attempt: Default::default(),
+            span: Default::default(),
         });
         call.call_id = request.head.call_id;
         let Some(parent) = parent else {
@@ -269,6 +279,26 @@ struct Pinned {
 }
 
 impl<'a> Attempts<'a> {
+    /// The span of attempt `number` of a traced call, its id set in `request` for the provider
+    /// (the attempts of one call are sequential; a hedge has its own copy of the request).
+    pub(super) fn attempt_span(
+        &self,
+        request: &Request,
+        number: usize,
+        entry: &ServiceEntry,
+    ) -> Option<tracing::Span> {
+        let trace = request.head.trace?;
+        let (span, id) = crate::context::attempt_span(
+            trace,
+            &request.service,
+            &request.function,
+            number,
+            &entry.node.name,
+        );
+        request.span.store(id, std::sync::atomic::Ordering::Relaxed);
+        Some(span)
+    }
+
     fn start(
         client: &'a Client,
         function: usize,
@@ -473,12 +503,16 @@ impl<'a> Attempts<'a> {
             if let Some(counted) = self.counted.take() {
                 counted.sent();
             }
-            let reply = self
-                .client
-                .node
-                .connector
-                .send(&chosen.entry.node, request.clone(), attempt_deadline)
-                .await;
+            let span = self.attempt_span(&request, number, &chosen.entry);
+            let send = self.client.node.connector.send(
+                &chosen.entry.node,
+                request.clone(),
+                attempt_deadline,
+            );
+            let reply = match span {
+                Some(span) => send.instrument(span).await,
+                None => send.await,
+            };
             // A retry of an at-most-once call answered from the provider's record.
             let (reply, recalled) = match reply {
                 Ok(Reply::Recalled(reply)) => (Ok(std::sync::Arc::unwrap_or_clone(reply)), true),

@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::Client;
-use crate::context::{Context, Metadata};
+use crate::context::{Context, Metadata, TraceParent};
 use crate::error::{CallError, CallReport, Reason, RpcErrorKind};
 use crate::layer::{CallInfo, Outcome};
 use crate::options::CallOptions;
@@ -34,6 +34,7 @@ pub struct Call<T, E> {
     overrides: CallOptions,
     metadata: Metadata,
     detached: bool,
+    trace: Option<TraceParent>,
     decode: Decode<T, E>,
 }
 
@@ -54,6 +55,7 @@ impl<T, E> Call<T, E> {
             overrides: CallOptions::new(),
             metadata: Metadata::new(),
             detached: false,
+            trace: None,
             decode,
         }
     }
@@ -122,6 +124,14 @@ impl<T, E> Call<T, E> {
         self
     }
 
+    /// Makes this call part of the trace `parent` names (W3C trace context: read one from an
+    /// incoming HTTP request's `traceparent` header with [`TraceParent::parse`]), instead of
+    /// the calling handler's or a new one. `docs/operations.md`, "Traces that cross nodes".
+    pub fn trace(mut self, parent: TraceParent) -> Self {
+        self.trace = Some(parent);
+        self
+    }
+
     /// Made inside a handler, this call does not inherit that handler's deadline, request id
     /// or cancellation: it runs on its own budget, as a call from outside would (for work that
     /// must outlive the call that started it).
@@ -182,9 +192,13 @@ where
                 overrides,
                 metadata,
                 detached,
+                trace,
                 decode,
             } = self;
-            let parent = if detached { None } else { Context::current() };
+            let current = Context::current();
+            // A detached call still belongs to the handler's trace: it was caused by it.
+            let trace = trace.or_else(|| current.as_ref().and_then(Context::trace));
+            let parent = if detached { None } else { current };
             let request_id = parent
                 .as_ref()
                 .map_or_else(|| client.node.next_request_id(), Context::request_id);
@@ -194,6 +208,7 @@ where
                 metadata,
                 request_id,
                 parent,
+                trace,
             };
             if client.node.client_layers.is_empty() {
                 return run(&client, function, sent, decode, report).await;

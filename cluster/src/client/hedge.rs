@@ -23,6 +23,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep_until};
+use tracing::Instrument;
 
 use super::Client;
 use super::attempt::{Answer, Attempts, Plan, may_run_twice};
@@ -258,6 +259,7 @@ impl<'a> Attempts<'a> {
             std::sync::atomic::Ordering::Relaxed,
         );
         let client: &'a Client = self.client;
+        let span = self.attempt_span(&request, number, &chosen.entry);
         Box::pin(async move {
             let entry = chosen.entry;
             tracing::debug!(attempt = number, node = %entry.node, generation = entry.node.generation, %kind, "attempt");
@@ -268,11 +270,11 @@ impl<'a> Attempts<'a> {
                     .peer
                     .unwrap_or_else(|| peers.get(entry.node.addr, generation)),
             );
-            let reply = client
-                .node
-                .connector
-                .send(&entry.node, request, deadline)
-                .await;
+            let send = client.node.connector.send(&entry.node, request, deadline);
+            let reply = match span {
+                Some(span) => send.instrument(span).await,
+                None => send.await,
+            };
             let (reply, recalled) = match reply {
                 Ok(Reply::Recalled(reply)) => (Ok(std::sync::Arc::unwrap_or_clone(reply)), true),
                 reply => (reply, false),

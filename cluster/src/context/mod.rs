@@ -10,6 +10,8 @@
 //! [`Context::scope`] carries the context into it.
 
 mod metadata;
+mod otel;
+mod trace;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -22,6 +24,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use metadata::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, MetadataTooLarge};
+pub(crate) use otel::set_parent as set_span_parent;
+pub use trace::TraceParent;
+pub(crate) use trace::{attempt_span, handler_span, of_call, traced};
 
 tokio::task_local! {
     static CURRENT: Context;
@@ -76,6 +81,8 @@ pub(crate) struct Received {
     pub(crate) budget_deadline: Option<Instant>,
     pub(crate) metadata: Metadata,
     pub(crate) call_id: Option<u128>,
+    /// The call's trace, under the handler's own span: what calls made in the handler continue.
+    pub(crate) trace: Option<TraceParent>,
 }
 
 impl Context {
@@ -146,6 +153,14 @@ impl Context {
     /// ([`CallReport::call_id`](crate::CallReport::call_id)).
     pub fn call_id(&self) -> Option<u128> {
         self.inner.call.call_id
+    }
+
+    /// The trace this call belongs to, with this handler's span as the parent: `None` when its
+    /// caller sent none (`docs/operations.md`, "Traces that cross nodes"). Calls made inside
+    /// the handler continue it by themselves; [`to_header`](TraceParent::to_header) gives the
+    /// `traceparent` for other work the handler starts (an HTTP request, a message).
+    pub fn trace(&self) -> Option<TraceParent> {
+        self.inner.call.trace
     }
 
     /// When this attempt's time is up: the provider stops the handler then.
@@ -269,6 +284,7 @@ mod tests {
             budget_deadline: Some(Instant::now() + Duration::from_millis(10)),
             metadata: Metadata::new(),
             call_id: None,
+            trace: None,
         }
     }
 

@@ -6,11 +6,13 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::admission::{Admission, Permit};
 use super::describe;
 use super::record::{self, Begin, Record};
 use super::{DispatchError, DispatchFuture, Provide};
+
 use crate::context::{Context, Received};
 use crate::error::Reason;
 use crate::fast_map::FastMap;
@@ -315,6 +317,7 @@ impl Dispatcher {
             Err((reason, detail)) => return Err(Early::Reply(refuse(reason, detail))),
         };
         let attempt = request.attempt();
+        let request_trace = request.trace();
         let Request {
             service,
             function,
@@ -322,6 +325,10 @@ impl Dispatcher {
             head,
             ..
         } = request;
+        // The request's trace, continued by the handler's span and the calls it makes.
+        let incoming = request_trace;
+        let (span, trace) =
+            crate::context::handler_span(incoming, &service, &function, head.caller.as_deref());
         let context = Context::new(Received {
             service,
             function,
@@ -332,6 +339,7 @@ impl Dispatcher {
             budget_deadline: head.budget_deadline,
             metadata: head.metadata,
             call_id: head.call_id,
+            trace,
         });
         for (passed, layer) in self.layers.iter().enumerate() {
             let refused = match catching(|| layer.on_request(&context)) {
@@ -389,6 +397,11 @@ impl Dispatcher {
         // while building it is caught like one while running it.
         let run =
             std::panic::catch_unwind(AssertUnwindSafe(|| hosted.provider.dispatch(index, args)));
+        // Boxed once more only when traced: the handler runs inside its span.
+        let run = match span {
+            Some(span) => run.map(|future| -> DispatchFuture { Box::pin(future.instrument(span)) }),
+            None => run,
+        };
         Ok(Started {
             run,
             context,

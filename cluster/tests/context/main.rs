@@ -11,6 +11,7 @@ mod drain;
 mod hops;
 mod layers;
 mod seen;
+mod trace;
 mod wire;
 
 use std::sync::Arc;

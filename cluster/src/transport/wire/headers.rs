@@ -15,6 +15,9 @@ pub(super) const METADATA: u16 = 1;
 pub(super) const CALL_ID: u16 = 2;
 /// The provider generation the attempt must reach (`Head::pinned`): 8 bytes, little-endian.
 pub(super) const PINNED: u16 = 3;
+/// The attempt's W3C trace context (`Request::trace`): trace id, parent span id, flags; 25
+/// bytes (`context/trace.rs`).
+pub(super) const TRACE: u16 = 4;
 
 /// In a reply: it is an earlier attempt's, from the provider's record (`Reply::Recalled`). No
 /// value.

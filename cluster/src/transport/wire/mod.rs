@@ -14,11 +14,11 @@ pub(crate) mod v2;
 use std::borrow::Cow;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use tokio::time::Instant;
 
-use crate::context::{Metadata, RequestId};
+use crate::context::{Metadata, RequestId, TraceParent};
 
 /// The wire versions this build speaks: 1, the envelope of the first release (no handshake, no
 /// headers), and 2, a handshake and an envelope with a header map.
@@ -46,6 +46,9 @@ pub(crate) struct Request {
     pub(crate) head: Head,
     /// Which attempt this is, from 1: set before each is sent (0 from a wire 1 peer).
     pub(crate) attempt: AtomicU32,
+    /// The attempt's span id, the parent of the provider's handler span: set before each is
+    /// sent, in a traced call (0: the call's own `head.trace` parent stands).
+    pub(crate) span: AtomicU64,
 }
 
 impl Clone for Request {
@@ -57,6 +60,7 @@ impl Clone for Request {
             args: self.args.clone(),
             head: self.head.clone(),
             attempt: AtomicU32::new(self.attempt.load(Ordering::Relaxed)),
+            span: AtomicU64::new(self.span.load(Ordering::Relaxed)),
         }
     }
 }
@@ -65,6 +69,15 @@ impl Request {
     /// Which attempt this is.
     pub(crate) fn attempt(&self) -> u32 {
         self.attempt.load(Ordering::Relaxed)
+    }
+
+    /// The trace context this attempt carries: the call's trace, under the attempt's span.
+    pub(crate) fn trace(&self) -> Option<TraceParent> {
+        let trace = self.head.trace?;
+        match self.span.load(Ordering::Relaxed) {
+            0 => Some(trace),
+            span => Some(trace.child(span)),
+        }
     }
 }
 
@@ -98,6 +111,9 @@ pub(crate) struct Head {
     /// The provider generation this attempt must reach: a retry of an `at_most_once` call
     /// after it may have run is answered only by the process it may have run on.
     pub(crate) pinned: Option<u64>,
+    /// The call's trace (W3C trace context), if it is traced; its parent is the call's span
+    /// unless the attempt has one (`Request::span`). Read by a provider: the caller's attempt.
+    pub(crate) trace: Option<TraceParent>,
 }
 
 /// What a provider answers.

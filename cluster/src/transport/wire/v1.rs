@@ -62,6 +62,7 @@ impl<'de> Deserialize<'de> for RequestFrame {
                     args: args.into_vec(),
                     head: Head::default(),
                     attempt: Default::default(),
+                    span: Default::default(),
                 };
                 Ok(RequestFrame {
                     wire,
@@ -152,6 +153,7 @@ mod tests {
                 args: vec![1, 2, 3],
                 head: Head::default(),
                 attempt: Default::default(),
+                span: Default::default(),
             }),
         };
         let theirs = Pin::new(&mut Bincode::<(), FirstRelease>::default())

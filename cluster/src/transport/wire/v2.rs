@@ -18,10 +18,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_bytes::{ByteBuf, Bytes};
 use tokio::time::Instant;
 
-use super::headers::{self, CALL_ID, METADATA, PINNED, RECALLED};
+use super::headers::{self, CALL_ID, METADATA, PINNED, RECALLED, TRACE};
 use super::names::Name;
 use super::{Head, Reply, Request};
-use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId};
+use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId, TraceParent};
 
 #[tarpc::service]
 pub(crate) trait Wire {
@@ -58,7 +58,7 @@ impl Serialize for RequestFrame {
         tuple.serialize_element(&*request.function)?;
         tuple.serialize_element(&request.signature)?;
         tuple.serialize_element(&core)?;
-        tuple.serialize_element(&RequestHeaders(head))?;
+        tuple.serialize_element(&RequestHeaders(head, request.trace()))?;
         tuple.serialize_element(Bytes::new(&request.args))?;
         tuple.end()
     }
@@ -67,18 +67,20 @@ impl Serialize for RequestFrame {
 /// A core field a caller did not set (no budget, no reply limit).
 const NONE: u64 = u64::MAX;
 
-struct RequestHeaders<'a>(&'a Head);
+struct RequestHeaders<'a>(&'a Head, Option<TraceParent>);
 
 impl Serialize for RequestHeaders<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let head = self.0;
         let call_id = head.call_id.map(u128::to_le_bytes);
         let pinned = head.pinned.map(u64::to_le_bytes);
+        let trace = self.1.map(TraceParent::to_bytes);
         let present = [
             (!head.encoded_metadata.is_empty())
                 .then_some((METADATA, head.encoded_metadata.as_slice())),
             call_id.as_ref().map(|id| (CALL_ID, &id[..])),
             pinned.as_ref().map(|generation| (PINNED, &generation[..])),
+            trace.as_ref().map(|trace| (TRACE, &trace[..])),
         ];
         headers::write(&present, serializer)
     }
@@ -118,6 +120,7 @@ impl<'de> Deserialize<'de> for RequestFrame {
                     args: args.into_vec(),
                     head,
                     attempt: AtomicU32::new(attempt),
+                    span: Default::default(),
                 };
                 Ok(RequestFrame(Arc::new(request)))
             }
@@ -156,6 +159,8 @@ impl<'de> DeserializeSeed<'de> for ReadRequestHeaders<'_> {
                     .try_into()
                     .map_err(|_| format!("a pinned generation of {} bytes, not 8", value.len()))?;
                 head.pinned = Some(u64::from_le_bytes(generation));
+            } else if key == TRACE {
+                head.trace = Some(TraceParent::from_bytes(value)?);
             }
             Ok(())
         })?;
@@ -299,8 +304,11 @@ mod tests {
                 frame_id: None,
                 call_id: Some(u128::MAX - 5),
                 pinned: Some(77),
+                trace: TraceParent::new(u128::MAX - 1, 5, true),
             },
             attempt: AtomicU32::new(3),
+            // The third attempt's span: the provider's parent, in place of the call's.
+            span: std::sync::atomic::AtomicU64::new(u64::MAX - 2),
         })
     }
 
@@ -328,6 +336,10 @@ mod tests {
         assert_eq!(got.head.budget_deadline, sent.head.budget_deadline);
         assert_eq!(got.head.call_id, Some(u128::MAX - 5));
         assert_eq!(got.head.pinned, Some(77));
+        assert_eq!(
+            got.trace(),
+            TraceParent::new(u128::MAX - 1, u64::MAX - 2, true)
+        );
     }
 
     #[test]
@@ -490,6 +502,7 @@ mod properties {
                         ..Head::default()
                     },
                     attempt: AtomicU32::new(attempt),
+                    span: Default::default(),
                 };
                 let frame = RequestFrame(Arc::new(sent.clone()));
                 let mut codec = Bincode::<RequestFrame, RequestFrame>::default();
