@@ -37,8 +37,16 @@ pub fn init(dir: &Path, cluster: &str) -> Result<(), IdentityError> {
 }
 
 /// `cluster issue`: a certificate and key for `node` in `dir`, from its `ca.pem` and
-/// `ca.key`.
-pub fn issue(dir: &Path, node: &str, days: u32) -> Result<(), IdentityError> {
+/// `ca.key`; an existing pair of that name is replaced only if `replace`.
+pub fn issue(dir: &Path, node: &str, days: u32, replace: bool) -> Result<(), IdentityError> {
+    let cert = dir.join(format!("{node}.pem"));
+    if !replace && cert.exists() {
+        // A second `issue` under a name in use would swap a running node's key under it.
+        return Err(IdentityError::Invalid(format!(
+            "{} already exists: refusing to replace `{node}`'s certificate and key (give --force to renew them)",
+            cert.display()
+        )));
+    }
     let ca = Authority::from_dir(dir)?;
     let (cert, key) = ca.issue_pem(node, days)?;
     write(&dir.join(format!("{node}.pem")), &cert, false)?;

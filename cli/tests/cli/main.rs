@@ -75,6 +75,7 @@ pub trait Orders {
 #[derive(Default)]
 pub struct Shop {
     placed: AtomicU64,
+    slow_started: AtomicU64,
 }
 
 impl Orders for &'static Shop {
@@ -99,6 +100,7 @@ impl Orders for &'static Shop {
     }
 
     async fn slow(&self, ms: u64) -> u64 {
+        self.slow_started.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(ms)).await;
         ms
     }
@@ -120,6 +122,14 @@ async fn nodes_services_and_describe_show_the_registry() {
     assert_eq!(nodes[1]["services"], json!(["orders"]));
     assert_eq!(nodes[1]["state"], "live");
     assert_eq!(nodes[1]["addr"], cluster.addr_of_a().to_string());
+    // Generations are past 2^53: text, so that JavaScript and jq keep every digit.
+    assert!(
+        nodes[1]["generation"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .is_ok()
+    );
 
     let text = cluster.cli(&["services"]).await.ok();
     let lines: Vec<&str> = text.lines().collect();
@@ -156,20 +166,21 @@ async fn nodes_services_and_describe_show_the_registry() {
     let options = &place["options"];
     assert_eq!(
         options["timeout"],
-        json!({"value": "1s", "from": "function"})
+        json!({"value": 1000, "text": "1s", "from": "function"})
     );
     assert_eq!(
         options["retry_budget"],
-        json!({"value": "5s", "from": "service"})
+        json!({"value": 5000, "text": "5s", "from": "service"})
     );
     assert_eq!(
         options["retry_after"],
-        json!({"value": "20ms", "from": "service"})
+        json!({"value": 20, "text": "20ms", "from": "service"})
     );
     assert_eq!(
         options["hedge_max"],
-        json!({"value": "0", "from": "default"})
+        json!({"value": 0, "text": "0", "from": "default"})
     );
+    assert_eq!(options["hedge_after"]["text"], "off");
     assert_eq!(version["functions"][1]["idempotent"], true);
     let text = cluster.cli(&["describe", "orders"]).await.ok();
     assert!(
@@ -182,7 +193,7 @@ async fn nodes_services_and_describe_show_the_registry() {
     );
 
     let unknown = cluster.cli(&["describe", "payments"]).await;
-    assert_eq!(unknown.code, 2);
+    assert_eq!(unknown.code, 1, "not there now: a failure, not a misuse");
     assert!(
         unknown
             .stderr
@@ -230,6 +241,10 @@ async fn call_sends_json_by_the_shape_and_prints_the_answer() {
     let refused: Value = serde_json::from_str(&refused.stdout).unwrap();
     assert_eq!(refused["error"]["kind"], "app");
     assert_eq!(refused["error"]["value"], "the order of bob has no lines");
+    // Every key, whatever the kind: a script reads them without asking first.
+    for key in ["reason", "detail", "message", "may_have_run", "transient"] {
+        assert!(refused["error"].get(key).is_some(), "{key} in {refused}");
+    }
     assert_eq!(refused["report"]["call"], "orders.place/1");
     assert_eq!(refused["report"]["attempts"].as_array().unwrap().len(), 1);
     let said = cluster
@@ -347,6 +362,7 @@ async fn a_call_that_times_out_fails_with_its_typed_error_and_report() {
     assert_eq!(failed["error"]["kind"], "rpc", "{failed}");
     assert_eq!(failed["error"]["reason"], "timeout", "{failed}");
     assert_eq!(failed["error"]["may_have_run"], true, "{failed}");
+    assert_eq!(failed["error"]["value"], Value::Null, "{failed}");
     let attempts = failed["report"]["attempts"].as_array().unwrap();
     assert!(attempts.len() >= 2, "{failed}");
     assert_eq!(attempts[1]["kind"], "retry", "{failed}");
@@ -446,4 +462,49 @@ async fn who_may_join_and_misuse() {
         bad_duration.stderr
     );
     cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_that_goes_away_or_a_ctrl_c_ends_the_command_cleanly() {
+    let cluster = Cluster::start().await;
+    // `cluster describe orders | head -1`: stdout closed early is no panic.
+    let mut describe = cluster.spawn(&["describe", "orders"]);
+    let first = describe.raw_line().await;
+    assert_eq!(first, "orders 2.1.0 (wire 2)");
+    describe.close_stdout();
+    assert_eq!(describe.wait().await, Some(0));
+
+    // SIGTERM in the middle of a call: it stops, the node leaves cleanly, exit 130.
+    let slow = cluster.spawn(&["call", "orders.slow", "[10000]"]);
+    let mut changes = cluster.registry_changes();
+    cluster.until_slow_started().await;
+    let stopped = slow.stop().await;
+    assert_eq!(stopped, Some(130));
+    // A clean leave: out of the seed's copy at once, not after failure detection.
+    tokio::time::timeout(Duration::from_secs(1), cluster.until_nodes(2, &mut changes))
+        .await
+        .expect("the interrupted command left cleanly");
+    cluster.stop().await;
+}
+
+#[test]
+fn issue_refuses_to_replace_a_certificate_unless_forced() {
+    let dir = std::env::temp_dir().join(format!("cluster-cli-issue-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    cluster_cli::secrets::init(&dir, "t").unwrap();
+    cluster_cli::secrets::issue(&dir, "n-1", 1, false).unwrap();
+    let key = std::fs::read(dir.join("n-1.key")).unwrap();
+    let again = cluster_cli::secrets::issue(&dir, "n-1", 1, false).unwrap_err();
+    assert!(
+        again.to_string().contains("give --force to renew"),
+        "{again}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("n-1.key")).unwrap(),
+        key,
+        "the key was kept"
+    );
+    cluster_cli::secrets::issue(&dir, "n-1", 1, true).unwrap();
+    assert_ne!(std::fs::read(dir.join("n-1.key")).unwrap(), key, "renewed");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

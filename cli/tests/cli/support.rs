@@ -68,10 +68,10 @@ impl Cluster {
         let (certs, other) = (Scratch::new(), Scratch::new());
         cluster_cli::secrets::init(&certs.0, "test").expect("init");
         for name in ["shop-a", "shop-b", "ops"] {
-            cluster_cli::secrets::issue(&certs.0, name, 1).expect("issue");
+            cluster_cli::secrets::issue(&certs.0, name, 1, false).expect("issue");
         }
         cluster_cli::secrets::init(&other.0, "other").expect("init");
-        cluster_cli::secrets::issue(&other.0, "stranger", 1).expect("issue");
+        cluster_cli::secrets::issue(&other.0, "stranger", 1, false).expect("issue");
         let shop: &'static Shop = Box::leak(Box::default());
         let (a, seed) = start_node(&certs.0, "shop-a", &[]).await;
         let (b, _) = start_node(&certs.0, "shop-b", &[seed]).await;
@@ -158,7 +158,42 @@ impl Cluster {
             .spawn()
             .expect("cluster runs");
         let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        Running { child, lines }
+        Running {
+            child,
+            lines: Some(lines),
+        }
+    }
+
+    /// The seed's registry changes, to wait on.
+    pub(crate) fn registry_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.a.registry().changes()
+    }
+
+    /// Waits until a call of `slow` has started on a provider.
+    pub(crate) async fn until_slow_started(&self) {
+        let shop = self.shop;
+        tokio::time::timeout(PATIENCE, async {
+            while shop.slow_started.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the call reached its handler");
+    }
+
+    /// Waits until the seed's copy holds `n` nodes.
+    pub(crate) async fn until_nodes(
+        &self,
+        n: usize,
+        changes: &mut tokio::sync::watch::Receiver<u64>,
+    ) {
+        tokio::time::timeout(PATIENCE, async {
+            while self.a.registry().nodes().len() != n {
+                changes.changed().await.expect("registry runs");
+            }
+        })
+        .await
+        .expect("the node count in time");
     }
 
     /// `shop-b` leaves cleanly.
@@ -234,18 +269,47 @@ impl Run {
 /// A `cluster` process still running.
 pub(crate) struct Running {
     child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
+    lines: Option<Lines<BufReader<ChildStdout>>>,
 }
 
 impl Running {
     /// Its next line of stdout, as JSON.
     pub(crate) async fn line(&mut self) -> Value {
-        let line = tokio::time::timeout(PATIENCE, self.lines.next_line())
-            .await
-            .expect("a line in time")
-            .expect("stdout reads")
-            .expect("a line before the end");
+        let line = tokio::time::timeout(
+            PATIENCE,
+            self.lines.as_mut().expect("stdout open").next_line(),
+        )
+        .await
+        .expect("a line in time")
+        .expect("stdout reads")
+        .expect("a line before the end");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Its next line of stdout, as it is.
+    pub(crate) async fn raw_line(&mut self) -> String {
+        tokio::time::timeout(
+            PATIENCE,
+            self.lines.as_mut().expect("stdout open").next_line(),
+        )
+        .await
+        .expect("a line in time")
+        .expect("stdout reads")
+        .expect("a line before the end")
+    }
+
+    /// Stops reading its stdout, as `head` does once it has its lines.
+    pub(crate) fn close_stdout(&mut self) {
+        self.lines = None;
+    }
+
+    /// Its exit code, once it ends.
+    pub(crate) async fn wait(mut self) -> Option<i32> {
+        tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("ends")
+            .expect("waits")
+            .code()
     }
 
     /// Sends it SIGTERM, as a shell's ctrl-c would end it; its exit code.

@@ -83,6 +83,9 @@ pub(crate) enum Command {
         /// How long the certificate is valid, in days
         #[arg(long, value_name = "N", default_value_t = 365)]
         days: u32,
+        /// Replace an existing certificate and key of that name (to renew them)
+        #[arg(long)]
+        force: bool,
     },
     /// Print a new gossip key, in hex: a line for gossip.key, to rotate keys
     Key,
@@ -112,11 +115,14 @@ pub(crate) struct CallArgs {
     #[arg(long = "version", value_name = "REQ")]
     pub(crate) requirement: Option<semver::VersionReq>,
     /// The per-attempt timeout, over the provider's (e.g. 500ms, 5s, 2m)
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", value_parser = positive)]
     pub(crate) timeout: Option<Duration>,
     /// The whole call's budget, all attempts and pauses, over the provider's
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", value_parser = positive)]
     pub(crate) budget: Option<Duration>,
+    /// How long to wait for a provider to register when none is there yet (within the budget)
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) wait_for_provider: Option<Duration>,
     /// One attempt, whatever happens
     #[arg(long)]
     pub(crate) no_retry: bool,
@@ -149,7 +155,8 @@ pub(crate) struct JoinArgs {
         value_name = "ID"
     )]
     pub(crate) cluster_id: Option<String>,
-    /// A node's gossip address to join through (repeatable)
+    /// A node's gossip address (UDP; what `cluster-node` prints as `gossip=`, not the call
+    /// address `cluster nodes` shows) to join through (repeatable)
     #[arg(
         long = "seed",
         global = true,
@@ -164,8 +171,8 @@ pub(crate) struct JoinArgs {
     /// The address the nodes gossip back to (needed with a wildcard --gossip-listen)
     #[arg(long, global = true, value_name = "IP:PORT")]
     pub(crate) gossip_advertise: Option<SocketAddr>,
-    /// The longest wait for the registry copy to fill
-    #[arg(long, global = true, value_name = "DURATION", value_parser = duration, default_value = "5s")]
+    /// The longest wait to join and for the registry copy to fill, from the start
+    #[arg(long, global = true, value_name = "DURATION", value_parser = positive, default_value = "5s")]
     pub(crate) wait: Duration,
 }
 
@@ -186,6 +193,14 @@ fn duration(text: &str) -> Result<Duration, String> {
         _ => return Err(format!("`{unit}` is not a unit: ms, s, m or h")),
     };
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
+}
+
+/// A duration above zero: a zero timeout or budget would fail every attempt at once.
+fn positive(text: &str) -> Result<Duration, String> {
+    match duration(text)? {
+        Duration::ZERO => Err(format!("`{text}` is zero: give a duration above it")),
+        d => Ok(d),
+    }
 }
 
 /// `KEY=VALUE`.

@@ -10,7 +10,8 @@
 //! 4. The answer is decoded as any MessagePack value and printed as JSON; a function returning
 //!    `Result` (an enum of `Ok` and `Err`) prints its `Ok`, and its `Err` fails the command.
 
-use std::io::Read;
+use std::io::{IsTerminal, Read};
+use std::time::Duration;
 
 use cluster::service::shape::{Content, Shape};
 use cluster::{CallError, CallReport, Client, FunctionDescription, Node, ServiceDescription};
@@ -20,14 +21,43 @@ use serde_json::{Value, json};
 use crate::Failure;
 use crate::args::CallArgs;
 
-pub(crate) async fn call(node: &Node, args: CallArgs, json: bool) -> Result<(), Failure> {
+/// How long a call goes unanswered before `cluster` says it is still at it (at a terminal).
+const SLOW: Duration = Duration::from_secs(2);
+
+/// What `call` checks before joining: a malformed target or JSON fails at once.
+pub(crate) struct Prepared {
+    args: CallArgs,
+    service: String,
+    function: String,
+    input: Value,
+}
+
+/// The target split and the JSON read, before anything joins.
+pub(crate) fn prepare(args: CallArgs) -> Result<Prepared, Failure> {
     let Some((service, function)) = args.target.rsplit_once('.') else {
         return Err(Failure::Usage(format!(
-            "`{}` is not SERVICE.FUNCTION",
+            "`{0}` is not SERVICE.FUNCTION (`cluster describe {0}` lists a service's functions)",
             args.target
         )));
     };
+    let (service, function) = (service.to_owned(), function.to_owned());
     let input = read_arguments(&args.args)?;
+    Ok(Prepared {
+        args,
+        service,
+        function,
+        input,
+    })
+}
+
+pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<(), Failure> {
+    let Prepared {
+        args,
+        service,
+        function,
+        input,
+    } = prepared;
+    let (service, function) = (service.as_str(), function.as_str());
     let (description, index) = find(node, service, function, args.requirement.as_ref())?;
     let described = &description.functions[index];
     let wire = match &described.shape {
@@ -69,10 +99,25 @@ pub(crate) async fn call(node: &Node, args: CallArgs, json: bool) -> Result<(), 
     if args.no_retry {
         call = call.no_retry();
     }
+    if let Some(wait) = args.wait_for_provider {
+        call = call.wait_for_provider(wait);
+    }
     for (key, value) in args.metadata {
         call = call.metadata(key, value);
     }
-    match call.reported().await {
+    let answered = call.reported();
+    tokio::pin!(answered);
+    // A call that retries for its whole budget is silent for that long: at a terminal, say so.
+    let answered = tokio::select! {
+        answered = &mut answered => answered,
+        () = tokio::time::sleep(SLOW) => {
+            if std::io::stderr().is_terminal() {
+                eprintln!("cluster: no answer yet after {SLOW:?}; retrying within the call's budget (ctrl-c to give up)");
+            }
+            answered.await
+        }
+    };
+    match answered {
         Ok((answer, report)) => {
             let answer = answer.to_json();
             let (answer, app_error) = match (returns_result, answer) {
@@ -92,12 +137,9 @@ pub(crate) async fn call(node: &Node, args: CallArgs, json: bool) -> Result<(), 
                 if args.report {
                     out["report"] = report_json(&report);
                 }
-                println!("{out}");
+                crate::out::line(out);
             } else {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&answer).unwrap_or_default()
-                );
+                crate::out::line(serde_json::to_string_pretty(&answer).unwrap_or_default());
                 if args.report {
                     eprintln!("{}", report_text(&report));
                 }
@@ -132,8 +174,9 @@ fn find(
 ) -> Result<(ServiceDescription, usize), Failure> {
     let entries = node.registry().lookup(service);
     if entries.is_empty() {
-        return Err(Failure::Usage(format!(
-            "no service `{service}` in the registry (`cluster services` lists them)"
+        return Err(Failure::Failed(format!(
+            "no service `{service}` in the registry (`cluster services` lists them; \
+             --wait-for-provider waits for one)"
         )));
     }
     let mut candidates: Vec<_> = entries
@@ -196,25 +239,25 @@ fn returns_result(function: &FunctionDescription) -> bool {
 
 /// The provider's own `Err`: exit 1, said as the typed client would say it.
 fn app_failure(error: &Value, report: &CallReport, json: bool) -> Failure {
-    if json {
-        println!(
-            "{}",
-            json!({
-                "error": {"kind": "app", "value": error, "may_have_run": true, "transient": false},
-                "report": report_json(report),
-            })
-        );
-        return Failure::Failed(String::new());
-    }
     let to = report
         .provider
         .as_ref()
         .map_or_else(String::new, |p| format!(" to {p}"));
-    Failure::Failed(format!(
-        "the call {}{to} returned an error: {error}\n{}",
-        report.call,
-        report_text(report)
-    ))
+    let message = format!("the call {}{to} returned an error: {error}", report.call);
+    if json {
+        crate::out::line(error_json(
+            "app",
+            None,
+            None,
+            &message,
+            true,
+            false,
+            error.clone(),
+            report,
+        ));
+        return Failure::Failed(String::new());
+    }
+    Failure::Failed(format!("{message}\n{}", report_text(report)))
 }
 
 /// The framework's error: exit 1, its message (which carries its report) or its JSON.
@@ -223,25 +266,48 @@ fn call_failure(error: &CallError<std::convert::Infallible>, json: bool) -> Fail
         return Failure::Failed(error.to_string());
     }
     let (kind, reason, detail) = match error {
-        CallError::Service(e) => ("service", e.reason().as_str(), e.detail().to_owned()),
-        CallError::Rpc(e) => ("rpc", e.kind().as_str(), e.detail().to_owned()),
-        _ => ("app", "", String::new()),
+        CallError::Service(e) => ("service", e.reason().as_str(), e.detail()),
+        CallError::Rpc(e) => ("rpc", e.kind().as_str(), e.detail()),
+        _ => ("app", "", ""),
     };
-    println!(
-        "{}",
-        json!({
-            "error": {
-                "kind": kind,
-                "reason": reason,
-                "detail": detail,
-                "message": error.to_string(),
-                "may_have_run": error.may_have_run(),
-                "transient": error.is_transient(),
-            },
-            "report": report_json(error.report()),
-        })
-    );
+    crate::out::line(error_json(
+        kind,
+        Some(reason),
+        Some(detail),
+        &error.to_string(),
+        error.may_have_run(),
+        error.is_transient(),
+        Value::Null,
+        error.report(),
+    ));
     Failure::Failed(String::new())
+}
+
+/// A failed call as JSON: every key always present (`null` when it does not apply), so that a
+/// script reads `error.reason` without asking first whether it is there.
+#[allow(clippy::too_many_arguments)]
+fn error_json(
+    kind: &str,
+    reason: Option<&str>,
+    detail: Option<&str>,
+    message: &str,
+    may_have_run: bool,
+    transient: bool,
+    value: Value,
+    report: &CallReport,
+) -> Value {
+    json!({
+        "error": {
+            "kind": kind,
+            "reason": reason,
+            "detail": detail.filter(|d| !d.is_empty()),
+            "message": message,
+            "may_have_run": may_have_run,
+            "transient": transient,
+            "value": value,
+        },
+        "report": report_json(report),
+    })
 }
 
 /// Milliseconds, to the microsecond.

@@ -43,7 +43,7 @@ pub(crate) fn describe(node: &Node, service: &str, json: bool) -> Result<(), Fai
             .collect();
         known.sort();
         known.dedup();
-        return Err(Failure::Usage(format!(
+        return Err(Failure::Failed(format!(
             "no service `{service}` in the registry; it holds: {}",
             if known.is_empty() {
                 "none".to_owned()
@@ -58,12 +58,14 @@ pub(crate) fn describe(node: &Node, service: &str, json: bool) -> Result<(), Fai
             .iter()
             .map(|(d, providers)| version_json(d, providers))
             .collect();
-        println!("{}", json!({ "service": service, "versions": versions }));
+        crate::out::line(json!({ "service": service, "versions": versions }));
         return Ok(());
     }
-    for (description, providers) in &groups {
-        print_version(description, providers);
-    }
+    let text: String = groups
+        .iter()
+        .map(|(description, providers)| version_text(description, providers))
+        .collect();
+    crate::out::text(&text);
     Ok(())
 }
 
@@ -95,29 +97,44 @@ fn resolved(description: &ServiceDescription, function: &FunctionDescription) ->
     ])
 }
 
-/// Each option's value as text, in the order of [`OPTIONS`].
-fn values(o: &ResolvedOptions) -> [String; 14] {
-    let d = |d: Duration| human(d);
+/// Each option's value, in the order of [`OPTIONS`]: as text for people (a hedge that is off
+/// says so rather than show its unused pause), and as JSON (durations in milliseconds).
+fn values(o: &ResolvedOptions) -> [(String, Value); 14] {
+    let d = |d: Duration| (human(d), millis(d));
+    let plain = |v: Value| (v.to_string(), v);
+    let max_after = if o.retry.max_after == Duration::MAX {
+        ("none".to_owned(), Value::Null)
+    } else {
+        d(o.retry.max_after)
+    };
+    let hedge_after = match o.hedge.max {
+        0 => ("off".to_owned(), d(o.hedge.after).1),
+        _ => d(o.hedge.after),
+    };
     [
         d(o.timeout),
-        o.retry.enabled.to_string(),
+        plain(json!(o.retry.enabled)),
         d(o.retry.after),
-        if o.retry.max_after == Duration::MAX {
-            "none".to_owned()
-        } else {
-            d(o.retry.max_after)
-        },
-        o.retry.factor.to_string(),
-        o.retry.jitter.to_string(),
+        max_after,
+        plain(json!(o.retry.factor)),
+        plain(json!(o.retry.jitter)),
         d(o.retry.budget),
         d(o.wait_for_provider),
-        o.retry.overloaded.to_string(),
-        o.retry.ratio.to_string(),
+        plain(json!(o.retry.overloaded)),
+        plain(json!(o.retry.ratio)),
         d(o.retry.window),
-        o.retry.floor.to_string(),
-        d(o.hedge.after),
-        o.hedge.max.to_string(),
+        plain(json!(o.retry.floor)),
+        hedge_after,
+        plain(json!(o.hedge.max)),
     ]
+}
+
+/// Milliseconds as JSON: an integer when whole.
+fn millis(d: Duration) -> Value {
+    match u64::try_from(d.as_millis()) {
+        Ok(ms) if d.subsec_nanos().is_multiple_of(1_000_000) => json!(ms),
+        _ => json!(d.as_secs_f64() * 1000.0),
+    }
 }
 
 /// `250ms`, `5s`, `1.5s`, `2m`, `3h`.
@@ -125,9 +142,9 @@ fn human(d: Duration) -> String {
     let ms = d.as_millis();
     match ms {
         ms if ms < 1000 => format!("{ms}ms"),
-        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+        ms if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
+        ms if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
         _ => format!(
             "{}s",
             format!("{:.3}", d.as_secs_f64()).trim_end_matches('0')
@@ -158,32 +175,40 @@ fn flags(function: &FunctionDescription) -> String {
     flags.join(", ")
 }
 
-fn print_version(description: &ServiceDescription, providers: &[Arc<ServiceEntry>]) {
+fn version_text(description: &ServiceDescription, providers: &[Arc<ServiceEntry>]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     let compat = description
         .compat
         .as_ref()
         .map_or_else(String::new, |c| format!(", serves clients of {c}"));
-    println!(
+    let _ = writeln!(
+        out,
         "{} {} (wire {}{compat})",
         description.name, description.version, description.wire
     );
-    println!("  providers:");
+    let _ = writeln!(out, "  providers:");
     for p in providers {
-        println!("    {} {} {}", p.node.name, p.node.addr, health(p));
+        let _ = writeln!(out, "    {} {} {}", p.node.name, p.node.addr, health(p));
     }
     for function in &description.functions {
-        println!("  {}  [{}]", function.signature, flags(function));
+        let _ = writeln!(out, "  {}  [{}]", function.signature, flags(function));
         if let Some(shape) = &function.shape {
-            println!("    shape  {shape}");
+            let _ = writeln!(out, "    shape  {shape}");
         }
         let options = resolved(description, function);
         let values = values(&options);
         let width = OPTIONS.iter().map(|n| n.len()).max().unwrap_or(0);
-        let value_width = values.iter().map(String::len).max().unwrap_or(0);
-        for ((name, value), from) in OPTIONS.iter().zip(&values).zip(options.sources) {
-            println!("    {name:width$}  {value:value_width$}  {}", source(from));
+        let value_width = values.iter().map(|(text, _)| text.len()).max().unwrap_or(0);
+        for ((name, (value, _)), from) in OPTIONS.iter().zip(&values).zip(options.sources) {
+            let _ = writeln!(
+                out,
+                "    {name:width$}  {value:value_width$}  {}",
+                source(from)
+            );
         }
     }
+    out
 }
 
 fn version_json(description: &ServiceDescription, providers: &[Arc<ServiceEntry>]) -> Value {
@@ -197,8 +222,9 @@ fn version_json(description: &ServiceDescription, providers: &[Arc<ServiceEntry>
                 .iter()
                 .zip(values)
                 .zip(options.sources)
-                .map(|((name, value), from)| {
-                    ((*name).to_owned(), json!({ "value": value, "from": source(from) }))
+                .map(|((name, (text, value)), from)| {
+                    let option = json!({ "value": value, "text": text, "from": source(from) });
+                    ((*name).to_owned(), option)
                 })
                 .collect();
             json!({

@@ -33,8 +33,23 @@ impl Joined {
 
 /// Starts the node and waits for its copy of the registry to fill.
 pub(crate) async fn join(args: &JoinArgs) -> Result<Joined, Failure> {
+    // `--wait` counts from here: starting the node (its name claim takes a few rounds) is part
+    // of the wait.
+    let give_up = Instant::now() + args.wait;
     if args.seeds.is_empty() {
         misuse("no seed: give --seed HOST:PORT (a node's gossip address) or CLUSTER_SEEDS");
+    }
+    for seed in &args.seeds {
+        check_seed(seed).await?;
+    }
+    if let Some(dir) = &args.certs
+        && !dir.join("ca.pem").exists()
+    {
+        return Err(Failure::Usage(format!(
+            "{} holds no cluster (no ca.pem): give the directory `cluster init` wrote, with a \
+             certificate from `cluster issue`",
+            dir.display()
+        )));
     }
     let mut gossip = GossipConfig::new().seeds(args.seeds.iter());
     if let Some(listen) = args.gossip_listen {
@@ -95,18 +110,33 @@ pub(crate) async fn join(args: &JoinArgs) -> Result<Joined, Failure> {
             e => Failure::Failed(format!("cannot join: {e}")),
         })?;
     let joined = Joined { node };
-    if let Err(e) = settle(&joined.node, args).await {
+    if let Err(e) = settle(&joined.node, args, give_up).await {
         joined.leave().await;
         return Err(e);
     }
     Ok(joined)
 }
 
-/// Waits until the copy holds another node and has been quiet for [`QUIET`], at most `--wait`.
-async fn settle(node: &Node, args: &JoinArgs) -> Result<(), Failure> {
+/// A seed must be HOST:PORT and resolve: said at once, rather than as a seed that never
+/// answers after the whole wait.
+async fn check_seed(seed: &str) -> Result<(), Failure> {
+    match tokio::net::lookup_host(seed).await {
+        Ok(mut addrs) => match addrs.next() {
+            Some(_) => Ok(()),
+            None => Err(Failure::Usage(format!(
+                "the seed `{seed}` resolves to no address"
+            ))),
+        },
+        Err(e) => Err(Failure::Usage(format!(
+            "the seed `{seed}` is not a HOST:PORT that resolves ({e}): give a node's gossip address"
+        ))),
+    }
+}
+
+/// Waits until the copy holds another node and has been quiet for [`QUIET`], until `give_up`.
+async fn settle(node: &Node, args: &JoinArgs, give_up: Instant) -> Result<(), Failure> {
     let registry = node.registry();
     let mut changes = registry.changes();
-    let give_up = Instant::now() + args.wait;
     let mut quiet_from = Instant::now();
     loop {
         let others = registry.nodes().iter().any(|n| n.name != node.name());
@@ -116,7 +146,12 @@ async fn settle(node: &Node, args: &JoinArgs) -> Result<(), Failure> {
         }
         if Instant::now() >= give_up {
             if others {
-                // Still changing at the deadline: show what is there, as it is.
+                // Still changing at the deadline: show what is there, and say it may be partial.
+                eprintln!(
+                    "cluster: the registry copy was still filling when --wait ({:?}) ended: what \
+                     follows may be partial",
+                    args.wait
+                );
                 return Ok(());
             }
             return Err(Failure::Failed(format!(

@@ -18,9 +18,12 @@ mod args;
 mod call;
 mod describe;
 mod join;
+mod out;
 mod show;
 mod table;
 mod watch;
+
+use std::io::IsTerminal;
 
 use clap::{CommandFactory, Parser, error::ErrorKind};
 
@@ -33,8 +36,10 @@ pub(crate) enum Failure {
     /// printed, as JSON, when the message is empty.
     Failed(String),
     /// Exit 2: what was asked cannot be done as asked (a file that cannot be read, an unknown
-    /// service or function, arguments that do not fit).
+    /// function, arguments that do not fit).
     Usage(String),
+    /// Exit 130, as a shell reports a command ended by ctrl-c: stopped before it was done.
+    Interrupted,
 }
 
 /// A misuse clap cannot see in the options alone, said as clap says its own: exit code 2.
@@ -54,40 +59,9 @@ async fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let json = cli.json;
-    let done = match cli.command {
-        Command::Init { cluster, dir } => cluster_cli::secrets::init(&dir, &cluster)
-            .map(|()| {
-                println!(
-                    "cluster `{cluster}`: wrote {0}/ca.pem, {0}/ca.key (keep it off the nodes) and {0}/gossip.key; next: cluster issue --dir {0} --node NAME",
-                    dir.display()
-                )
-            })
-            .map_err(|e| Failure::Failed(e.to_string())),
-        Command::Issue { dir, node, days } => cluster_cli::secrets::issue(&dir, &node, days)
-            .map(|()| println!("`{node}`: wrote {0}/{node}.pem and {0}/{node}.key", dir.display()))
-            .map_err(|e| Failure::Failed(e.to_string())),
-        Command::Key => {
-            println!("{}", cluster::GossipKey::generate().to_hex());
-            Ok(())
-        }
-        command => match join::join(&cli.join).await {
-            Ok(joined) => {
-                let done = match command {
-                    Command::Nodes => show::nodes(&joined.node, json),
-                    Command::Services { node } => show::services(&joined.node, node.as_deref(), json),
-                    Command::Describe { service } => describe::describe(&joined.node, &service, json),
-                    Command::Call(args) => call::call(&joined.node, args, json).await,
-                    Command::Watch => watch::watch(&joined.node, json).await,
-                    Command::Init { .. } | Command::Issue { .. } | Command::Key => unreachable!("answered above"),
-                };
-                joined.leave().await;
-                done
-            }
-            Err(e) => Err(e),
-        },
-    };
+    let done = run(cli).await;
     match done {
         Ok(()) => {}
         Err(Failure::Failed(message)) => {
@@ -100,5 +74,119 @@ async fn main() {
             eprintln!("cluster: {message}");
             std::process::exit(2);
         }
+        Err(Failure::Interrupted) => {
+            eprintln!("cluster: interrupted; left the cluster cleanly");
+            std::process::exit(130);
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let json = cli.json;
+    let command = match cli.command {
+        Command::Init { cluster, dir } => {
+            return cluster_cli::secrets::init(&dir, &cluster)
+                .map(|()| {
+                    out::line(format_args!(
+                        "cluster `{cluster}`: wrote {0}/ca.pem, {0}/ca.key (keep it off the nodes) and {0}/gossip.key; next: cluster issue --dir {0} --node NAME",
+                        dir.display()
+                    ));
+                })
+                .map_err(|e| Failure::Failed(e.to_string()));
+        }
+        Command::Issue {
+            dir,
+            node,
+            days,
+            force,
+        } => {
+            return cluster_cli::secrets::issue(&dir, &node, days, force)
+                .map(|()| {
+                    out::line(format_args!(
+                        "`{node}`: wrote {0}/{node}.pem and {0}/{node}.key",
+                        dir.display()
+                    ));
+                })
+                .map_err(|e| Failure::Failed(e.to_string()));
+        }
+        Command::Key => {
+            out::line(cluster::GossipKey::generate().to_hex());
+            return Ok(());
+        }
+        command => command,
+    };
+    let watching = matches!(command, Command::Watch);
+    // Listening from the start: a ctrl-c while joining is not the default's abrupt exit.
+    let mut stop = Stop::install();
+    // What can be refused without the cluster is refused before joining it.
+    let work = match command {
+        Command::Call(args) => Work::Call(call::prepare(args)?),
+        command => Work::Read(command),
+    };
+    let joined = tokio::select! {
+        joined = join::join(&cli.join) => joined?,
+        () = stop.wait() => return Err(Failure::Interrupted),
+    };
+    let node = &joined.node;
+    let work = async {
+        match work {
+            Work::Call(prepared) => call::call(node, prepared, json).await,
+            Work::Read(Command::Nodes) => show::nodes(node, json),
+            Work::Read(Command::Services { node: only }) => {
+                show::services(node, only.as_deref(), json)
+            }
+            Work::Read(Command::Describe { service }) => describe::describe(node, &service, json),
+            Work::Read(Command::Watch) => watch::watch(node, json).await,
+            Work::Read(_) => unreachable!("answered before joining"),
+        }
+    };
+    // Ctrl-c or SIGTERM: the command stops, and the node still leaves cleanly. For `watch`
+    // that is how it ends.
+    let done = tokio::select! {
+        done = work => done,
+        () = stop.wait() => if watching { Ok(()) } else { Err(Failure::Interrupted) },
+    };
+    joined.leave().await;
+    done
+}
+
+/// A command that needs the cluster.
+enum Work {
+    /// A call, its target and JSON already checked.
+    Call(call::Prepared),
+    /// A command that reads the registry copy.
+    Read(Command),
+}
+
+/// Ctrl-c or SIGTERM, listened for from when it is installed.
+struct Stop {
+    #[cfg(unix)]
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Stop {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let signals = signal(SignalKind::interrupt())
+                .and_then(|interrupt| Ok((interrupt, signal(SignalKind::terminate())?)))
+                .ok();
+            Self { signals }
+        }
+        #[cfg(not(unix))]
+        Self {}
+    }
+
+    async fn wait(&mut self) {
+        #[cfg(unix)]
+        if let Some((interrupt, terminate)) = &mut self.signals {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            return;
+        }
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

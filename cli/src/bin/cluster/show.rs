@@ -23,7 +23,8 @@ pub(crate) fn nodes(node: &Node, json: bool) -> Result<(), Failure> {
                 json!({
                     "name": n.name,
                     "addr": n.addr.to_string(),
-                    "generation": n.generation,
+                    // As text: past 2^53, a JSON number loses digits in JavaScript and jq.
+                    "generation": n.generation.to_string(),
                     "wire": n.wire.map(|(low, high)| [low, high]),
                     "max_frame": n.max_frame,
                     "state": state(&of(&n.name)),
@@ -32,7 +33,7 @@ pub(crate) fn nodes(node: &Node, json: bool) -> Result<(), Failure> {
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(list));
+        crate::out::line(serde_json::Value::Array(list));
         return Ok(());
     }
     let rows: Vec<Vec<String>> = nodes
@@ -57,13 +58,10 @@ pub(crate) fn nodes(node: &Node, json: bool) -> Result<(), Failure> {
             ]
         })
         .collect();
-    print!(
-        "{}",
-        table(
-            &["NODE", "ADDRESS", "GENERATION", "WIRE", "STATE", "SERVICES"],
-            &rows
-        )
-    );
+    crate::out::text(&table(
+        &["NODE", "ADDRESS", "GENERATION", "WIRE", "STATE", "SERVICES"],
+        &rows,
+    ));
     Ok(())
 }
 
@@ -97,7 +95,7 @@ pub(crate) fn services(node: &Node, only: Option<&str>, json: bool) -> Result<()
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(list));
+        crate::out::line(serde_json::Value::Array(list));
         return Ok(());
     }
     let rows: Vec<Vec<String>> = entries
@@ -119,20 +117,17 @@ pub(crate) fn services(node: &Node, only: Option<&str>, json: bool) -> Result<()
             ]
         })
         .collect();
-    print!(
-        "{}",
-        table(
-            &[
-                "SERVICE",
-                "VERSION",
-                "NODE",
-                "ADDRESS",
-                "HEALTH",
-                "FUNCTIONS"
-            ],
-            &rows
-        )
-    );
+    crate::out::text(&table(
+        &[
+            "SERVICE",
+            "VERSION",
+            "NODE",
+            "ADDRESS",
+            "HEALTH",
+            "FUNCTIONS",
+        ],
+        &rows,
+    ));
     Ok(())
 }
 

@@ -20,25 +20,21 @@ pub(crate) async fn watch(node: &Node, json: bool) -> Result<(), Failure> {
         node.registry().nodes().len(),
         node.registry().services().len(),
     );
-    if json {
-        println!(
-            "{}",
-            json!({"event": "watching", "node": node.name(), "nodes": nodes, "services": services})
-        );
+    let first = if json {
+        json!({"event": "watching", "node": node.name(), "nodes": nodes, "services": services})
+            .to_string()
     } else {
-        println!(
+        format!(
             "watching the registry as node `{}`: {nodes} nodes, {services} providers (ctrl-c to stop)",
             node.name()
-        );
+        )
+    };
+    if !crate::out::line(first) {
+        return Ok(());
     }
-    let stop = stop_signal();
-    tokio::pin!(stop);
+    // Until ctrl-c or SIGTERM (`main.rs` stops it), or until nobody reads stdout.
     loop {
-        let event = tokio::select! {
-            () = &mut stop => return Ok(()),
-            event = events.recv() => event,
-        };
-        let line = match event {
+        let line = match events.recv().await {
             Ok(event) => describe(&event),
             // The copy's event channel is bounded: a reader that falls behind loses the oldest.
             Err(RecvError::Lagged(missed)) => json!({"event": "lagged", "missed": missed}),
@@ -49,12 +45,15 @@ pub(crate) async fn watch(node: &Node, json: bool) -> Result<(), Failure> {
         let at = OffsetDateTime::now_utc()
             .format(&Rfc3339)
             .unwrap_or_default();
-        if json {
+        let written = if json {
             let mut line = line;
             line["at"] = Value::String(at);
-            println!("{line}");
+            crate::out::line(line)
         } else {
-            println!("{at}  {}", text(&line));
+            crate::out::line(format!("{at}  {}", text(&line)))
+        };
+        if !written {
+            return Ok(());
         }
     }
 }
@@ -74,7 +73,8 @@ fn describe(event: &RegistryEvent) -> Value {
             "event": if matches!(event, RegistryEvent::NodeUp(_)) { "node_up" } else { "node_down" },
             "node": n.name,
             "addr": n.addr.to_string(),
-            "generation": n.generation,
+            // As text: past 2^53, a JSON number loses digits in JavaScript and jq.
+            "generation": n.generation.to_string(),
         }),
         other => json!({"event": format!("{other:?}")}),
     }
@@ -101,7 +101,7 @@ fn text(line: &Value) -> String {
             s("event").replace('_', "-"),
             s("node"),
             s("addr"),
-            line["generation"]
+            s("generation")
         ),
         "lagged" => format!(
             "lagged        {} events missed: this reader fell behind",
@@ -109,20 +109,4 @@ fn text(line: &Value) -> String {
         ),
         other => other.to_owned(),
     }
-}
-
-/// Ctrl-c or SIGTERM.
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }

@@ -66,6 +66,9 @@ pub(crate) enum Command {
         /// How long the certificate is valid, in days
         #[arg(long, value_name = "N", default_value_t = 365)]
         days: u32,
+        /// Replace an existing certificate and key of that name (to renew them)
+        #[arg(long)]
+        force: bool,
     },
     /// Print a new gossip key, in hex: a line for gossip.key, to rotate keys
     Key,

@@ -55,8 +55,13 @@ async fn main() {
             println!("{}", cluster::GossipKey::generate().to_hex());
             Ok(())
         }
-        Command::Issue { dir, node, days } => {
-            examples::secrets::issue(&dir, &node, days).map(|()| {
+        Command::Issue {
+            dir,
+            node,
+            days,
+            force,
+        } => {
+            examples::secrets::issue(&dir, &node, days, force).map(|()| {
                 println!(
                     "node `{node}`: wrote {0}/{node}.pem and {0}/{node}.key",
                     dir.display()
