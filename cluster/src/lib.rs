@@ -136,3 +136,7 @@ struct WireDoc;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/security.md")]
 struct SecurityDoc;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/operations.md")]
+struct OperationsDoc;
