@@ -9,9 +9,13 @@
 //! cargo bench -p cluster --bench calls -- --profile ours --calls 2000 --payload 32 --in-flight 1
 //! ```
 //!
-//! `--profile raw|ours|tls|tonic` runs only calls of one side, nothing else (for
+//! `--profile raw|ours|tls|tonic|metered` runs only calls of one side, nothing else (for
 //! `valgrind --tool=callgrind`): `ours` is the call path in plaintext, `tls` over mutual TLS,
-//! `tonic` the same echo over gRPC.
+//! `tonic` the same echo over gRPC, `metered` the call path in plaintext with metrics on (both
+//! nodes recording into their own Prometheus recorders).
+//!
+//! `--metrics` compares the call path with metrics off and on, interleaved as the full run
+//! does (`docs/benchmarks.md`, "Metrics (issue 16)"); `--metrics --smoke` for a few seconds.
 
 use std::alloc::System;
 use std::sync::Arc;
@@ -317,6 +321,10 @@ fn main() {
     } else {
         FULL
     };
+    if args.iter().any(|a| a == "--metrics") {
+        runtime.block_on(metrics_cost(&plan));
+        return;
+    }
     let (rows, connections) = runtime.block_on(async {
         let bench = start().await;
         let rows = compare(&plan, &bench.sides).await;
@@ -331,13 +339,17 @@ fn main() {
 /// `calls` calls of one side only, by `in_flight` callers, after a warm-up: run it twice under
 /// callgrind with two call counts, and the difference is the cost of that many calls.
 async fn profile(side: &str, calls: usize, payload: usize, in_flight: usize) {
-    let [raw, ours, tls, tonic] = start().await.sides;
-    let side = match side {
-        "raw" => raw,
-        "ours" => ours,
-        "tls" => tls,
-        "tonic" => tonic,
-        other => panic!("--profile raw|ours|tls|tonic, not {other}"),
+    let side = if side == "metered" {
+        metered().await.0
+    } else {
+        let [raw, ours, tls, tonic] = start().await.sides;
+        match side {
+            "raw" => raw,
+            "ours" => ours,
+            "tls" => tls,
+            "tonic" => tonic,
+            other => panic!("--profile raw|ours|tls|tonic|metered, not {other}"),
+        }
     };
     let payload = ByteBuf::from(vec![7u8; payload]);
     let callers: Vec<_> = (0..in_flight)
@@ -1231,4 +1243,125 @@ fn figure_value(v: f64) -> String {
 
 fn yes(met: bool) -> &'static str {
     if met { "yes" } else { "**no**" }
+}
+
+/// The call path in plaintext with metrics on, both nodes recording into recorders of their
+/// own and serving them on a port from the OS; and the calling node, to render them.
+async fn metered() -> (Side, Node) {
+    let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let registry = MemoryRegistry::new();
+    let provider = Node::builder()
+        .name("provider")
+        .insecure()
+        .metrics(any)
+        .registry(registry.clone())
+        .start()
+        .await
+        .expect("provider starts");
+    let registration = provider
+        .serve(BenchServer::new(Echo))
+        .await
+        .expect("serves");
+    std::mem::forget((provider, registration));
+    let node = Node::builder()
+        .name("client")
+        .insecure()
+        .metrics(any)
+        .registry(registry)
+        .start()
+        .await
+        .expect("client starts");
+    let mut side = Side::Ours(BenchClient::new(&node));
+    side.echo(&ByteBuf::from(vec![7u8; 32])).await;
+    (side, node)
+}
+
+/// What metrics cost a call: the call path with metrics off and on, at 32 B, the two taking
+/// turns in short slices as in `compare`; per-round ratios on / off.
+async fn metrics_cost(plan: &Plan) {
+    let [_, off, ..] = start().await.sides;
+    let (on, node) = metered().await;
+    let sides = [off, on];
+    let payload = ByteBuf::from(vec![7u8; 32]);
+    for side in &sides {
+        latency(side, &payload, plan.warmup_calls).await;
+        throughput(side, &payload, plan.throughput_for / 4).await;
+    }
+    let allocs: Vec<(f64, f64)> = {
+        let mut a = Vec::new();
+        for side in &sides {
+            a.push(allocations(side, &payload, plan.alloc_calls).await);
+        }
+        a
+    };
+    let mut series: [Series; 2] = Default::default();
+    for round in 0..plan.rounds {
+        let mut samples: [Vec<Duration>; 2] = Default::default();
+        let mut done = [Done::default(); 2];
+        for slice in 0..SLICES {
+            for i in [slice % 2, (slice + 1) % 2] {
+                let calls = plan.latency_calls / SLICES;
+                samples[i].extend(latency(&sides[i], &payload, calls).await);
+            }
+        }
+        for slice in 0..SLICES {
+            for i in [slice % 2, (slice + 1) % 2] {
+                let d = throughput(&sides[i], &payload, plan.throughput_for / SLICES as u32).await;
+                done[i].calls += d.calls;
+                done[i].took += d.took;
+                done[i].cpu += d.cpu;
+            }
+        }
+        for ((series, mut samples), done) in series.iter_mut().zip(samples).zip(done) {
+            samples.sort_unstable();
+            let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+            series.p50.push(micros(at(0.50)));
+            series.p99.push(micros(at(0.99)));
+            series
+                .calls_per_s
+                .push(done.calls as f64 / done.took.as_secs_f64());
+            series
+                .cpu_per_call
+                .push(micros(done.cpu) / done.calls as f64);
+        }
+        eprintln!("round {} of {} done", round + 1, plan.rounds);
+    }
+    println!("\n| figure, 32 B | metrics off | metrics on | on / off (per round) |");
+    println!("|---|---|---|---|");
+    let [off, on] = &series;
+    let figures: [(&str, &[f64], &[f64]); 4] = [
+        ("p50 latency, 1 in flight (µs)", &off.p50, &on.p50),
+        ("p99 latency, 1 in flight (µs)", &off.p99, &on.p99),
+        ("calls/s, 64 in flight", &off.calls_per_s, &on.calls_per_s),
+        (
+            "CPU time per call, 64 in flight (µs)",
+            &off.cpu_per_call,
+            &on.cpu_per_call,
+        ),
+    ];
+    for (name, off, on) in figures {
+        let ((a, da), (b, db), (r, dr)) = (median(off), median(on), ratio(on, off));
+        println!(
+            "| {name} | {} (±{:.0}%) | {} (±{:.0}%) | {r:.3} (±{:.0}%) |",
+            figure_value(a),
+            da * 50.0,
+            figure_value(b),
+            db * 50.0,
+            dr * 50.0
+        );
+    }
+    println!(
+        "| allocations per call | {:.1} | {:.1} | |\n| bytes allocated per call | {:.0} | {:.0} | |",
+        allocs[0].0, allocs[1].0, allocs[0].1, allocs[1].1
+    );
+    // The metrics were recorded: the calls the run made, as the calling node counts them.
+    let text = node.render_metrics().expect("metrics on");
+    let calls = text
+        .lines()
+        .find(|l| l.starts_with("cluster_calls_total{"))
+        .unwrap_or("cluster_calls_total: missing");
+    println!(
+        "\n{rounds} rounds; the metered client counted `{calls}`",
+        rounds = plan.rounds
+    );
 }

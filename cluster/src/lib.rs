@@ -56,6 +56,7 @@
 //! `docs/benchmarks.md` (what it costs).
 #![deny(missing_docs)]
 
+mod admin;
 mod client;
 pub mod context;
 mod deadline;
@@ -65,6 +66,7 @@ mod fast_map;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod layer;
+mod meters;
 mod net;
 mod node;
 pub mod options;

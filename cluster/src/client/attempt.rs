@@ -21,6 +21,7 @@ use crate::error::report::Human;
 use crate::error::{
     AttemptKind, AttemptRecord, CallError, CallReport, Reason, RpcError, RpcErrorKind, ServiceError,
 };
+use crate::meters::Tally;
 use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source};
 use crate::registry::ServiceEntry;
 use crate::server::record::KEEP;
@@ -91,7 +92,22 @@ impl Answer {
             budget: self.budget,
             retries_off: self.retries_off,
             call_id: self.call_id,
+            budget_exhausted: false,
         }
+    }
+
+    /// The call's attempts, by why they were sent, the answered one included.
+    pub(crate) fn tally(&self) -> Tally {
+        let mut tally = Tally::default();
+        for attempt in &self.attempts {
+            tally.add(attempt.kind);
+        }
+        // Left out of a long call's report: retries.
+        let left_out = self.attempts_left_out as u64;
+        tally.attempts += left_out;
+        tally.retries += left_out;
+        tally.add(self.answered.1);
+        tally
     }
 }
 
@@ -640,7 +656,9 @@ impl<'a> Attempts<'a> {
         // Step 3: a pause that does not fit before the deadline ends the call (`pauses.rs`).
         let left = self.deadline.saturating_duration_since(Instant::now());
         let Some(pause) = self.pauses.next_within(left) else {
-            return Err(self.fail(failure, &entry));
+            let mut report = self.report(Some(&entry));
+            report.budget_exhausted = true;
+            return Err(failed(failure, report));
         };
         // A retry to the process an at-most-once call may have run on runs nothing: it asks
         // for a reply. It is not throttled, or a storm of slow deposits would fail as "may
@@ -830,21 +848,13 @@ impl<'a> Attempts<'a> {
         entry: Option<&ServiceEntry>,
     ) -> CallError<Infallible> {
         let detail = "the budget ran out before an attempt could start".to_owned();
-        CallError::Rpc(RpcError::new(
-            RpcErrorKind::Timeout,
-            detail,
-            self.report(entry),
-        ))
+        let mut report = self.report(entry);
+        report.budget_exhausted = true;
+        CallError::Rpc(RpcError::new(RpcErrorKind::Timeout, detail, report))
     }
 
     pub(super) fn fail(&self, failure: Failure, entry: &ServiceEntry) -> CallError<Infallible> {
-        let report = self.report(Some(entry));
-        match failure.verdict() {
-            Verdict::Service(reason, detail) => {
-                CallError::Service(ServiceError::new(reason, detail, vec![], report))
-            }
-            Verdict::Rpc(kind, detail) => CallError::Rpc(RpcError::new(kind, detail, report)),
-        }
+        failed(failure, self.report(Some(entry)))
     }
 
     pub(super) fn report(&self, entry: Option<&ServiceEntry>) -> CallReport {
@@ -860,6 +870,7 @@ impl<'a> Attempts<'a> {
             budget: self.budget,
             retries_off: !self.retry.enabled,
             call_id: self.call_id,
+            budget_exhausted: false,
         }
     }
 
@@ -872,6 +883,16 @@ impl<'a> Attempts<'a> {
             detail.to_owned(),
             self.report(None),
         ))
+    }
+}
+
+/// The error of a call whose last attempt ended as `failure`, with its `report`.
+fn failed(failure: Failure, report: CallReport) -> CallError<Infallible> {
+    match failure.verdict() {
+        Verdict::Service(reason, detail) => {
+            CallError::Service(ServiceError::new(reason, detail, vec![], report))
+        }
+        Verdict::Rpc(kind, detail) => CallError::Rpc(RpcError::new(kind, detail, report)),
     }
 }
 

@@ -7,6 +7,7 @@ use super::Client;
 use crate::context::{Context, Metadata, TraceParent};
 use crate::error::{CallError, CallReport, Reason, RpcErrorKind};
 use crate::layer::{CallInfo, Outcome};
+use crate::meters::{CallMeter, Outcome as MeteredOutcome};
 use crate::options::CallOptions;
 use crate::server::catching;
 use crate::service::CodecError;
@@ -210,11 +211,13 @@ where
                 parent,
                 trace,
             };
+            // Counted from here, also if the call is dropped before it ends.
+            let meter = client.meters.as_deref().and_then(|m| m.start(function));
             if client.node.client_layers.is_empty() {
-                return run(&client, function, sent, decode, report).await;
+                return run(&client, function, sent, decode, report, meter).await;
             }
             // Boxed, so that the layers' state does not grow the future of every call.
-            Box::pin(with_layers(&client, function, sent, decode, report)).await
+            Box::pin(with_layers(&client, function, sent, decode, report, meter)).await
         }
     }
 }
@@ -226,6 +229,7 @@ async fn with_layers<T, E>(
     mut sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
     report: bool,
+    meter: Option<CallMeter<'_>>,
 ) -> Decoded<T, E> {
     let layers = &client.node.client_layers;
     let options = client.defaults.overlay(sent.overrides);
@@ -254,8 +258,13 @@ async fn with_layers<T, E>(
         break;
     }
     let result = match refused {
-        Some(e) => Err(e),
-        None => run(client, function, sent, decode, report).await,
+        Some(e) => {
+            if let Some(meter) = meter {
+                meter.failed(MeteredOutcome::of(&e), e.report());
+            }
+            Err(e)
+        }
+        None => run(client, function, sent, decode, report, meter).await,
     };
     let outcome = match &result {
         Ok(Ok(_)) => Outcome::Ok,
@@ -278,10 +287,28 @@ async fn run<T, E>(
     sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
     report: bool,
+    meter: Option<CallMeter<'_>>,
 ) -> Decoded<T, E> {
     let started = tokio::time::Instant::now();
-    let answer = super::attempt::run(client, function, sent).await?;
-    match decode(&answer.bytes) {
+    let answer = match super::attempt::run(client, function, sent).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            if let Some(meter) = meter {
+                meter.failed(MeteredOutcome::of(&e), e.report());
+            }
+            return Err(e);
+        }
+    };
+    let decoded = decode(&answer.bytes);
+    if let Some(meter) = meter {
+        let outcome = match &decoded {
+            Ok(Ok(_)) => MeteredOutcome::Ok,
+            Ok(Err(_)) => MeteredOutcome::App,
+            Err(_) => MeteredOutcome::Rpc(RpcErrorKind::Protocol),
+        };
+        meter.end(outcome, answer.tally(), false);
+    }
+    match decoded {
         Ok(Ok(value)) if report => Ok(Ok((value, Some(Box::new(answer.report(client, function)))))),
         Ok(Ok(value)) => Ok(Ok((value, None))),
         Ok(Err(error)) => Ok(Err((error, Box::new(answer.report(client, function))))),

@@ -43,6 +43,9 @@ pub struct Client {
     pub(crate) routes: Arc<route::Routes>,
     // Retry throttling: the node's counts for the service, shared like `turn`.
     pub(crate) throttle: Arc<throttle::Throttle>,
+    // The functions' metrics, resolved once per description on the node; `None` when the node
+    // records none, and a call then pays one branch.
+    pub(crate) meters: Option<Arc<crate::meters::ClientMeters>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -68,6 +71,7 @@ impl Client {
             turn: node.inner.peers.turn(&description.name),
             routes: route::Routes::new(description.functions.len()),
             throttle: node.inner.peers.throttle(&description.name),
+            meters: node.inner.meters.as_ref().map(|m| m.client(description)),
         }
     }
 

@@ -56,6 +56,7 @@ fn empty_report(client: &Client, function: usize) -> CallReport {
         budget: None,
         retries_off: false,
         call_id: None,
+        budget_exhausted: false,
     }
 }
 

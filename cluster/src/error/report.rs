@@ -34,6 +34,9 @@ pub struct CallReport {
     /// under it, and its handler reads it as `Context::call_id`): what to reconcile with when
     /// a call fails as "may have run".
     pub call_id: Option<u128>,
+    /// Whether the call failed because its budget left no time for another attempt (counted by
+    /// the metrics as `cluster_call_budget_exhausted_total`).
+    pub(crate) budget_exhausted: bool,
 }
 
 /// A provider, as a report names it.
@@ -242,6 +245,7 @@ mod tests {
             budget: None,
             retries_off: false,
             call_id: None,
+            budget_exhausted: false,
         };
         struct Body<'a>(&'a CallReport);
         impl fmt::Display for Body<'_> {

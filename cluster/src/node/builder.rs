@@ -71,6 +71,7 @@ const MIN_FRAME: usize = 4 << 10;
 /// | `wire_versions` | every version this build speaks, [`WIRE_VERSIONS`] |
 /// | `client_layer`, `provider_layer` | none |
 /// | `identity` or `insecure` | neither: over TCP, one must be given ([`StartError::Setting`]) |
+/// | `metrics`, `metrics_insecure`, `metrics_global` | off: nothing recorded, nothing served (`docs/operations.md`) |
 #[derive(Default)]
 #[must_use]
 pub struct NodeBuilder {
@@ -96,6 +97,8 @@ pub struct NodeBuilder {
     panic_threshold: Option<f64>,
     max_concurrent_calls: Option<usize>,
     drain_timeout: Option<Duration>,
+    metrics: Option<super::metrics::Wanted>,
+    gossip: Option<crate::registry::GossipRegistry>,
 }
 
 /// A node could not start.
@@ -142,6 +145,10 @@ impl NodeBuilder {
 
     /// The registry to share with the other nodes.
     pub fn registry(mut self, registry: impl Registry) -> Self {
+        // A gossip registry's traffic is one of the node's metrics.
+        self.gossip = (&registry as &dyn std::any::Any)
+            .downcast_ref::<crate::registry::GossipRegistry>()
+            .cloned();
         self.registry = Some(Arc::new(registry));
         self
     }
@@ -267,6 +274,38 @@ impl NodeBuilder {
     /// logs a WARN when it starts. A plaintext node and a secure one refuse each other at once.
     pub fn insecure(mut self) -> Self {
         self.insecure = true;
+        self
+    }
+
+    /// Records metrics (`docs/operations.md`, "Metrics") into a recorder of the node's own, and
+    /// serves them as `GET /metrics` in Prometheus's text format at `addr` (port 0: one the OS
+    /// picks, [`Node::metrics_addr`]). Over mutual TLS with the node's identity: a scraper must
+    /// present a certificate of the cluster's CA. In plaintext on an [`insecure`](Self::insecure)
+    /// node. Replaces an earlier `metrics*` setting.
+    pub fn metrics(mut self, addr: SocketAddr) -> Self {
+        self.metrics = Some(super::metrics::Wanted::Serve {
+            addr,
+            plaintext: false,
+        });
+        self
+    }
+
+    /// As [`metrics`](Self::metrics), served in plaintext even on a secure node: anyone who
+    /// reaches `addr` reads them (service and node names, rates, latencies). Logs a WARN at start.
+    pub fn metrics_insecure(mut self, addr: SocketAddr) -> Self {
+        self.metrics = Some(super::metrics::Wanted::Serve {
+            addr,
+            plaintext: true,
+        });
+        self
+    }
+
+    /// Records metrics into the recorder the process installed through the `metrics` facade
+    /// (`metrics::set_global_recorder`, or an exporter's `install`), with no endpoint of the
+    /// node's own; nothing is kept if none is installed when the node starts. Every node of the
+    /// process then adds to the same series. Replaces an earlier `metrics*` setting.
+    pub fn metrics_global(mut self) -> Self {
+        self.metrics = Some(super::metrics::Wanted::Global);
         self
     }
 
@@ -404,17 +443,21 @@ impl NodeBuilder {
             .or_else(|| self.identity.as_ref().map(|i| i.node().to_owned()))
             .unwrap_or_else(|| format!("node-{generation}"));
         within("the length of the node's name", name.len(), 1..=MAX_NAME)?;
+        let metrics = super::metrics::start(self.metrics, tls.as_ref(), self.insecure).await?;
         let dispatcher = Arc::new(Dispatcher::new(
             max_frame.saturating_sub(ENVELOPE_OVERHEAD),
             max_concurrent,
             self.provider_layers.into(),
         ));
+        if let Some(metrics) = &metrics {
+            let _ = dispatcher.meters.set(metrics.meters.clone());
+        }
         let shared_name: Arc<str> = Arc::from(name.as_str());
         let registry = self
             .registry
             .unwrap_or_else(|| Arc::new(MemoryRegistry::new()));
 
-        let (addr, listener, connector): (SocketAddr, Listener, Connector) = match self.memory {
+        let (addr, listener, connector, incoming) = match self.memory {
             Some(network) => {
                 let addr = network.bind(&dispatcher);
                 (
@@ -423,6 +466,7 @@ impl NodeBuilder {
                         network: network.clone(),
                     },
                     Connector::Memory(network),
+                    None,
                 )
             }
             None => {
@@ -449,9 +493,10 @@ impl NodeBuilder {
                     max_connections,
                     tls: tls.clone(),
                 };
-                let (local, task) = tcp::serve(addr, dispatcher.clone(), serving, stopped)
-                    .await
-                    .map_err(|source| StartError::Listen { addr, source })?;
+                let (local, task, incoming) =
+                    tcp::serve(addr, dispatcher.clone(), serving, stopped)
+                        .await
+                        .map_err(|source| StartError::Listen { addr, source })?;
                 let connecting = ConnectConfig {
                     node: shared_name.clone(),
                     versions: wire.clone(),
@@ -471,6 +516,7 @@ impl NodeBuilder {
                     advertised,
                     Listener::Tcp { stop, task },
                     Connector::Tcp(TcpConnector::new(connecting)),
+                    Some(incoming),
                 )
             }
         };
@@ -513,8 +559,23 @@ impl NodeBuilder {
                 stopped: Default::default(),
                 drain_timeout: self.drain_timeout.unwrap_or(Duration::from_secs(30)),
                 listener: Mutex::new(Some(listener)),
+                meters: metrics.as_ref().map(|m| m.meters.clone()),
+                incoming,
+                gossip: self.gossip,
+                metrics_addr: metrics
+                    .as_ref()
+                    .and_then(|m| m.endpoint.as_ref().map(|e| e.addr)),
+                metrics_endpoint: Mutex::default(),
             }),
         };
+        if let Some(mut metrics) = metrics {
+            metrics.attach(&node);
+            *node
+                .inner
+                .metrics_endpoint
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = metrics.endpoint.take();
+        }
         node.inner.registry.started(&node);
         Ok(node)
     }

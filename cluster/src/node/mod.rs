@@ -3,6 +3,7 @@
 mod builder;
 mod describe;
 mod health;
+mod metrics;
 mod serve;
 mod shutdown;
 
@@ -63,6 +64,14 @@ pub(crate) struct NodeInner {
     pub(crate) stopped: std::sync::atomic::AtomicBool,
     listener: Mutex<Option<Listener>>,
     drain_timeout: std::time::Duration,
+    // Metrics (`crate::meters`): `None` when off, and the call path then pays one branch.
+    pub(crate) meters: Option<Arc<crate::meters::Meters>>,
+    // What the metrics read when rendered: the listener's connections, the gossip registry's
+    // traffic (when the registry is one).
+    incoming: Option<crate::transport::tcp::Incoming>,
+    gossip: Option<crate::registry::GossipRegistry>,
+    metrics_addr: Option<SocketAddr>,
+    metrics_endpoint: Mutex<Option<metrics::Endpoint>>,
 }
 
 enum Listener {

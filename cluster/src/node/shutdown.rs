@@ -123,5 +123,14 @@ impl Node {
             Some(Listener::Memory { network }) => network.unbind(self.inner.info.addr),
             None => {}
         }
+        let endpoint = self
+            .inner
+            .metrics_endpoint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(endpoint) = endpoint {
+            endpoint.stop().await;
+        }
     }
 }

@@ -189,6 +189,9 @@ pub struct LocalCopy {
     generation: AtomicU64,
     // The changes in the log: each at DEBUG, counted at INFO.
     summary: Summary,
+    // Events since the copy was made, by kind (node up, node down, service up, service down):
+    // read by the node's metrics when they are rendered.
+    counted: [AtomicU64; 4],
 }
 
 impl Default for LocalCopy {
@@ -202,6 +205,7 @@ impl Default for LocalCopy {
             changes,
             generation: AtomicU64::new(0),
             summary: Summary::default(),
+            counted: Default::default(),
         }
     }
 }
@@ -258,6 +262,13 @@ impl LocalCopy {
         }
         for event in events {
             self.summary.note(&event);
+            let kind = match event {
+                RegistryEvent::NodeUp(_) => 0,
+                RegistryEvent::NodeDown(_) => 1,
+                RegistryEvent::ServiceUp(_) => 2,
+                RegistryEvent::ServiceDown(_) => 3,
+            };
+            self.counted[kind].fetch_add(1, Ordering::Relaxed);
             // No subscriber is not an error: events are for whoever listens.
             let _ = self.events.send(event);
         }
@@ -281,6 +292,20 @@ impl LocalCopy {
     /// A counter that moves on every change.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// Events since the copy was made: nodes up, nodes down, service entries up, down.
+    pub(crate) fn counted_events(&self) -> [u64; 4] {
+        self.counted
+            .each_ref()
+            .map(|count| count.load(Ordering::Relaxed))
+    }
+
+    /// Nodes, service names and entries in the copy now.
+    pub(crate) fn sizes(&self) -> (usize, usize, usize) {
+        let index = self.current();
+        let entries = index.by_service.values().map(|list| list.len()).sum();
+        (index.nodes.len(), index.by_service.len(), entries)
     }
 
     /// A count of replacements of the copy, read before a lookup: while it has not moved, what

@@ -110,6 +110,14 @@ impl Authority {
             .distinguished_name
             .push(DnType::CommonName, format!("{node} ({})", self.cluster));
         params.subject_alt_names = vec![uri(&names::node_uri(&self.cluster, node))?];
+        // The node's name as a DNS name too, where it is one: who the node is comes from the URI
+        // above, but a client that checks a server by name (Prometheus scraping the metrics
+        // endpoint, with `server_name: <node>`) reads only DNS and IP names.
+        if rustls::pki_types::DnsName::try_from(node).is_ok() {
+            params
+                .subject_alt_names
+                .push(SanType::DnsName(node.try_into().map_err(invalid)?));
+        }
         // Each node is both: it serves calls and makes them.
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,

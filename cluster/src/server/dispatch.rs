@@ -17,6 +17,7 @@ use crate::context::{Context, Received};
 use crate::error::Reason;
 use crate::fast_map::FastMap;
 use crate::layer::{ProviderLayer, Served};
+use crate::meters::{Meters, Served as MeteredServed, ServedMeters, ServiceMeters};
 use crate::options::{ResolvedOptions, Source};
 use crate::service::signature_hash;
 use crate::transport::{Reply, Request};
@@ -35,6 +36,8 @@ pub(crate) struct Dispatcher {
     record: Arc<Record>,
     /// Cancelled when the node stops: see [`Dispatcher::stop_detached`].
     stop: CancellationToken,
+    /// The node's metrics, if on: set before any service is hosted.
+    pub(crate) meters: OnceLock<Arc<Meters>>,
 }
 
 struct Hosted {
@@ -45,6 +48,8 @@ struct Hosted {
     // By index: the function's name in the record and its declared budget, if it is
     // `at_most_once`.
     at_most_once: Vec<Option<AtMostOnce>>,
+    // Its functions' metrics, by index, if the node records them.
+    meters: Option<ServiceMeters>,
 }
 
 /// What the record needs of an `at_most_once` function.
@@ -89,6 +94,7 @@ impl Dispatcher {
             generation: OnceLock::new(),
             record: Arc::default(),
             stop: CancellationToken::new(),
+            meters: OnceLock::new(),
         }
     }
 
@@ -128,10 +134,12 @@ impl Dispatcher {
                 })
             })
             .collect();
+        let meters = self.meters.get().map(|m| m.service(description));
         let hosted = Arc::new(Hosted {
             provider,
             functions,
             at_most_once,
+            meters,
         });
         self.write().insert(description.name.clone(), hosted);
     }
@@ -172,6 +180,7 @@ impl Dispatcher {
                 context,
                 _permit,
                 recording,
+                meter,
             } = match started {
                 Ok(started) => started,
                 Err(Early::Reply(refused)) => return fit(refused, reply_limit),
@@ -182,7 +191,7 @@ impl Dispatcher {
             };
             let max_reply = self.max_reply;
             let Some(recording) = recording else {
-                return served(run, context, reply_limit, max_reply, &self.layers).await;
+                return served(run, context, reply_limit, max_reply, &self.layers, meter).await;
             };
             // An at-most-once call runs on in a task of its own when its attempt is given up
             // (a timeout, a lost connection), holding its place in admission, until it ends,
@@ -196,7 +205,7 @@ impl Dispatcher {
             let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
                 let _permit = permit;
-                let serving = served(run, context, reply_limit, max_reply, &layers);
+                let serving = served(run, context, reply_limit, max_reply, &layers, meter);
                 tokio::select! {
                     biased;
                     () = stop.cancelled() => {}
@@ -274,6 +283,9 @@ impl Dispatcher {
             );
             return Err(Early::Reply(refuse(Reason::NoFunction, detail)));
         }
+        // Counted from here on: the function is one this node hosts, so its labels are ours,
+        // never a peer's words.
+        let meter = hosted.meters.as_ref().map(|m| &m.functions[index]);
         if let Some(callers) = hosted.provider.callers() {
             let caller = request.head.caller.as_deref();
             if !caller.is_some_and(|c| callers.admits(c)) {
@@ -283,6 +295,9 @@ impl Dispatcher {
                     callers.patterns().join(", "),
                     caller.map_or_else(|| "unnamed".to_owned(), |c| format!("`{c}`"))
                 );
+                if let Some(meter) = meter {
+                    meter.count(MeteredServed::Unauthorized);
+                }
                 return Err(Early::Reply(refuse(Reason::Unauthorized, detail)));
             }
         }
@@ -295,6 +310,9 @@ impl Dispatcher {
             request.head.call_id,
         );
         if let Some(recall) = key.as_ref().and_then(|(key, _)| self.record.seen(key)) {
+            if let Some(meter) = meter {
+                meter.count(MeteredServed::Recalled);
+            }
             return Err(Early::Recall(recall));
         }
         // An at-most-once call's handler runs on past its attempt, to the end of the call's
@@ -314,7 +332,12 @@ impl Dispatcher {
         };
         let permit = match self.admission.admit(request.head.caller.as_ref()) {
             Ok(permit) => permit,
-            Err((reason, detail)) => return Err(Early::Reply(refuse(reason, detail))),
+            Err((reason, detail)) => {
+                if let Some(meter) = meter {
+                    meter.refused(reason);
+                }
+                return Err(Early::Reply(refuse(reason, detail)));
+            }
         };
         let attempt = request.attempt();
         let request_trace = request.trace();
@@ -359,6 +382,9 @@ impl Dispatcher {
                     ))
                 }
             };
+            if let Some(meter) = meter {
+                meter.count(MeteredServed::Rejected);
+            }
             // The layers before this one let the request through: they hear how it ended.
             drop(Told {
                 layers: &self.layers[..passed],
@@ -374,8 +400,18 @@ impl Dispatcher {
             Some((key, _)) => {
                 let early = match self.record.begin(key, kept_until) {
                     Begin::Run(recording) => Ok(recording),
-                    Begin::Seen(recall) => Err(Early::Recall(recall)),
-                    Begin::Full(detail) => Err(Early::Reply(refuse(Reason::Overloaded, detail))),
+                    Begin::Seen(recall) => {
+                        if let Some(meter) = meter {
+                            meter.count(MeteredServed::Recalled);
+                        }
+                        Err(Early::Recall(recall))
+                    }
+                    Begin::Full(detail) => {
+                        if let Some(meter) = meter {
+                            meter.refused(Reason::Overloaded);
+                        }
+                        Err(Early::Reply(refuse(Reason::Overloaded, detail)))
+                    }
                 };
                 match early {
                     Ok(recording) => Some(recording),
@@ -407,6 +443,7 @@ impl Dispatcher {
             context,
             _permit: permit,
             recording,
+            meter: meter.cloned(),
         })
     }
 }
@@ -447,6 +484,8 @@ struct Started<'a> {
     _permit: Permit<'a>,
     /// An at-most-once call's entry in the record, told how it ended.
     recording: Option<record::Running>,
+    /// The function's metrics, if the node records them.
+    meter: Option<Arc<ServedMeters>>,
 }
 
 /// Reports to the provider layers, when dropped, how a request ended.
@@ -483,7 +522,14 @@ async fn served(
     reply_limit: usize,
     max_reply: usize,
     layers: &[Arc<dyn ProviderLayer>],
+    meter: Option<Arc<ServedMeters>>,
 ) -> Reply {
+    // Counts the request when it ends, also when it is dropped (stopped, or its caller gone).
+    let mut handling = meter.map(|m| {
+        let mut handling = m.run();
+        handling.deadline = Some(context.deadline());
+        handling
+    });
     let mut told = (!layers.is_empty()).then(|| Told {
         layers,
         context: context.clone(),
@@ -538,6 +584,15 @@ async fn served(
     };
     if let Some(told) = &mut told {
         told.served = served;
+    }
+    if let Some(handling) = &mut handling {
+        handling.served = match &reply {
+            Reply::TooLarge(_) => MeteredServed::ReplyTooLarge,
+            Reply::Refused(..) => MeteredServed::BadArguments,
+            Reply::Undeliverable(_) => MeteredServed::Undeliverable,
+            Reply::Panicked(_) => MeteredServed::Panicked,
+            _ => MeteredServed::Answered,
+        };
     }
     fit(reply, reply_limit)
 }

@@ -36,6 +36,14 @@ pub(crate) enum Connector {
 }
 
 impl Connector {
+    /// Connections open to providers now (none in memory).
+    pub(crate) fn open(&self) -> usize {
+        match self {
+            Connector::Tcp(tcp) => tcp.open(),
+            Connector::Memory(_) => 0,
+        }
+    }
+
     /// Sends one attempt and waits for its reply until `deadline`; returns by `deadline`.
     pub(crate) async fn send(
         &self,

@@ -115,6 +115,14 @@ impl TcpConnector {
         }
     }
 
+    /// Pooled connections open now.
+    pub(crate) fn open(&self) -> usize {
+        self.pool()
+            .values()
+            .filter(|slot| matches!(slot, Slot::Open(c) if c.is_open()))
+            .count()
+    }
+
     /// Closes every pooled connection (the node is stopping).
     pub(crate) fn close(&self) {
         for (_, slot) in self.pool().drain() {

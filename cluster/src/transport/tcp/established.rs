@@ -67,6 +67,11 @@ impl Established {
         })
     }
 
+    /// Connections established now.
+    pub(super) fn count(&self) -> usize {
+        self.inner().total
+    }
+
     fn inner(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -30,4 +30,4 @@ pub use opening::DEFAULT_MAX_OPENING_CONNECTIONS;
 /// couple of years out (and its decoder on one past `Instant`'s range); "no limit" is a year.
 pub(crate) const MAX_DEADLINE: std::time::Duration =
     std::time::Duration::from_secs(365 * 24 * 3600);
-pub(crate) use serve::{ServeConfig, serve};
+pub(crate) use serve::{Incoming, ServeConfig, serve};

@@ -65,6 +65,16 @@ struct Shared {
     warnings: Arc<RateLimited>,
 }
 
+/// The connections a listener has established, for the node's metrics.
+pub(crate) struct Incoming(Arc<Established>);
+
+impl Incoming {
+    /// Connections established now.
+    pub(crate) fn open(&self) -> usize {
+        self.0.count()
+    }
+}
+
 /// Listens on `addr` until `stop` turns true; then closes the listener and every connection,
 /// which aborts the handlers still running.
 pub(crate) async fn serve(
@@ -72,7 +82,7 @@ pub(crate) async fn serve(
     dispatcher: Arc<Dispatcher>,
     config: ServeConfig,
     mut stop: watch::Receiver<bool>,
-) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>, Incoming)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let (max_opening, max_connections) = super::files::fit(&config);
@@ -84,6 +94,7 @@ pub(crate) async fn serve(
         warnings: Arc::default(),
         config,
     });
+    let incoming = Incoming(shared.established.clone());
     let task = tokio::spawn(async move {
         let mut connections = JoinSet::new();
         let mut pause = false;
@@ -128,7 +139,7 @@ pub(crate) async fn serve(
         // Dropping the set aborts every connection task: sockets close and tarpc aborts the
         // handlers still in flight on them.
     });
-    Ok((local, task))
+    Ok((local, task, incoming))
 }
 
 /// One connection, from its first byte to its close. A secure node serves only TLS clients

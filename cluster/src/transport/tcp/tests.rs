@@ -98,7 +98,7 @@ async fn provider(config: ServeConfig) -> Provider {
     let dispatcher = Arc::new(Dispatcher::new(1 << 20, 1024, Arc::from([])));
     dispatcher.host(Arc::new(Sink { runs: runs.clone() }));
     let (stop, stopped) = watch::channel(false);
-    let (addr, _task) = serve(([127, 0, 0, 1], 0).into(), dispatcher, config, stopped)
+    let (addr, _task, _incoming) = serve(([127, 0, 0, 1], 0).into(), dispatcher, config, stopped)
         .await
         .unwrap();
     Provider {

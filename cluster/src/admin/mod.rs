@@ -1,0 +1,109 @@
+//! A node's admin endpoint: `GET /metrics` in Prometheus's text format, on an address of its own
+//! (`NodeBuilder::metrics`). A live dashboard will be served here too, hence a directory.
+//!
+//! 1. **Who may ask**: on a secure node, mutual TLS with the node's own certificate, and the
+//!    scraper must present a certificate of the cluster's CA naming a member of its cluster
+//!    (`cluster-node issue --node prometheus`), as every other port of the node asks. Plaintext
+//!    only when asked by name (`metrics_insecure`), or on a node that is itself `insecure()`.
+//! 2. **What a client can make it hold** (`docs/reliability.md`): at most [`MAX_CONNECTIONS`]
+//!    connections at once (more are closed at once), a request head of at most [`MAX_HEAD`]
+//!    bytes, and [`TIMEOUT`] for the whole exchange, TLS handshake included. One request per
+//!    connection: the answer says `Connection: close`.
+//! 3. **HTTP/1.1 by hand** (`http.rs`): a request line and headers, read up to the blank line;
+//!    nothing else is parsed, no body is read.
+
+mod http;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::security::tls::Tls;
+
+/// Connections served at once; more are closed as soon as they are accepted. A scraper opens one.
+pub(crate) const MAX_CONNECTIONS: usize = 8;
+
+/// The most bytes of a request's line and headers; past them, `431` and the connection closes.
+pub(crate) const MAX_HEAD: usize = 8 << 10;
+
+/// The time a connection has for its TLS handshake, its request and reading the answer.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the endpoint answers `/metrics` with: the text, or `None` when the node keeps no
+/// metrics of its own.
+pub(crate) type Render = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Serves the endpoint on `addr` (in plaintext when `tls` is `None`) until `stop` turns true.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    tls: Option<Arc<Tls>>,
+    render: Render,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let places = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let acceptor = tls
+        .as_ref()
+        .map(|tls| tokio_rustls::TlsAcceptor::from(tls.server.clone()));
+    let task = tokio::spawn(async move {
+        let mut connections = JoinSet::new();
+        let mut pause = false;
+        loop {
+            // After a failed accept (out of file handles, most likely): a pause, not a spin.
+            if std::mem::take(&mut pause) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::select! {
+                _ = stop.wait_for(|stopped| *stopped) => break,
+                accepted = listener.accept() => {
+                    let Ok((stream, peer)) = accepted else {
+                        pause = true;
+                        continue;
+                    };
+                    let Ok(place) = places.clone().try_acquire_owned() else {
+                        tracing::debug!("metrics endpoint {local}: {MAX_CONNECTIONS} connections already, closed {peer}'s");
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let exchange = connection(stream, acceptor.clone(), tls.clone(), render.clone());
+                    connections.spawn(async move {
+                        let _place = place;
+                        match tokio::time::timeout(TIMEOUT, exchange).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => tracing::debug!("metrics endpoint {local}: {peer}: {e}"),
+                            Err(_) => tracing::debug!("metrics endpoint {local}: {peer} took over {TIMEOUT:?}"),
+                        }
+                    });
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        // Dropping the set aborts the exchanges still running.
+    });
+    Ok((local, task))
+}
+
+/// One connection: the TLS handshake and the caller's certificate if secure, then one exchange.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Arc<Tls>>,
+    render: Render,
+) -> io::Result<()> {
+    let (Some(acceptor), Some(tls)) = (acceptor, tls) else {
+        return http::exchange(stream, &render, Ok(())).await;
+    };
+    // rustls has checked that the certificate chains to the cluster's CA; it must also name a
+    // member of this node's cluster, as for a call.
+    let stream = acceptor.accept(stream).await?;
+    let member = tls
+        .peer_of(stream.get_ref().1.peer_certificates())
+        .map(drop);
+    http::exchange(stream, &render, member).await
+}

@@ -1,0 +1,150 @@
+//! The node's side of its metrics (`crate::meters`): how they are set up at start, their
+//! endpoint (`crate::admin`), what is read from the node when they are rendered, and the upkeep.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock, Weak};
+
+use tokio::sync::watch;
+
+use super::{Node, NodeInner, StartError};
+use crate::meters::{Meters, Sampled, Sink, UPKEEP_EVERY};
+use crate::registry::GossipRegistry;
+use crate::security::tls::Tls;
+
+/// What the builder was asked for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Wanted {
+    /// A recorder of the node's own, served at the address: in plaintext if `plaintext`.
+    Serve { addr: SocketAddr, plaintext: bool },
+    /// The process's recorder, through the facade; no endpoint.
+    Global,
+}
+
+/// A running endpoint.
+pub(super) struct Endpoint {
+    pub(super) addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Endpoint {
+    pub(super) async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// The metrics of a node being started: its meters, and its endpoint bound (before the node
+/// joins the registry, so that an address in use fails the start), which renders the node once
+/// it exists (`node`).
+pub(super) struct Started {
+    pub(super) meters: Arc<Meters>,
+    pub(super) endpoint: Option<Endpoint>,
+    node: Arc<OnceLock<Weak<NodeInner>>>,
+}
+
+/// Sets up what `wanted` asks for; `tls` is the node's, `insecure` whether the node itself is.
+pub(super) async fn start(
+    wanted: Option<Wanted>,
+    tls: Option<&Arc<Tls>>,
+    insecure: bool,
+) -> Result<Option<Started>, StartError> {
+    let Some(wanted) = wanted else {
+        return Ok(None);
+    };
+    let (addr, plaintext) = match wanted {
+        Wanted::Global => {
+            return Ok(Some(Started {
+                meters: Arc::new(Meters::new(Sink::Global)),
+                endpoint: None,
+                node: Arc::default(),
+            }));
+        }
+        Wanted::Serve { addr, plaintext } => (addr, plaintext || insecure),
+    };
+    let tls = match (plaintext, tls) {
+        (true, _) => None,
+        (false, Some(tls)) => Some(tls.clone()),
+        (false, None) => {
+            return Err(StartError::Setting(
+                "metrics(addr) serves over mutual TLS with the node's identity, and this node has none: give it an identity, or ask for metrics_insecure(addr)".to_owned(),
+            ));
+        }
+    };
+    let node: Arc<OnceLock<Weak<NodeInner>>> = Arc::default();
+    let meters = Arc::new(Meters::new(Sink::own()));
+    let render = {
+        let node = node.clone();
+        Arc::new(move || {
+            let inner = node.get()?.upgrade()?;
+            inner.meters.as_ref()?.render(&sample(&inner))
+        })
+    };
+    let (stop, stopped) = watch::channel(false);
+    let (addr, task) = crate::admin::serve(addr, tls.clone(), render, stopped)
+        .await
+        .map_err(|source| StartError::Listen { addr, source })?;
+    if tls.is_none() {
+        tracing::warn!(
+            "metrics are served in PLAINTEXT at {addr}: anyone who reaches it can read them"
+        );
+    }
+    Ok(Some(Started {
+        meters,
+        endpoint: Some(Endpoint { addr, stop, task }),
+        node,
+    }))
+}
+
+impl Started {
+    /// The node exists: its endpoint renders it, and a task keeps its metrics up while it lives.
+    pub(super) fn attach(&self, node: &Node) {
+        let weak = Arc::downgrade(&node.inner);
+        let _ = self.node.set(weak.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(UPKEEP_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                if inner.stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                if let Some(meters) = &inner.meters {
+                    meters.upkeep(&sample(&inner));
+                }
+            }
+        });
+    }
+}
+
+/// What the node's state says now, for its own metrics.
+fn sample(inner: &NodeInner) -> Sampled {
+    let copy = inner.registry.local_copy();
+    let (registry_nodes, registry_services, registry_entries) = copy.sizes();
+    Sampled {
+        ejections: inner.peers.ejections(),
+        connections_in: inner.incoming.as_ref().map_or(0, |i| i.open()),
+        connections_out: inner.connector.open(),
+        registry_nodes,
+        registry_services,
+        registry_entries,
+        registry_events: copy.counted_events(),
+        gossip: inner.gossip.as_ref().map(GossipRegistry::traffic),
+    }
+}
+
+impl Node {
+    /// Where the node serves its metrics (`GET /metrics`), if it does: the address given to
+    /// [`NodeBuilder::metrics`](super::NodeBuilder::metrics), with the port the OS chose for
+    /// port 0.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.inner.metrics_addr
+    }
+
+    /// The node's metrics in Prometheus's text format, as its endpoint serves them; `None` if it
+    /// keeps none of its own (metrics off, or recorded into the process's recorder).
+    pub fn render_metrics(&self) -> Option<String> {
+        self.inner.meters.as_ref()?.render(&sample(&self.inner))
+    }
+}
