@@ -9,6 +9,14 @@ use super::{MAX_HEAD, Render};
 /// The content type of Prometheus's text format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The dashboard's content type.
+const HTML: &str = "text/html; charset=utf-8";
+
+/// What a browser may do with the dashboard: show it and its inline style, run nothing, load
+/// nothing, be framed by nobody. The names on it come from any member of the cluster.
+const HTML_HEADERS: &str = "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'\r\n\
+X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\nCache-Control: no-store\r\n";
+
 /// Reads one request from `stream` and answers it; `member` says whether the caller's
 /// certificate names a member of the cluster (always `Ok` in plaintext).
 pub(super) async fn exchange<S>(
@@ -83,20 +91,28 @@ fn answer(head: &[u8], render: &Render) -> Vec<u8> {
     }
     // The path without a query string: Prometheus may add its own parameters.
     let path = target.split('?').next().unwrap_or_default();
-    if path != "/metrics" {
-        return plain(404, "Not Found", "this endpoint serves /metrics\n");
-    }
+    let (page, content_type) = match path {
+        "/metrics" => ((render.metrics)(), TEXT_FORMAT),
+        "/" => ((render.dashboard)(), HTML),
+        _ => {
+            return plain(
+                404,
+                "Not Found",
+                "this endpoint serves / (the dashboard) and /metrics\n",
+            );
+        }
+    };
     if method != "GET" && method != "HEAD" {
-        return plain(405, "Method Not Allowed", "GET /metrics\n");
+        return plain(405, "Method Not Allowed", &format!("GET {path}\n"));
     }
-    let Some(text) = render() else {
+    let Some(text) = page else {
         return plain(
             404,
             "Not Found",
             "this node records into the process's metrics recorder, not its own\n",
         );
     };
-    let mut out = response(200, "OK", TEXT_FORMAT, text.len());
+    let mut out = response(200, "OK", content_type, text.len());
     if method == "GET" {
         out.extend_from_slice(text.as_bytes());
     }
@@ -116,6 +132,9 @@ fn response(status: u16, reason: &str, content_type: &str, length: usize) -> Vec
     if status == 405 {
         out.push_str("Allow: GET, HEAD\r\n");
     }
+    if content_type == HTML {
+        out.push_str(HTML_HEADERS);
+    }
     out.push_str("\r\n");
     out.into_bytes()
 }
@@ -127,7 +146,10 @@ mod tests {
     use super::*;
 
     async fn ask(request: &[u8]) -> String {
-        let render: Render = Arc::new(|| Some("cluster_calls_total 1\n".to_owned()));
+        let render: Render = Arc::new(super::super::Pages {
+            metrics: Box::new(|| Some("cluster_calls_total 1\n".to_owned())),
+            dashboard: Box::new(|| Some("<!doctype html><p>hi</p>".to_owned())),
+        });
         let (mut client, server) = tokio::io::duplex(64 << 10);
         let serving = tokio::spawn(async move { exchange(server, &render, Ok(())).await });
         client.write_all(request).await.unwrap();
@@ -150,8 +172,16 @@ mod tests {
             head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"),
             "{head}"
         );
-        let other = ask(b"GET / HTTP/1.1\r\n\r\n").await;
+        let other = ask(b"GET /admin HTTP/1.1\r\n\r\n").await;
         assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+        let dashboard = ask(b"GET / HTTP/1.1\r\n\r\n").await;
+        assert!(dashboard.starts_with("HTTP/1.1 200"), "{dashboard}");
+        assert!(dashboard.contains("Content-Type: text/html"), "{dashboard}");
+        assert!(
+            dashboard.contains("Content-Security-Policy: default-src 'none';"),
+            "{dashboard}"
+        );
+        assert!(dashboard.ends_with("<p>hi</p>"), "{dashboard}");
         let post = ask(b"POST /metrics HTTP/1.1\r\n\r\n").await;
         assert!(
             post.starts_with("HTTP/1.1 405") && post.contains("Allow: GET"),

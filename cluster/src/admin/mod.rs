@@ -1,5 +1,5 @@
-//! A node's admin endpoint: `GET /metrics` in Prometheus's text format, on an address of its own
-//! (`NodeBuilder::metrics`). A live dashboard will be served here too, hence a directory.
+//! A node's admin endpoint, on an address of its own (`NodeBuilder::metrics`): `GET /metrics` in
+//! Prometheus's text format, and `GET /` the live dashboard (`dashboard/`).
 //!
 //! 1. **Who may ask**: on a secure node, mutual TLS with the node's own certificate, and the
 //!    scraper must present a certificate of the cluster's CA naming a member of its cluster
@@ -12,6 +12,7 @@
 //! 3. **HTTP/1.1 by hand** (`http.rs`): a request line and headers, read up to the blank line;
 //!    nothing else is parsed, no body is read.
 
+pub(crate) mod dashboard;
 mod http;
 
 use std::io;
@@ -34,9 +35,16 @@ pub(crate) const MAX_HEAD: usize = 8 << 10;
 /// The time a connection has for its TLS handshake, its request and reading the answer.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the endpoint answers `/metrics` with: the text, or `None` when the node keeps no
-/// metrics of its own.
-pub(crate) type Render = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+/// What the endpoint serves, made when asked.
+pub(crate) struct Pages {
+    /// `/metrics`: the text, or `None` when the node keeps no metrics of its own.
+    pub(crate) metrics: Box<dyn Fn() -> Option<String> + Send + Sync>,
+    /// `/`: the dashboard's HTML, or `None` once the node is gone.
+    pub(crate) dashboard: Box<dyn Fn() -> Option<String> + Send + Sync>,
+}
+
+/// The pages, shared by the endpoint's connections.
+pub(crate) type Render = Arc<Pages>;
 
 /// Serves the endpoint on `addr` (in plaintext when `tls` is `None`) until `stop` turns true.
 pub(crate) async fn serve(

@@ -7,6 +7,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use tokio::sync::watch;
 
 use super::{Node, NodeInner, StartError};
+use crate::admin::Pages;
+use crate::admin::dashboard::{Dashboard, View, page};
 use crate::meters::{Meters, Sampled, Sink, UPKEEP_EVERY};
 use crate::registry::GossipRegistry;
 use crate::security::tls::Tls;
@@ -41,6 +43,8 @@ pub(super) struct Started {
     pub(super) meters: Arc<Meters>,
     pub(super) endpoint: Option<Endpoint>,
     node: Arc<OnceLock<Weak<NodeInner>>>,
+    /// What the endpoint's dashboard remembers, fed by the tasks `attach` starts.
+    dashboard: Option<Arc<Dashboard>>,
 }
 
 /// Sets up what `wanted` asks for; `tls` is the node's, `insecure` whether the node itself is.
@@ -58,6 +62,7 @@ pub(super) async fn start(
                 meters: Arc::new(Meters::new(Sink::Global)),
                 endpoint: None,
                 node: Arc::default(),
+                dashboard: None,
             }));
         }
         Wanted::Serve { addr, plaintext } => (addr, plaintext || insecure),
@@ -73,11 +78,27 @@ pub(super) async fn start(
     };
     let node: Arc<OnceLock<Weak<NodeInner>>> = Arc::default();
     let meters = Arc::new(Meters::new(Sink::own()));
+    let dashboard = Arc::new(Dashboard::default());
     let render = {
-        let node = node.clone();
-        Arc::new(move || {
-            let inner = node.get()?.upgrade()?;
-            inner.meters.as_ref()?.render(&sample(&inner))
+        let (node, for_page, dashboard) = (node.clone(), node.clone(), dashboard.clone());
+        Arc::new(Pages {
+            metrics: Box::new(move || {
+                let inner = node.get()?.upgrade()?;
+                inner.meters.as_ref()?.render(&sample(&inner))
+            }),
+            dashboard: Box::new(move || {
+                let inner = for_page.get()?.upgrade()?;
+                Some(page(&View {
+                    node: &inner.info,
+                    nodes: inner.registry.nodes(),
+                    services: inner.registry.services(),
+                    metrics: inner
+                        .meters
+                        .as_ref()
+                        .and_then(|m| m.render(&sample(&inner))),
+                    dashboard: &dashboard,
+                }))
+            }),
         })
     };
     let (stop, stopped) = watch::channel(false);
@@ -93,6 +114,7 @@ pub(super) async fn start(
         meters,
         endpoint: Some(Endpoint { addr, stop, task }),
         node,
+        dashboard: Some(dashboard),
     }))
 }
 
@@ -101,6 +123,21 @@ impl Started {
     pub(super) fn attach(&self, node: &Node) {
         let weak = Arc::downgrade(&node.inner);
         let _ = self.node.set(weak.clone());
+        if let Some(dashboard) = &self.dashboard {
+            // The dashboard's recent events, for as long as the registry copy sends them.
+            let mut events = node.inner.registry.events();
+            let dashboard = dashboard.clone();
+            tokio::spawn(async move {
+                loop {
+                    match events.recv().await {
+                        Ok(event) => dashboard.event(event),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            });
+        }
+        let dashboard = self.dashboard.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(UPKEEP_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -112,6 +149,12 @@ impl Started {
                 }
                 if let Some(meters) = &inner.meters {
                     meters.upkeep(&sample(&inner));
+                    // The dashboard's rates count from these samples.
+                    if let (Some(dashboard), Some(text)) =
+                        (&dashboard, meters.render(&sample(&inner)))
+                    {
+                        dashboard.sample(&text);
+                    }
                 }
             }
         });

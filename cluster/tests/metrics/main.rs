@@ -7,5 +7,6 @@
 mod support;
 
 mod counters;
+mod dashboard;
 mod endpoint;
 mod scrape;

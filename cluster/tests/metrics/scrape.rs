@@ -38,26 +38,35 @@ pub fn client_config(client: Option<&str>) -> Arc<rustls::ClientConfig> {
 
 /// `GET /metrics` from `node` (its certificate's name) at `addr`, over TLS.
 pub async fn tls(addr: SocketAddr, node: &str, config: Arc<rustls::ClientConfig>) -> Scraped {
+    tls_get(addr, node, config, "/metrics").await
+}
+
+/// `GET path` from `node` at `addr`, over TLS.
+pub async fn tls_get(
+    addr: SocketAddr,
+    node: &str,
+    config: Arc<rustls::ClientConfig>,
+    path: &str,
+) -> Scraped {
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let name = ServerName::try_from(node.to_owned()).unwrap();
     let stream = tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await?;
-    exchange(stream).await
+    exchange(stream, path).await
 }
 
 /// `GET /metrics` at `addr` in plaintext.
 pub async fn plain(addr: SocketAddr) -> Scraped {
-    exchange(tokio::net::TcpStream::connect(addr).await?).await
+    exchange(tokio::net::TcpStream::connect(addr).await?, "/metrics").await
 }
 
-async fn exchange<S>(mut stream: S) -> Scraped
+async fn exchange<S>(mut stream: S, path: &str) -> Scraped
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\nAccept: text/plain\r\n\r\n")
-        .await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: node\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await?;
     let answer = String::from_utf8_lossy(&answer).into_owned();

@@ -1,0 +1,294 @@
+//! The dashboard's page, as HTML: every value escaped, no script, a refresh every few seconds.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::View;
+use super::rates::{self, WINDOW};
+use crate::registry::{RegistryEvent, ServiceEntry};
+
+/// How often the page reloads itself.
+pub(crate) const REFRESH_SECONDS: u32 = 5;
+
+/// Text made safe to place in HTML, in an element or in a quoted attribute.
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Control characters other than whitespace show as a replacement, not raw.
+            c if c.is_control() && !matches!(c, '\n' | '\t') => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The whole page.
+pub(crate) fn page(view: &View<'_>) -> String {
+    let mut out = String::with_capacity(16 << 10);
+    let node = &view.node;
+    let _ = write!(
+        out,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
+         <title>{name} · cluster</title><style>{STYLE}</style></head><body>\
+         <header><h1>cluster</h1><p>as node <b>{name}</b> ({addr}, generation {generation}) \
+         sees it; refreshed every {REFRESH_SECONDS} s</p></header>",
+        name = escape(&node.name),
+        addr = node.addr,
+        generation = node.generation,
+    );
+    nodes(&mut out, view);
+    services(&mut out, view);
+    calls(&mut out, view);
+    events(&mut out, view);
+    out.push_str("</body></html>");
+    out
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}\
+h1{font-size:1.4em;margin:0}h2{font-size:1.1em;margin:1.6em 0 .4em}header p{margin:.2em 0;color:#555}\
+table{border-collapse:collapse;background:#fff;min-width:40em}th,td{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}\
+th{background:#eee}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+.ok{color:#17663a}.warn{color:#8a5a00;font-weight:bold}.bad{color:#b00020;font-weight:bold}\
+.empty{color:#777;font-style:italic}code{font-size:.95em}";
+
+fn nodes(out: &mut String, view: &View<'_>) {
+    let mut nodes = view.nodes.clone();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let _ = write!(
+        out,
+        "<h2>Nodes ({})</h2><table><tr><th>node</th><th>address</th><th>generation</th><th>wire</th><th>state</th><th>services</th></tr>",
+        nodes.len()
+    );
+    for n in &nodes {
+        let entries: Vec<&ServiceEntry> = view
+            .services
+            .iter()
+            .filter(|e| e.node.name == n.name)
+            .map(|e| &**e)
+            .collect();
+        let (state, class) = if entries.iter().any(|e| e.suspect) {
+            ("suspect", "warn")
+        } else {
+            ("live", "ok")
+        };
+        let mut services: Vec<String> = entries
+            .iter()
+            .map(|e| format!("{}@{}", e.description.name, e.description.version))
+            .collect();
+        services.sort();
+        let this = if n.name == view.node.name {
+            " (this node)"
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{}{this}</td><td><code>{}</code></td><td class=\"n\">{}</td><td>{}</td><td class=\"{class}\">{state}</td><td>{}</td></tr>",
+            escape(&n.name),
+            n.addr,
+            n.generation,
+            escape(&n.wire_text().unwrap_or_else(|| "1".to_owned())),
+            escape(&services.join(", ")),
+        );
+    }
+    out.push_str("</table>");
+}
+
+fn services(out: &mut String, view: &View<'_>) {
+    // Per service and version: its providers, and how many are failing or suspect.
+    let mut by: BTreeMap<(String, semver::Version), Vec<&ServiceEntry>> = BTreeMap::new();
+    for e in &view.services {
+        by.entry((e.description.name.clone(), e.description.version.clone()))
+            .or_default()
+            .push(e);
+    }
+    let _ = write!(out, "<h2>Services ({})</h2>", by.len());
+    if by.is_empty() {
+        out.push_str("<p class=\"empty\">no service in the registry</p>");
+        return;
+    }
+    out.push_str("<table><tr><th>service</th><th>version</th><th>providers</th><th>health</th><th>functions</th></tr>");
+    for ((name, version), entries) in &by {
+        let failing = entries.iter().filter(|e| e.failing).count();
+        let suspect = entries.iter().filter(|e| e.suspect && !e.failing).count();
+        let healthy = entries.len() - failing - suspect;
+        let health = match (failing, suspect) {
+            (0, 0) => format!("<span class=\"ok\">{healthy} ok</span>"),
+            _ => format!(
+                "<span class=\"ok\">{healthy} ok</span>{}{}",
+                if failing > 0 {
+                    format!(", <span class=\"bad\">{failing} failing</span>")
+                } else {
+                    String::new()
+                },
+                if suspect > 0 {
+                    format!(", <span class=\"warn\">{suspect} suspect</span>")
+                } else {
+                    String::new()
+                },
+            ),
+        };
+        let mut providers: Vec<&str> = entries.iter().map(|e| e.node.name.as_str()).collect();
+        providers.sort_unstable();
+        let functions: Vec<&str> = entries[0]
+            .description
+            .functions
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{health}</td><td>{}</td></tr>",
+            escape(name),
+            escape(&version.to_string()),
+            escape(&providers.join(", ")),
+            escape(&functions.join(", ")),
+        );
+    }
+    out.push_str("</table>");
+}
+
+fn calls(out: &mut String, view: &View<'_>) {
+    out.push_str("<h2>Calls and requests per function, this node</h2>");
+    let Some(metrics) = &view.metrics else {
+        out.push_str("<p class=\"empty\">this node records its metrics into the process's recorder, not its own</p>");
+        return;
+    };
+    let now = rates::parse(metrics);
+    let (span, rates) = view
+        .dashboard
+        .history
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .rates(Instant::now(), &now);
+    if rates.is_empty() {
+        out.push_str("<p class=\"empty\">no call made or served yet</p>");
+        return;
+    }
+    let _ = write!(
+        out,
+        "<table><tr><th>service</th><th>function</th><th>calls/s made</th><th>failed</th><th>requests/s served</th><th>failed</th></tr>"
+    );
+    for ((service, function), r) in &rates {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.2}</td>{}<td class=\"n\">{:.2}</td>{}</tr>",
+            escape(service),
+            escape(function),
+            r.calls,
+            share(r.call_errors),
+            r.requests,
+            share(r.request_errors),
+        );
+    }
+    let _ = write!(
+        out,
+        "</table><p class=\"empty\">over the last {} s (at most {} s)</p>",
+        span.as_secs(),
+        WINDOW.as_secs()
+    );
+}
+
+/// A failure share as a cell: coloured past 1 % and 10 %.
+fn share(errors: Option<f64>) -> String {
+    match errors {
+        None => "<td class=\"n empty\">–</td>".to_owned(),
+        Some(e) => {
+            let class = if e > 0.10 {
+                "bad"
+            } else if e > 0.01 {
+                "warn"
+            } else {
+                "ok"
+            };
+            format!("<td class=\"n {class}\">{:.1} %</td>", e * 100.0)
+        }
+    }
+}
+
+fn events(out: &mut String, view: &View<'_>) {
+    let events = view
+        .dashboard
+        .events
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let _ = write!(out, "<h2>Recent events ({})</h2>", events.len());
+    if events.is_empty() {
+        out.push_str("<p class=\"empty\">none since the dashboard started</p>");
+        return;
+    }
+    out.push_str("<table><tr><th>at (UTC)</th><th>event</th><th>what</th></tr>");
+    for (at, event) in events.iter() {
+        let (kind, class, what) = match event {
+            RegistryEvent::ServiceUp(e) => (
+                "service up",
+                "ok",
+                format!(
+                    "{} {} on {}",
+                    e.description.name, e.description.version, e.node.name
+                ),
+            ),
+            RegistryEvent::ServiceDown(e) => (
+                "service down",
+                "warn",
+                format!(
+                    "{} {} on {}",
+                    e.description.name, e.description.version, e.node.name
+                ),
+            ),
+            RegistryEvent::NodeUp(n) => ("node up", "ok", format!("{} ({})", n.name, n.addr)),
+            RegistryEvent::NodeDown(n) => ("node down", "bad", format!("{} ({})", n.name, n.addr)),
+        };
+        let _ = write!(
+            out,
+            "<tr><td><code>{}</code></td><td class=\"{class}\">{kind}</td><td>{}</td></tr>",
+            clock(*at),
+            escape(&what)
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// `HH:MM:SS` of a wall-clock time, in UTC.
+fn clock(at: SystemTime) -> String {
+    let seconds = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs()
+        % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn everything_that_could_be_markup_is_escaped() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \"q\"\u{1b}[31m"),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;\u{fffd}[31m"
+        );
+    }
+
+    #[test]
+    fn a_clock_is_hours_minutes_seconds_in_utc() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400 * 3 + 3600 * 13 + 60 * 5 + 9);
+        assert_eq!(clock(at), "13:05:09");
+    }
+}
