@@ -66,10 +66,16 @@ fn write(path: &Path, text: &str, secret: bool) -> Result<(), IdentityError> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let _ = secret;
     use std::io::Write;
-    options
-        .open(path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(io)
+    let mut file = options.open(path).map_err(io)?;
+    // `mode` applies only to a file created now: a replaced key (`issue --force`) keeps the
+    // mode it had, which may be readable by others. Set before the secret is written.
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(io)?;
+    }
+    let _ = secret;
+    file.write_all(text.as_bytes()).map_err(io)
 }

@@ -6,7 +6,7 @@ mod shaped;
 mod wire;
 
 pub use shaped::{arguments, to_wire};
-pub use wire::Wire;
+pub use wire::{AsJson, Wire};
 
 #[cfg(test)]
 mod tests;

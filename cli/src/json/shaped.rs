@@ -24,9 +24,14 @@ use cluster::service::shape::{Content, Field, Shape};
 
 use super::wire::Wire;
 
+/// How deep a value may nest, counted across the map keys that are JSON text of their own:
+/// the codec's bound (`cluster::service::MAX_DEPTH`). Each key is parsed afresh, so the
+/// JSON parser's own bound does not hold across them, and the stack would.
+const MAX_DEPTH: usize = cluster::service::MAX_DEPTH;
+
 /// `json` as the shape `shape`, or what is wrong with it, starting with `path`.
 pub fn to_wire(shape: &Shape, json: &Json, path: &str) -> Result<Wire, String> {
-    Shaped { open: Vec::new() }.value(shape, json, path)
+    Shaped::default().value(shape, json, path)
 }
 
 /// The function's argument list: `args` is a JSON array of one value per argument, encoded as
@@ -51,7 +56,7 @@ pub fn arguments(shapes: &[Shape], args: &Json) -> Result<Wire, String> {
     if shapes.is_empty() {
         return Ok(Wire::Nil);
     }
-    let mut shaped = Shaped { open: Vec::new() };
+    let mut shaped = Shaped::default();
     let items = shapes
         .iter()
         .zip(values)
@@ -61,13 +66,35 @@ pub fn arguments(shapes: &[Shape], args: &Json) -> Result<Wire, String> {
     Ok(Wire::Array(items))
 }
 
-/// The structs and enums open further out, for `Shape::Recursive`.
+/// The structs and enums open further out, for `Shape::Recursive`, and how deep the value is.
+#[derive(Default)]
 struct Shaped<'a> {
     open: Vec<&'a Shape>,
+    /// JSON values entered, counted once each (an `Option` or a recursive shape passes the
+    /// same value on).
+    depth: usize,
+    at: Option<*const Json>,
 }
 
 impl<'a> Shaped<'a> {
     fn value(&mut self, shape: &'a Shape, json: &Json, path: &str) -> Result<Wire, String> {
+        let entered = self.at != Some(std::ptr::from_ref(json));
+        if entered {
+            if self.depth >= MAX_DEPTH {
+                return Err(format!("{path}: nested deeper than {MAX_DEPTH} levels"));
+            }
+            self.depth += 1;
+        }
+        let outer = self.at.replace(std::ptr::from_ref(json));
+        let wire = self.shaped(shape, json, path);
+        self.at = outer;
+        if entered {
+            self.depth -= 1;
+        }
+        wire
+    }
+
+    fn shaped(&mut self, shape: &'a Shape, json: &Json, path: &str) -> Result<Wire, String> {
         let wrong = || {
             Err(format!(
                 "{path}: expected {}, found {}",

@@ -136,3 +136,40 @@ fn arguments_are_an_array_of_one_value_per_argument() {
         decode(&encode(&arguments(&shapes[1..], &json!([7])).unwrap()).unwrap()).unwrap();
     assert_eq!(one, (7,));
 }
+
+#[test]
+fn keys_that_are_json_text_cannot_nest_past_the_bound() {
+    // A shape (as a member could register it) that nests through a field and through the keys
+    // of a map of itself: each key is JSON text, parsed on its own (within the JSON parser's
+    // bound of 128), so the nesting across keys is this converter's to bound.
+    let shape: cluster::service::shape::Shape = serde_json::from_value(json!({"Struct": {
+        "name": "A",
+        "fields": [
+            {"name": "next", "shape": {"Option": {"Recursive": "A"}}, "optional": true},
+            {"name": "m", "shape": {"Map": [{"Recursive": "A"}, "Unit"]}, "optional": true},
+        ],
+    }}))
+    .unwrap();
+    fn nested(keys: usize) -> serde_json::Value {
+        let mut value = match keys {
+            0 => json!({}),
+            _ => {
+                let mut m = serde_json::Map::new();
+                m.insert(nested(keys - 1).to_string(), serde_json::Value::Null);
+                json!({ "m": m })
+            }
+        };
+        for _ in 0..50 {
+            value = json!({ "next": value });
+        }
+        value
+    }
+    let error = to_wire(&shape, &nested(4), "value").unwrap_err();
+    assert!(error.contains("nested deeper than 128 levels"), "{error}");
+    // Within the bound, the same shape converts, keys and all.
+    let wire = to_wire(&shape, &nested(1), "value").unwrap();
+    assert!(
+        format!("{wire:?}").contains("Map([(Map("),
+        "a key made a map: {wire:?}"
+    );
+}

@@ -508,3 +508,70 @@ fn issue_refuses_to_replace_a_certificate_unless_forced() {
     assert_ne!(std::fs::read(dir.join("n-1.key")).unwrap(), key, "renewed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// What a hostile member serves: `description`, and nothing that runs.
+struct Hostile(&'static cluster::ServiceDescription);
+
+impl cluster::Provide for Hostile {
+    fn description(&self) -> &'static cluster::ServiceDescription {
+        self.0
+    }
+
+    fn dispatch(
+        &self,
+        function: usize,
+        _: Vec<u8>,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Vec<u8>, cluster::DispatchError>> + Send>,
+    > {
+        Box::pin(async move { Err(cluster::DispatchError::UnknownFunction(function)) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_hostile_member_registers_cannot_take_the_terminal_or_the_operators_calls() {
+    let cluster = Cluster::start().await;
+    // A service named with a terminal's escape sequences and a line of a forged table.
+    let forged = "svc\u{1b}[2J\u{1b}]0;title\u{7}\nshop-z  127.0.0.1:1  1  2-2  live";
+    let escapes: &'static _ = Box::leak(Box::new(cluster::ServiceDescription::new(
+        forged,
+        cluster::Version::new(1, 0, 0),
+        None,
+        cluster::CallOptions::new(),
+        vec![],
+    )));
+    let _evil = cluster.member("evil", Hostile(escapes)).await;
+    let text = cluster.cli(&["services"]).await.ok();
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(
+        text.contains(r"svc\u{1b}[2J\u{1b}]0;title\u{7}\nshop-z"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 4, "no forged row: {text}");
+    let unknown = cluster.cli(&["describe", "nothing"]).await;
+    assert!(!unknown.stderr.contains('\u{1b}'), "{:?}", unknown.stderr);
+
+    // The same member registers `orders` 3.0.0, with the very functions of 2.1.0: a call
+    // without --version is not silently its.
+    let mut three = OrdersClient::description().clone();
+    three.version = cluster::Version::new(3, 0, 0);
+    let three: &'static _ = Box::leak(Box::new(three));
+    let _evil_orders = cluster.member("evil-2", Hostile(three)).await;
+    let refused = cluster.cli(&["call", "orders.count"]).await;
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused.stderr.contains(
+            "providers of versions that cannot serve each other's clients (3.0.0, 2.1.0)"
+        ),
+        "{}",
+        refused.stderr
+    );
+    let chosen = cluster
+        .cli(&["call", "orders.count", "--version", "^2"])
+        .await;
+    assert_eq!(chosen.ok().trim(), "0");
+    cluster.stop().await;
+}

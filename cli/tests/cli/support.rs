@@ -67,7 +67,7 @@ impl Cluster {
     pub(crate) async fn start() -> Self {
         let (certs, other) = (Scratch::new(), Scratch::new());
         cluster_cli::secrets::init(&certs.0, "test").expect("init");
-        for name in ["shop-a", "shop-b", "ops"] {
+        for name in ["shop-a", "shop-b", "ops", "evil", "evil-2"] {
             cluster_cli::secrets::issue(&certs.0, name, 1, false).expect("issue");
         }
         cluster_cli::secrets::init(&other.0, "other").expect("init");
@@ -94,6 +94,27 @@ impl Cluster {
             seed,
             shop,
         }
+    }
+
+    /// A member holding the cluster's certificate and key that serves what it likes: `provider`.
+    pub(crate) async fn member(&self, name: &str, provider: impl cluster::Provide) -> Node {
+        let (node, _) = start_node(&self.certs.0, name, &[self.seed]).await;
+        std::mem::forget(node.serve(provider).await.expect("serves"));
+        let mut changes = self.a.registry().changes();
+        tokio::time::timeout(PATIENCE, async {
+            while !self
+                .a
+                .registry()
+                .services()
+                .iter()
+                .any(|e| e.node.name == name)
+            {
+                changes.changed().await.expect("registry runs");
+            }
+        })
+        .await
+        .expect("the member's services in the seed's copy");
+        node
     }
 
     /// Orders placed so far, on either node.

@@ -192,6 +192,11 @@ fn duration(text: &str) -> Result<Duration, String> {
         "h" => number * 3600.0,
         _ => return Err(format!("`{unit}` is not a unit: ms, s, m or h")),
     };
+    // Past a year, a duration means nothing here, and added to a clock it would overflow it.
+    const YEAR: f64 = 365.0 * 86_400.0;
+    if seconds > YEAR {
+        return Err(format!("`{text}` is over a year"));
+    }
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
 }
 

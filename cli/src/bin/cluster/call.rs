@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use cluster::service::shape::{Content, Shape};
 use cluster::{CallError, CallReport, Client, FunctionDescription, Node, ServiceDescription};
-use cluster_cli::json::{Wire, arguments};
+use cluster_cli::json::{AsJson, Wire, arguments};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -119,34 +119,47 @@ pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<
     };
     match answered {
         Ok((answer, report)) => {
-            let answer = answer.to_json();
-            let (answer, app_error) = match (returns_result, answer) {
-                (true, Value::Object(mut map)) if map.len() == 1 && map.contains_key("Err") => {
-                    (Value::Null, map.remove("Err"))
-                }
-                (true, Value::Object(mut map)) if map.len() == 1 && map.contains_key("Ok") => {
-                    (map.remove("Ok").unwrap_or(Value::Null), None)
-                }
-                (_, answer) => (answer, None),
-            };
+            let (answer, app_error) = split_result(returns_result, answer);
             if let Some(error) = app_error {
-                return Err(app_failure(&error, &report, json));
+                return Err(app_failure(&error.to_json(), &report, json));
             }
             if json {
-                let mut out = json!({ "answer": answer });
-                if args.report {
-                    out["report"] = report_json(&report);
+                #[derive(serde::Serialize)]
+                struct Answered<'a> {
+                    answer: AsJson<'a>,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    report: Option<Value>,
                 }
-                crate::out::line(out);
+                let report = args.report.then(|| report_json(&report));
+                crate::out::json(
+                    &Answered {
+                        answer: AsJson(&answer),
+                        report,
+                    },
+                    false,
+                );
             } else {
-                crate::out::line(serde_json::to_string_pretty(&answer).unwrap_or_default());
+                crate::out::json(&AsJson(&answer), true);
                 if args.report {
-                    eprintln!("{}", report_text(&report));
+                    eprintln!("{}", crate::out::shown_lines(&report_text(&report)));
                 }
             }
             Ok(())
         }
         Err(error) => Err(call_failure(&error, json)),
+    }
+}
+
+/// The answer of a function that returns `Result`: its `Ok` value, or its `Err` value apart.
+fn split_result(returns_result: bool, answer: Wire) -> (Wire, Option<Wire>) {
+    match answer {
+        Wire::Map(mut entries) if returns_result && entries.len() == 1 => match entries.pop() {
+            Some((Wire::Str(tag), value)) if tag == "Ok" => (value, None),
+            Some((Wire::Str(tag), value)) if tag == "Err" => (Wire::Nil, Some(value)),
+            Some(entry) => (Wire::Map(vec![entry]), None),
+            None => (Wire::Map(entries), None),
+        },
+        answer => (answer, None),
     }
 }
 
@@ -197,6 +210,28 @@ fn find(
         )));
     }
     candidates.sort_by(|a, b| b.description.version.cmp(&a.description.version));
+    // Versions that are not compatible with each other (two majors during a migration, or a
+    // member registering a higher one): the caller says which, rather than the highest
+    // taking every call, with its arguments and metadata.
+    if requirement.is_none() {
+        let newest = candidates[0].description.requirement();
+        if candidates
+            .iter()
+            .any(|e| !newest.matches(&e.description.version))
+        {
+            let mut versions: Vec<String> = candidates
+                .iter()
+                .map(|e| e.description.version.to_string())
+                .collect();
+            versions.dedup();
+            return Err(Failure::Usage(format!(
+                "`{service}` has providers of versions that cannot serve each other's clients \
+                 ({}): choose with --version (e.g. --version ^{})",
+                versions.join(", "),
+                candidates[0].description.version.major
+            )));
+        }
+    }
     for entry in &candidates {
         if let Some(index) = entry
             .description

@@ -12,6 +12,7 @@ use cluster::{FunctionDescription, Node, ServiceDescription, Source};
 use serde_json::{Value, json};
 
 use crate::Failure;
+use crate::out::shown;
 use crate::show::health;
 
 /// The option names, in the order of `ResolvedOptions::sources`.
@@ -181,20 +182,33 @@ fn version_text(description: &ServiceDescription, providers: &[Arc<ServiceEntry>
     let compat = description
         .compat
         .as_ref()
-        .map_or_else(String::new, |c| format!(", serves clients of {c}"));
+        .map_or_else(String::new, |c| format!(", serves clients of {}", shown(c)));
     let _ = writeln!(
         out,
         "{} {} (wire {}{compat})",
-        description.name, description.version, description.wire
+        shown(&description.name),
+        description.version,
+        description.wire
     );
     let _ = writeln!(out, "  providers:");
     for p in providers {
-        let _ = writeln!(out, "    {} {} {}", p.node.name, p.node.addr, health(p));
+        let _ = writeln!(
+            out,
+            "    {} {} {}",
+            shown(&p.node.name),
+            p.node.addr,
+            health(p)
+        );
     }
     for function in &description.functions {
-        let _ = writeln!(out, "  {}  [{}]", function.signature, flags(function));
+        let _ = writeln!(
+            out,
+            "  {}  [{}]",
+            shown(&function.signature),
+            flags(function)
+        );
         if let Some(shape) = &function.shape {
-            let _ = writeln!(out, "    shape  {shape}");
+            let _ = writeln!(out, "    shape  {}", shown(&shape.to_string()));
         }
         let options = resolved(description, function);
         let values = values(&options);

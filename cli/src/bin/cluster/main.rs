@@ -66,12 +66,13 @@ async fn main() {
         Ok(()) => {}
         Err(Failure::Failed(message)) => {
             if !message.is_empty() {
-                eprintln!("cluster: {message}");
+                // Messages name nodes and services, which any member of the cluster writes.
+                eprintln!("cluster: {}", out::shown_lines(&message));
             }
             std::process::exit(1);
         }
         Err(Failure::Usage(message)) => {
-            eprintln!("cluster: {message}");
+            eprintln!("cluster: {}", out::shown_lines(&message));
             std::process::exit(2);
         }
         Err(Failure::Interrupted) => {

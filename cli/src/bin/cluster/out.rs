@@ -19,3 +19,48 @@ pub(crate) fn text(text: &str) -> bool {
         .and_then(|()| out.flush())
         .is_ok()
 }
+
+/// Writes `value` as JSON (indented if `pretty`) and a newline, through a buffer: a large
+/// answer is written as it is serialised, never held as text.
+pub(crate) fn json(value: &impl serde::Serialize, pretty: bool) -> bool {
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
+    let written = match pretty {
+        true => serde_json::to_writer_pretty(&mut out, value),
+        false => serde_json::to_writer(&mut out, value),
+    };
+    written.is_ok() && writeln!(out).and_then(|()| out.flush()).is_ok()
+}
+
+/// `text` as it may reach a terminal: every control character (escape sequences, a newline that
+/// would start a forged row, a bell) written as its Rust escape. Names come from the registry,
+/// which any member of the cluster writes.
+pub(crate) fn shown(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_debug().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+/// A message of several lines as it may reach a terminal: control characters escaped as in
+/// [`shown`], its own line breaks kept.
+pub(crate) fn shown_lines(text: &str) -> String {
+    text.split('\n').map(shown).collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(shown("svc\u{1b}[2J\nrow\u{7}"), "svc\\u{1b}[2J\\nrow\\u{7}");
+        assert_eq!(shown("plain é"), "plain é");
+        assert_eq!(shown_lines("a\u{1b}\nb"), "a\\u{1b}\nb");
+    }
+}

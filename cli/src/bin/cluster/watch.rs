@@ -26,7 +26,7 @@ pub(crate) async fn watch(node: &Node, json: bool) -> Result<(), Failure> {
     } else {
         format!(
             "watching the registry as node `{}`: {nodes} nodes, {services} providers (ctrl-c to stop)",
-            node.name()
+            crate::out::shown(node.name())
         )
     };
     if !crate::out::line(first) {
@@ -82,7 +82,8 @@ fn describe(event: &RegistryEvent) -> Value {
 
 /// The JSON of [`describe`] as a line for people.
 fn text(line: &Value) -> String {
-    let s = |key: &str| line[key].as_str().unwrap_or_default().to_owned();
+    // Names from the registry, any member's: control characters escaped for the terminal.
+    let s = |key: &str| crate::out::shown(line[key].as_str().unwrap_or_default());
     match s("event").as_str() {
         "service_up" | "service_down" => format!(
             "{:<12}  {} {} on {} ({}){}",
@@ -107,6 +108,6 @@ fn text(line: &Value) -> String {
             "lagged        {} events missed: this reader fell behind",
             line["missed"]
         ),
-        other => other.to_owned(),
+        other => crate::out::shown(other),
     }
 }
