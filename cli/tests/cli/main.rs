@@ -69,6 +69,9 @@ pub trait Orders {
     /// Answers after `ms` milliseconds.
     #[call(idempotent)]
     async fn slow(&self, ms: u64) -> u64;
+    /// The trace the handler runs in, as `traceparent`.
+    #[call(idempotent)]
+    async fn traced(&self) -> Option<String>;
 }
 
 /// The provider, shared by both nodes: counts what it placed.
@@ -97,6 +100,10 @@ impl Orders for &'static Shop {
 
     async fn stock(&self, _sku: String, by_store: BTreeMap<u16, i32>) -> i64 {
         by_store.values().map(|&n| i64::from(n)).sum()
+    }
+
+    async fn traced(&self) -> Option<String> {
+        cluster::context()?.trace().map(|t| t.to_header())
     }
 
     async fn slow(&self, ms: u64) -> u64 {
@@ -137,7 +144,7 @@ async fn nodes_services_and_describe_show_the_registry() {
     assert!(lines[0].starts_with("SERVICE  VERSION  NODE"), "{text}");
     assert!(lines[1].starts_with("orders   2.1.0    shop-a"), "{text}");
     assert!(
-        lines[1].ends_with("ok      place count stock slow"),
+        lines[1].ends_with("ok      place count stock slow traced"),
         "{text}"
     );
     let only_b = cluster
@@ -305,9 +312,9 @@ async fn call_sends_json_by_the_shape_and_prints_the_answer() {
     let no_function = cluster.cli(&["call", "orders.cancel", "[]"]).await;
     assert_eq!(no_function.code, 2);
     assert!(
-        no_function
-            .stderr
-            .contains("`orders` 2.1.0 has no function `cancel`; it has: place, count, stock, slow"),
+        no_function.stderr.contains(
+            "`orders` 2.1.0 has no function `cancel`; it has: place, count, stock, slow, traced"
+        ),
         "{}",
         no_function.stderr
     );
@@ -328,6 +335,38 @@ async fn call_sends_json_by_the_shape_and_prints_the_answer() {
         not_json.stderr.contains("the arguments are not JSON"),
         "{}",
         not_json.stderr
+    );
+
+    // A trace: continued from the header given, or a new one whose id is printed.
+    let given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = cluster
+        .cli(&["call", "orders.traced", "--traceparent", given, "--json"])
+        .await
+        .json();
+    let seen = traced["answer"].as_str().expect("the handler had a trace");
+    assert!(
+        seen.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+        "{seen}"
+    );
+    assert_eq!(traced["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    let started = cluster
+        .cli(&["call", "orders.traced", "--trace", "--json"])
+        .await
+        .json();
+    let id = started["trace_id"].as_str().unwrap();
+    assert_eq!(id.len(), 32);
+    assert!(
+        started["answer"].as_str().unwrap().contains(id),
+        "{started}"
+    );
+    let untraced = cluster
+        .cli(&["call", "orders.traced", "--json"])
+        .await
+        .json();
+    assert_eq!(
+        untraced,
+        json!({"answer": null}),
+        "nothing traced, nothing sent"
     );
 
     // Arguments from stdin; the report of a call that succeeded.

@@ -132,6 +132,13 @@ pub(crate) struct CallArgs {
     /// Also print the report of a call that succeeded (stderr; in the JSON with --json)
     #[arg(long)]
     pub(crate) report: bool,
+    /// Start a trace for this call and print its id (stderr; in the JSON with --json), to find
+    /// its spans on every node it reached
+    #[arg(long, conflicts_with = "traceparent")]
+    pub(crate) trace: bool,
+    /// Continue the trace of this W3C `traceparent` header (00-TRACE-SPAN-FLAGS)
+    #[arg(long, value_name = "HEADER", value_parser = traceparent)]
+    pub(crate) traceparent: Option<cluster::context::TraceParent>,
 }
 
 /// How this process joins the cluster.
@@ -206,6 +213,12 @@ fn positive(text: &str) -> Result<Duration, String> {
         Duration::ZERO => Err(format!("`{text}` is zero: give a duration above it")),
         d => Ok(d),
     }
+}
+
+/// A W3C `traceparent` header.
+fn traceparent(text: &str) -> Result<cluster::context::TraceParent, String> {
+    cluster::context::TraceParent::parse(text)
+        .ok_or_else(|| format!("`{text}` is not a traceparent: 00-<32 hex>-<16 hex>-<2 hex>"))
 }
 
 /// `KEY=VALUE`.

@@ -13,6 +13,7 @@
 use std::io::{IsTerminal, Read};
 use std::time::Duration;
 
+use cluster::context::TraceParent;
 use cluster::service::shape::{Content, Shape};
 use cluster::{CallError, CallReport, Client, FunctionDescription, Node, ServiceDescription};
 use cluster_cli::json::{AsJson, Wire, arguments};
@@ -105,6 +106,20 @@ pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<
     for (key, value) in args.metadata {
         call = call.metadata(key, value);
     }
+    // A trace of its own (sampled, so that every node that records spans keeps it), or the
+    // one given: the providers' handler spans are then found under its id.
+    let trace = args.traceparent.or_else(|| {
+        args.trace
+            .then(|| TraceParent::new(fastrand::u128(1..), fastrand::u64(1..), true))
+            .flatten()
+    });
+    if let Some(trace) = trace {
+        call = call.trace(trace);
+        if !json {
+            eprintln!("cluster: trace {}", trace.trace_hex());
+        }
+    }
+    let trace_id = trace.map(|t| t.trace_hex());
     let answered = call.reported();
     tokio::pin!(answered);
     // A call that retries for its whole budget is silent for that long: at a terminal, say so.
@@ -129,15 +144,16 @@ pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<
                     answer: AsJson<'a>,
                     #[serde(skip_serializing_if = "Option::is_none")]
                     report: Option<Value>,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    trace_id: Option<String>,
                 }
                 let report = args.report.then(|| report_json(&report));
-                crate::out::json(
-                    &Answered {
-                        answer: AsJson(&answer),
-                        report,
-                    },
-                    false,
-                );
+                let answered = Answered {
+                    answer: AsJson(&answer),
+                    report,
+                    trace_id,
+                };
+                crate::out::json(&answered, false);
             } else {
                 crate::out::json(&AsJson(&answer), true);
                 if args.report {
