@@ -9,9 +9,62 @@
 //! `ca.key` signs new nodes: keep it where `issue` runs, not on the nodes. A node needs
 //! `ca.pem`, `gossip.key` and its own two files.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use clap::Args;
 use cluster::{Authority, GossipKey, IdentityError};
+
+/// `init`'s command line, shared by `cluster` and `cluster-node`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The cluster's name, which its CA certificate carries
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// Where to write them; it must not hold a cluster already
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+impl InitArgs {
+    /// Runs [`init`]; what to print, naming the next step as `program` (the binary) says it.
+    pub fn run(&self, program: &str) -> Result<String, IdentityError> {
+        init(&self.dir, &self.cluster)?;
+        Ok(format!(
+            "cluster `{cluster}`: wrote {dir}/ca.pem, {dir}/ca.key (keep it off the nodes) and {dir}/gossip.key; next: {program} issue --dir {dir} --node NAME",
+            cluster = self.cluster,
+            dir = self.dir.display(),
+        ))
+    }
+}
+
+/// `issue`'s command line, shared by `cluster` and `cluster-node`.
+#[derive(Debug, Args)]
+pub struct IssueArgs {
+    /// The directory `init` wrote
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The name, as the node (or `cluster --name`) gives it
+    #[arg(long, value_name = "NAME")]
+    pub node: String,
+    /// How long the certificate is valid, in days
+    #[arg(long, value_name = "N", default_value_t = 365)]
+    pub days: u32,
+    /// Replace an existing certificate and key of that name (to renew them)
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl IssueArgs {
+    /// Runs [`issue`]; what to print.
+    pub fn run(&self) -> Result<String, IdentityError> {
+        issue(&self.dir, &self.node, self.days, self.force)?;
+        Ok(format!(
+            "`{node}`: wrote {dir}/{node}.pem and {dir}/{node}.key",
+            node = self.node,
+            dir = self.dir.display()
+        ))
+    }
+}
 
 /// `cluster init`: a new CA and gossip key in `dir`, which must not hold one already.
 pub fn init(dir: &Path, cluster: &str) -> Result<(), IdentityError> {

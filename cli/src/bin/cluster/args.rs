@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use cluster_cli::secrets::{InitArgs, IssueArgs};
 
 /// What every command that reads the cluster shares, said after the options.
 const NOTES: &str = "\
@@ -63,30 +64,10 @@ pub(crate) enum Command {
     /// Print the registry's events as they happen (until ctrl-c)
     Watch,
     /// Make a new cluster: DIR/ca.pem, DIR/ca.key (keep it off the nodes), DIR/gossip.key
-    Init {
-        /// The cluster's name, which its CA certificate carries
-        #[arg(long, value_name = "NAME")]
-        cluster: String,
-        /// Where to write them; it must not hold a cluster already
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-    },
+    Init(InitArgs),
     /// Issue a certificate from the CA in DIR: DIR/NAME.pem and DIR/NAME.key, for a node or
     /// for an operator's `cluster`
-    Issue {
-        /// The directory `init` wrote
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-        /// The name, as the node (or `cluster --name`) gives it
-        #[arg(long, value_name = "NAME")]
-        node: String,
-        /// How long the certificate is valid, in days
-        #[arg(long, value_name = "N", default_value_t = 365)]
-        days: u32,
-        /// Replace an existing certificate and key of that name (to renew them)
-        #[arg(long)]
-        force: bool,
-    },
+    Issue(IssueArgs),
     /// Print a new gossip key, in hex: a line for gossip.key, to rotate keys
     Key,
 }

@@ -85,28 +85,19 @@ async fn main() {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let json = cli.json;
     let command = match cli.command {
-        Command::Init { cluster, dir } => {
-            return cluster_cli::secrets::init(&dir, &cluster)
-                .map(|()| {
-                    out::line(format_args!(
-                        "cluster `{cluster}`: wrote {0}/ca.pem, {0}/ca.key (keep it off the nodes) and {0}/gossip.key; next: cluster issue --dir {0} --node NAME",
-                        dir.display()
-                    ));
+        Command::Init(init) => {
+            return init
+                .run("cluster")
+                .map(|done| {
+                    out::line(done);
                 })
                 .map_err(|e| Failure::Failed(e.to_string()));
         }
-        Command::Issue {
-            dir,
-            node,
-            days,
-            force,
-        } => {
-            return cluster_cli::secrets::issue(&dir, &node, days, force)
-                .map(|()| {
-                    out::line(format_args!(
-                        "`{node}`: wrote {0}/{node}.pem and {0}/{node}.key",
-                        dir.display()
-                    ));
+        Command::Issue(issue) => {
+            return issue
+                .run()
+                .map(|done| {
+                    out::line(done);
                 })
                 .map_err(|e| Failure::Failed(e.to_string()));
         }

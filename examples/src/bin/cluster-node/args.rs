@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use cluster_cli::secrets::{InitArgs, IssueArgs};
 
 /// What `run` does beyond its options, said after them (the help keeps each option to a line).
 const RUN_NOTES: &str = "\
@@ -47,29 +48,11 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Make a new cluster: DIR/ca.pem, DIR/ca.key (keep it off the nodes), DIR/gossip.key
-    Init {
-        /// The cluster's name, which its CA certificate carries
-        #[arg(long, visible_alias = "cluster-id", value_name = "NAME")]
-        cluster: String,
-        /// Where to write them; it must not hold a cluster already
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-    },
+    // `--cluster-id`, the name `run` gives it, is taken here too.
+    #[command(mut_arg("cluster", |arg| arg.visible_alias("cluster-id")))]
+    Init(InitArgs),
     /// Issue a node's certificate from the CA in DIR: DIR/NAME.pem and DIR/NAME.key
-    Issue {
-        /// The directory `init` wrote
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-        /// The node's name, as it gives it with `--name`
-        #[arg(long, value_name = "NAME")]
-        node: String,
-        /// How long the certificate is valid, in days
-        #[arg(long, value_name = "N", default_value_t = 365)]
-        days: u32,
-        /// Replace an existing certificate and key of that name (to renew them)
-        #[arg(long)]
-        force: bool,
-    },
+    Issue(IssueArgs),
     /// Print a new gossip key, in hex: a line for gossip.key, to rotate keys
     Key,
     // Hidden from the help, which shows its options once, as those of `cluster-node` itself.

@@ -43,31 +43,12 @@ fn unusable(message: impl std::fmt::Display) -> ! {
 async fn main() {
     let cli = Cli::parse();
     let done = match cli.command.unwrap_or(Command::Run(cli.run)) {
-        Command::Init { cluster, dir } => {
-            examples::secrets::init(&dir, &cluster).map(|()| {
-                println!(
-                    "cluster `{cluster}`: wrote {0}/ca.pem, {0}/ca.key (keep it off the nodes) and {0}/gossip.key; next: cluster-node issue --dir {0} --node NAME",
-                    dir.display()
-                )
-            })
-        }
+        Command::Init(init) => init.run("cluster-node").map(|done| println!("{done}")),
         Command::Key => {
             println!("{}", cluster::GossipKey::generate().to_hex());
             Ok(())
         }
-        Command::Issue {
-            dir,
-            node,
-            days,
-            force,
-        } => {
-            examples::secrets::issue(&dir, &node, days, force).map(|()| {
-                println!(
-                    "node `{node}`: wrote {0}/{node}.pem and {0}/{node}.key",
-                    dir.display()
-                )
-            })
-        }
+        Command::Issue(issue) => issue.run().map(|done| println!("{done}")),
         Command::Compat { old, new } => std::process::exit(compat(&old, &new)),
         Command::Run(args) => {
             run(args).await;
