@@ -5,7 +5,7 @@
 #![allow(missing_docs)]
 
 use cluster::{MemoryRegistry, Node};
-use opentelemetry::trace::{SpanId, TracerProvider};
+use opentelemetry::trace::{SpanId, SpanKind, Status, TracerProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing::Instrument;
 use tracing_subscriber::Registry;
@@ -139,4 +139,19 @@ async fn a_call_across_two_hops_is_one_trace_of_parents_and_children() {
         front_attempt.span_context.span_id()
     );
     assert_ne!(back_handler.parent_span_id, SpanId::INVALID);
+    // The two sides of each remote call, as OpenTelemetry names them; how each attempt ended.
+    for attempt in [web_attempt, front_attempt] {
+        assert_eq!(attempt.span_kind, SpanKind::Client);
+        assert_eq!(attempt.status, Status::Unset, "answered");
+        assert!(
+            attempt
+                .attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == "outcome" && kv.value.as_str() == "answered"),
+            "{attempt:?}"
+        );
+    }
+    for handler in [front_handler, back_handler] {
+        assert_eq!(handler.span_kind, SpanKind::Server);
+    }
 }

@@ -195,7 +195,7 @@ async fn nodes_services_and_describe_show_the_registry() {
         "{text}"
     );
     assert!(
-        text.contains("\n  place(Order) -> Result<Placed, String>  [not idempotent]\n"),
+        text.contains("\n  place(Order) -> Result<Placed, String>  [not idempotent: retried only when it cannot have run]\n"),
         "{text}"
     );
 
@@ -264,7 +264,7 @@ async fn call_sends_json_by_the_shape_and_prints_the_answer() {
     assert_eq!(said.code, 1);
     assert!(
         said.stderr
-            .contains("returned an error: \"the order of bob has no lines\""),
+            .contains("returned an error: the order of bob has no lines\n"),
         "{}",
         said.stderr
     );

@@ -525,8 +525,8 @@ impl<'a> Attempts<'a> {
                 request.clone(),
                 attempt_deadline,
             );
-            let reply = match span {
-                Some(span) => send.instrument(span).await,
+            let reply = match &span {
+                Some(span) => send.instrument(span.clone()).await,
                 None => send.await,
             };
             // A retry of an at-most-once call answered from the provider's record.
@@ -534,7 +534,14 @@ impl<'a> Attempts<'a> {
                 Ok(Reply::Recalled(reply)) => (Ok(std::sync::Arc::unwrap_or_clone(reply)), true),
                 reply => (reply, false),
             };
-            let failure = match Failure::of(reply) {
+            let reply = Failure::of(reply);
+            if let Some(span) = &span {
+                let outcome = reply
+                    .as_ref()
+                    .map_or_else(Failure::outcome, |_| "answered".into());
+                crate::context::attempt_ended(span, &outcome, reply.is_ok());
+            }
+            let failure = match reply {
                 Ok(bytes) => {
                     peers.saw(in_flight.peer(), generation, Seen::Answered);
                     return Ok(self.answer(bytes, chosen.entry, (now, self.kind, recalled)));

@@ -271,8 +271,8 @@ impl<'a> Attempts<'a> {
                     .unwrap_or_else(|| peers.get(entry.node.addr, generation)),
             );
             let send = client.node.connector.send(&entry.node, request, deadline);
-            let reply = match span {
-                Some(span) => send.instrument(span).await,
+            let reply = match &span {
+                Some(span) => send.instrument(span.clone()).await,
                 None => send.await,
             };
             let (reply, recalled) = match reply {
@@ -280,6 +280,12 @@ impl<'a> Attempts<'a> {
                 reply => (reply, false),
             };
             let result = Failure::of(reply);
+            if let Some(span) = &span {
+                let outcome = result
+                    .as_ref()
+                    .map_or_else(Failure::outcome, |_| "answered".into());
+                crate::context::attempt_ended(span, &outcome, result.is_ok());
+            }
             let seen = match &result {
                 Ok(_) => Seen::Answered,
                 Err(failure) => failure.seen(),

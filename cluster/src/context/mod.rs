@@ -26,7 +26,7 @@ use tokio::time::Instant;
 pub use metadata::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, MetadataTooLarge};
 pub(crate) use otel::set_parent as set_span_parent;
 pub use trace::TraceParent;
-pub(crate) use trace::{attempt_span, handler_span, of_call, traced};
+pub(crate) use trace::{attempt_ended, attempt_span, handler_span, of_call, traced};
 
 tokio::task_local! {
     static CURRENT: Context;

@@ -169,10 +169,22 @@ pub(crate) fn attempt_span(
         node,
         trace_id = %format_args!("{:032x}", trace.trace_id),
         span_id = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        // For OpenTelemetry: the caller's side of a remote call, and whether it failed.
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
     );
     let id = otel::ids(&span).map_or_else(span_id, |(_, id)| id);
     span.record("span_id", format_args!("{id:016x}"));
     (span, id)
+}
+
+/// Says on an attempt's span how it ended: `answered`, or the failure (an OpenTelemetry error).
+pub(crate) fn attempt_ended(span: &tracing::Span, outcome: &str, answered: bool) {
+    span.record("outcome", outcome);
+    if !answered {
+        span.record("otel.status_code", "ERROR");
+    }
 }
 
 /// The span of a handler serving a request that carried `incoming` (the caller's attempt as
@@ -196,6 +208,7 @@ pub(crate) fn handler_span(
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty,
         parent_id = tracing::field::Empty,
+        otel.kind = "server",
     );
     if let Some(parent) = incoming {
         otel::set_parent(&span, parent);

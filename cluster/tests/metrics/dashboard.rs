@@ -73,6 +73,9 @@ async fn the_dashboard_shows_nodes_services_rates_and_events_all_escaped() {
         // The caller's calls of search: four ended, one of them (a quarter) failed.
         "<td>search</td><td>search</td><td class=\"n\">",
         "25.0 %",
+        // And how long they took, estimated from the latency histogram.
+        "<th>p50 / p99</th>",
+        " ms</td>",
         // Functions nobody called are not listed.
         "<h2>Recent events",
         "service up",

@@ -294,7 +294,12 @@ fn app_failure(error: &Value, report: &CallReport, json: bool) -> Failure {
         .provider
         .as_ref()
         .map_or_else(String::new, |p| format!(" to {p}"));
-    let message = format!("the call {}{to} returned an error: {error}", report.call);
+    // A `String` error reads as itself, its own line breaks kept (a nested call's report).
+    let said = match error {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let message = format!("the call {}{to} returned an error: {said}", report.call);
     if json {
         crate::out::line(error_json(
             "app",

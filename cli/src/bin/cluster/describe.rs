@@ -117,12 +117,12 @@ fn values(o: &ResolvedOptions) -> [(String, Value); 14] {
         plain(json!(o.retry.enabled)),
         d(o.retry.after),
         max_after,
-        plain(json!(o.retry.factor)),
+        (o.retry.factor.to_string(), json!(o.retry.factor)),
         plain(json!(o.retry.jitter)),
         d(o.retry.budget),
         d(o.wait_for_provider),
         plain(json!(o.retry.overloaded)),
-        plain(json!(o.retry.ratio)),
+        (o.retry.ratio.to_string(), json!(o.retry.ratio)),
         d(o.retry.window),
         plain(json!(o.retry.floor)),
         hedge_after,
@@ -163,12 +163,13 @@ fn source(source: Source) -> &'static str {
     }
 }
 
+/// What a caller may do with the function: run it twice, or only retry what cannot have run.
 fn flags(function: &FunctionDescription) -> String {
     let mut flags = Vec::new();
     flags.push(if function.idempotent {
-        "idempotent"
+        "idempotent: retried after a timeout"
     } else {
-        "not idempotent"
+        "not idempotent: retried only when it cannot have run"
     });
     if function.at_most_once {
         flags.push("at most once");

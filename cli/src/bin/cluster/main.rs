@@ -56,7 +56,10 @@ async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+                // The name claim's own error is said again, with the way out, by `join.rs`.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("error,cluster::registry::gossip::claim=off")
+                }),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

@@ -177,18 +177,20 @@ fn calls(out: &mut String, view: &View<'_>) {
     }
     let _ = write!(
         out,
-        "<table><tr><th>service</th><th>function</th><th>calls/s made</th><th>failed</th><th>requests/s served</th><th>failed</th></tr>"
+        "<table><tr><th>service</th><th>function</th><th>calls/s made</th><th>failed</th><th>p50 / p99</th><th>requests/s served</th><th>not answered</th><th>p50 / p99</th></tr>"
     );
     for ((service, function), r) in &rates {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.2}</td>{}<td class=\"n\">{:.2}</td>{}</tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.2}</td>{}{}<td class=\"n\">{:.2}</td>{}{}</tr>",
             escape(service),
             escape(function),
             r.calls,
             share(r.call_errors),
+            latency(r.call_latency),
             r.requests,
             share(r.request_errors),
+            latency(r.handler_latency),
         );
     }
     let _ = write!(
@@ -197,6 +199,28 @@ fn calls(out: &mut String, view: &View<'_>) {
         span.as_secs(),
         WINDOW.as_secs()
     );
+}
+
+/// A p50 / p99 pair as a cell, in milliseconds (estimated from the histogram's buckets).
+fn latency([p50, p99]: [Option<f64>; 2]) -> String {
+    match (p50, p99) {
+        (Some(p50), Some(p99)) => format!(
+            "<td class=\"n\">{} / {} ms</td>",
+            milliseconds(p50),
+            milliseconds(p99)
+        ),
+        _ => "<td class=\"n empty\">–</td>".to_owned(),
+    }
+}
+
+/// Seconds as milliseconds, to a precision that fits their size.
+fn milliseconds(seconds: f64) -> String {
+    let ms = seconds * 1000.0;
+    if ms < 10.0 {
+        format!("{ms:.2}")
+    } else {
+        format!("{ms:.0}")
+    }
 }
 
 /// A failure share as a cell: coloured past 1 % and 10 %.

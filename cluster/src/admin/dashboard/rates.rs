@@ -13,8 +13,11 @@ use tokio::time::Instant;
 /// A function, as the metrics label it: service, function.
 pub(crate) type Function = (String, String);
 
+/// A latency histogram's cumulative counts, by upper bound in seconds (`+Inf` last).
+pub(crate) type Buckets = Vec<(f64, f64)>;
+
 /// The counts of one function at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Counts {
     /// Calls this node ended, as a caller.
     pub(crate) calls: f64,
@@ -24,6 +27,10 @@ pub(crate) struct Counts {
     pub(crate) requests: f64,
     /// Of those, the ones not `answered` (or `recalled` from the at-most-once record).
     pub(crate) request_errors: f64,
+    /// `cluster_call_duration_seconds`: calls, from start to end.
+    pub(crate) call_latency: Buckets,
+    /// `cluster_handler_duration_seconds`: handlers, on this node.
+    pub(crate) handler_latency: Buckets,
 }
 
 /// Every function's counts at one moment.
@@ -60,7 +67,13 @@ impl History {
     /// Per function: calls and requests per second, and the share of each that failed, from
     /// the oldest sample kept to `now` (a function new since then counts from zero).
     pub(crate) fn rates(&self, at: Instant, now: &Sample) -> (Duration, Vec<(Function, Rates)>) {
-        let Some((then, old)) = self.samples.front() else {
+        // The oldest sample still within the window of `at` (samples are kept at each upkeep,
+        // and a page may be asked for up to an upkeep after the last).
+        let Some((then, old)) = self
+            .samples
+            .iter()
+            .find(|(then, _)| at.saturating_duration_since(*then) <= WINDOW)
+        else {
             return (Duration::ZERO, Vec::new());
         };
         let span = at.saturating_duration_since(*then);
@@ -70,7 +83,7 @@ impl History {
             // A function nobody has called or served: its series exist, at zero.
             .filter(|(_, counts)| counts.calls > 0.0 || counts.requests > 0.0)
             .map(|(function, counts)| {
-                let was = old.get(function).copied().unwrap_or_default();
+                let was = old.get(function).cloned().unwrap_or_default();
                 // A counter that went down was reset (a restart): count from zero.
                 let delta = |now: f64, was: f64| if now >= was { now - was } else { now };
                 let calls = delta(counts.calls, was.calls);
@@ -78,6 +91,8 @@ impl History {
                 let requests = delta(counts.requests, was.requests);
                 let request_errors = delta(counts.request_errors, was.request_errors);
                 let share = |errors: f64, all: f64| (all > 0.0).then(|| errors / all);
+                let calls_took = since(&counts.call_latency, &was.call_latency);
+                let handlers_took = since(&counts.handler_latency, &was.handler_latency);
                 (
                     function.clone(),
                     Rates {
@@ -85,6 +100,11 @@ impl History {
                         call_errors: share(call_errors, calls),
                         requests: requests / seconds,
                         request_errors: share(request_errors, requests),
+                        call_latency: [quantile(&calls_took, 0.5), quantile(&calls_took, 0.99)],
+                        handler_latency: [
+                            quantile(&handlers_took, 0.5),
+                            quantile(&handlers_took, 0.99),
+                        ],
                     },
                 )
             })
@@ -101,6 +121,57 @@ pub(crate) struct Rates {
     pub(crate) call_errors: Option<f64>,
     pub(crate) requests: f64,
     pub(crate) request_errors: Option<f64>,
+    /// p50 and p99 of the calls' durations, in seconds; `None` without calls.
+    pub(crate) call_latency: [Option<f64>; 2],
+    /// p50 and p99 of the handlers' durations here.
+    pub(crate) handler_latency: [Option<f64>; 2],
+}
+
+/// The counts of `now` less those of `was`, bucket by bucket (a reset counts from zero).
+fn since(now: &Buckets, was: &Buckets) -> Buckets {
+    now.iter()
+        .map(|&(le, count)| {
+            let before = was
+                .iter()
+                .find(|(bound, _)| *bound == le)
+                .map_or(0.0, |(_, c)| *c);
+            (
+                le,
+                if count >= before {
+                    count - before
+                } else {
+                    count
+                },
+            )
+        })
+        .collect()
+}
+
+/// The `q` quantile of a histogram, as Prometheus's `histogram_quantile` estimates it: linear
+/// within the bucket it falls in; the largest finite bound when it falls in `+Inf`.
+fn quantile(buckets: &Buckets, q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let mut lower = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(lower.0);
+            }
+            let within = count - lower.1;
+            let share = if within > 0.0 {
+                (rank - lower.1) / within
+            } else {
+                1.0
+            };
+            return Some(lower.0 + (le - lower.0) * share);
+        }
+        lower = (le, count);
+    }
+    Some(lower.0)
 }
 
 /// The counts in a Prometheus text rendering.
@@ -122,6 +193,23 @@ pub(crate) fn parse(text: &str) -> Sample {
         let counts = sample
             .entry((service.to_owned(), function.to_owned()))
             .or_default();
+        if let Some(le) = label("le") {
+            let le: f64 = match le {
+                "+Inf" => f64::INFINITY,
+                le => match le.parse() {
+                    Ok(le) => le,
+                    Err(_) => continue,
+                },
+            };
+            let buckets = match name {
+                "cluster_call_duration_seconds_bucket" => &mut counts.call_latency,
+                "cluster_handler_duration_seconds_bucket" => &mut counts.handler_latency,
+                _ => continue,
+            };
+            buckets.push((le, value));
+            buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+            continue;
+        }
         match (name, label("outcome")) {
             ("cluster_calls_total", _) => {}
             ("cluster_call_outcomes_total", Some("ok" | "dropped")) => counts.calls += value,
@@ -205,18 +293,44 @@ cluster_call_outcomes_total{service="search",function="find",outcome="ok"} 7
 cluster_call_outcomes_total{service="search",function="find",outcome="timeout"} 3
 cluster_requests_total{service="odd \"name\"",function="f\\g",outcome="answered"} 4
 cluster_requests_total{service="odd \"name\"",function="f\\g",outcome="panicked"} 1
+cluster_call_duration_seconds_bucket{service="search",function="find",le="0.1"} 9
+cluster_call_duration_seconds_bucket{service="search",function="find",le="0.01"} 6
+cluster_call_duration_seconds_bucket{service="search",function="find",le="+Inf"} 10
 cluster_registry_nodes 3
 "#;
 
     #[test]
     fn counts_are_read_per_function_with_escaped_labels() {
         let sample = parse(TEXT);
-        let find = sample[&("search".to_owned(), "find".to_owned())];
+        let find = &sample[&("search".to_owned(), "find".to_owned())];
         assert_eq!((find.calls, find.call_errors), (10.0, 3.0));
-        let odd = sample[&("odd \"name\"".to_owned(), "f\\g".to_owned())];
+        let odd = &sample[&("odd \"name\"".to_owned(), "f\\g".to_owned())];
         assert_eq!((odd.requests, odd.request_errors), (5.0, 1.0));
         assert_eq!(sample.len(), 2);
+        assert_eq!(
+            find.call_latency,
+            vec![(0.01, 6.0), (0.1, 9.0), (f64::INFINITY, 10.0)]
+        );
         assert!(parse("cluster_calls_total{service=\"x\" 1\n{{{\n").is_empty());
+    }
+
+    #[test]
+    fn quantiles_are_interpolated_within_their_bucket() {
+        let buckets = vec![(0.01, 6.0), (0.1, 9.0), (f64::INFINITY, 10.0)];
+        // The 5th of 10 falls in the first bucket, 5/6 of the way up.
+        let p50 = quantile(&buckets, 0.5).unwrap();
+        assert!((p50 - 0.01 * 5.0 / 6.0).abs() < 1e-12, "{p50}");
+        // The 7.5th: half way into the second bucket.
+        let p75 = quantile(&buckets, 0.75).unwrap();
+        assert!((p75 - 0.055).abs() < 1e-12, "{p75}");
+        // In +Inf: the largest finite bound.
+        assert_eq!(quantile(&buckets, 0.99), Some(0.1));
+        assert_eq!(quantile(&vec![(0.1, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
+        let was = vec![(0.01, 6.0), (0.1, 6.0), (f64::INFINITY, 6.0)];
+        assert_eq!(
+            since(&buckets, &was),
+            vec![(0.01, 0.0), (0.1, 3.0), (f64::INFINITY, 4.0)]
+        );
     }
 
     #[test]
@@ -237,9 +351,11 @@ cluster_registry_nodes 3
         assert_eq!(find.call_errors, Some(0.25));
         assert_eq!(find.requests, 0.0);
         assert_eq!(find.request_errors, None);
-        // Past the window, the old sample is forgotten.
-        history.keep(start + WINDOW + Duration::from_secs(1), later.clone());
-        let (span, _) = history.rates(start + WINDOW + Duration::from_secs(2), &later);
-        assert_eq!(span, Duration::from_secs(1));
+        // Past the window, the old sample is not used, and forgotten once another is kept.
+        let (span, _) = history.rates(start + WINDOW + Duration::from_secs(3), &later);
+        assert_eq!(span, Duration::ZERO, "no sample within the window");
+        history.keep(start + WINDOW - Duration::from_secs(2), later.clone());
+        let (span, _) = history.rates(start + WINDOW + Duration::from_secs(3), &later);
+        assert_eq!(span, Duration::from_secs(5));
     }
 }
