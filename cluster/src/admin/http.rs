@@ -1,10 +1,11 @@
 //! One HTTP/1.1 exchange, by hand: read the request head (bounded), answer, close.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{MAX_HEAD, Render};
+use super::{MAX_HEAD, OPENING_TIMEOUT, Render};
 
 /// The content type of Prometheus's text format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -18,18 +19,32 @@ const HTML_HEADERS: &str = "Content-Security-Policy: default-src 'none'; style-s
 X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\nCache-Control: no-store\r\n";
 
 /// Reads one request from `stream` and answers it; `member` says whether the caller's
-/// certificate names a member of the cluster (always `Ok` in plaintext).
+/// certificate names a member of the cluster (always `Ok` in plaintext, where `plaintext` asks
+/// for a `Host` that names no site: see [`rebound`]).
 pub(super) async fn exchange<S>(
     mut stream: S,
     render: &Render,
     member: Result<(), String>,
+    plaintext: bool,
+    opened: &AtomicBool,
 ) -> io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let answer = match read_head(&mut stream).await? {
+    // A connection that says nothing holds its place for this long, not the whole exchange's.
+    let Ok(head) = tokio::time::timeout(OPENING_TIMEOUT, read_head(&mut stream)).await else {
+        return Ok(());
+    };
+    let head = head?;
+    opened.store(true, Ordering::Release);
+    let answer = match head {
         Head::Complete(head) => match member {
-            Ok(()) => answer(&head, render),
+            Ok(()) if plaintext && rebound(&head) => plain(
+                421,
+                "Misdirected Request",
+                "in plaintext this endpoint answers a Host that is an IP address or localhost\n",
+            ),
+            Ok(()) => answer(&head, render).await,
             Err(why) => plain(403, "Forbidden", &format!("{why}\n")),
         },
         Head::TooLarge => plain(
@@ -42,6 +57,31 @@ where
     };
     stream.write_all(&answer).await?;
     stream.shutdown().await
+}
+
+/// Whether a plaintext request names a site as its `Host`: a web page that made its own name
+/// resolve to this node (DNS rebinding) would read the cluster's map through an operator's
+/// browser. A scraper or curl names an address, or `localhost`.
+fn rebound(head: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(head);
+    let host = text.lines().skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("host")
+            .then(|| value.trim().to_owned())
+    });
+    let Some(host) = host else {
+        return false;
+    };
+    // Without its port: `[::1]:9464`, `10.0.0.7:9464`, `localhost`.
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default().to_owned(),
+        None => host
+            .rsplit_once(':')
+            .map_or(host.as_str(), |(h, _)| h)
+            .to_owned(),
+    };
+    !(name.parse::<std::net::IpAddr>().is_ok() || name.eq_ignore_ascii_case("localhost"))
 }
 
 enum Head {
@@ -77,7 +117,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// The answer to a request whose head is `head`.
-fn answer(head: &[u8], render: &Render) -> Vec<u8> {
+async fn answer(head: &[u8], render: &Render) -> Vec<u8> {
     let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut parts = line.trim_end().split(' ');
@@ -90,10 +130,10 @@ fn answer(head: &[u8], render: &Render) -> Vec<u8> {
         );
     }
     // The path without a query string: Prometheus may add its own parameters.
-    let path = target.split('?').next().unwrap_or_default();
-    let (page, content_type) = match path {
-        "/metrics" => ((render.metrics)(), TEXT_FORMAT),
-        "/" => ((render.dashboard)(), HTML),
+    let path = target.split('?').next().unwrap_or_default().to_owned();
+    let dashboard = match path.as_str() {
+        "/metrics" => false,
+        "/" => true,
         _ => {
             return plain(
                 404,
@@ -102,10 +142,20 @@ fn answer(head: &[u8], render: &Render) -> Vec<u8> {
             );
         }
     };
+    // Before anything is made: a page is not rendered for a method that gets none.
     if method != "GET" && method != "HEAD" {
         return plain(405, "Method Not Allowed", &format!("GET {path}\n"));
     }
-    let Some(text) = page else {
+    // Made on a blocking thread: a page of a large registry takes a while, and the node's
+    // runtime (its calls, its gossip) must not wait for it.
+    let pages = render.clone();
+    let made = tokio::task::spawn_blocking(move || match dashboard {
+        true => (pages.dashboard)(),
+        false => (pages.metrics)(),
+    })
+    .await;
+    let content_type = if dashboard { HTML } else { TEXT_FORMAT };
+    let Ok(Some(text)) = made else {
         return plain(
             404,
             "Not Found",
@@ -151,7 +201,9 @@ mod tests {
             dashboard: Box::new(|| Some("<!doctype html><p>hi</p>".to_owned())),
         });
         let (mut client, server) = tokio::io::duplex(64 << 10);
-        let serving = tokio::spawn(async move { exchange(server, &render, Ok(())).await });
+        let serving = tokio::spawn(async move {
+            exchange(server, &render, Ok(()), false, &AtomicBool::new(false)).await
+        });
         client.write_all(request).await.unwrap();
         let mut answer = String::new();
         client.read_to_string(&mut answer).await.unwrap();

@@ -6,9 +6,12 @@
 //!    (`cluster-node issue --node prometheus`), as every other port of the node asks. Plaintext
 //!    only when asked by name (`metrics_insecure`), or on a node that is itself `insecure()`.
 //! 2. **What a client can make it hold** (`docs/reliability.md`): at most [`MAX_CONNECTIONS`]
-//!    connections at once (more are closed at once), a request head of at most [`MAX_HEAD`]
-//!    bytes, and [`TIMEOUT`] for the whole exchange, TLS handshake included. One request per
-//!    connection: the answer says `Connection: close`.
+//!    connections at once; with every place taken, the oldest that has not yet sent a request
+//!    gives its place up to the new one (else the new one is closed); [`OPENING_TIMEOUT`] for
+//!    the TLS handshake and again for the request's head, at most [`MAX_HEAD`] bytes;
+//!    [`TIMEOUT`] for the whole exchange. One request per connection: the answer says
+//!    `Connection: close`. A page is made on a blocking thread, one at a time, and served
+//!    again for 2 s (`node/metrics.rs`).
 //! 3. **HTTP/1.1 by hand** (`http.rs`): a request line and headers, read up to the blank line;
 //!    nothing else is parsed, no body is read.
 
@@ -20,8 +23,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::security::tls::Tls;
@@ -34,6 +39,10 @@ pub(crate) const MAX_HEAD: usize = 8 << 10;
 
 /// The time a connection has for its TLS handshake, its request and reading the answer.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The time a connection has for its TLS handshake, and then for its request's head: a
+/// scraper sends both at once.
+pub(crate) const OPENING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the endpoint serves, made when asked.
 pub(crate) struct Pages {
@@ -55,12 +64,12 @@ pub(crate) async fn serve(
 ) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let places = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let acceptor = tls
         .as_ref()
         .map(|tls| tokio_rustls::TlsAcceptor::from(tls.server.clone()));
     let task = tokio::spawn(async move {
         let mut connections = JoinSet::new();
+        let mut places: Vec<Place> = Vec::with_capacity(MAX_CONNECTIONS);
         let mut pause = false;
         loop {
             // After a failed accept (out of file handles, most likely): a pause, not a spin.
@@ -74,22 +83,29 @@ pub(crate) async fn serve(
                         pause = true;
                         continue;
                     };
-                    let Ok(place) = places.clone().try_acquire_owned() else {
-                        tracing::debug!("metrics endpoint {local}: {MAX_CONNECTIONS} connections already, closed {peer}'s");
+                    if places.len() >= MAX_CONNECTIONS && !make_room(&mut places) {
+                        tracing::debug!("admin endpoint {local}: {MAX_CONNECTIONS} requests already, closed {peer}'s");
                         continue;
-                    };
+                    }
                     let _ = stream.set_nodelay(true);
-                    let exchange = connection(stream, acceptor.clone(), tls.clone(), render.clone());
-                    connections.spawn(async move {
-                        let _place = place;
+                    let opened = Arc::new(AtomicBool::new(false));
+                    let exchange = connection(stream, acceptor.clone(), tls.clone(), render.clone(), opened.clone());
+                    let abort = connections.spawn(async move {
                         match tokio::time::timeout(TIMEOUT, exchange).await {
                             Ok(Ok(())) => {}
-                            Ok(Err(e)) => tracing::debug!("metrics endpoint {local}: {peer}: {e}"),
-                            Err(_) => tracing::debug!("metrics endpoint {local}: {peer} took over {TIMEOUT:?}"),
+                            Ok(Err(e)) => tracing::debug!("admin endpoint {local}: {peer}: {e}"),
+                            Err(_) => tracing::debug!("admin endpoint {local}: {peer} took over {TIMEOUT:?}"),
                         }
                     });
+                    places.push(Place { id: abort.id(), opened, abort });
                 }
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                Some(ended) = connections.join_next_with_id(), if !connections.is_empty() => {
+                    let id = match ended {
+                        Ok((id, ())) => id,
+                        Err(e) => e.id(),
+                    };
+                    places.retain(|place| place.id != id);
+                }
             }
         }
         // Dropping the set aborts the exchanges still running.
@@ -97,21 +113,50 @@ pub(crate) async fn serve(
     Ok((local, task))
 }
 
+/// A connection holding one of the [`MAX_CONNECTIONS`] places.
+struct Place {
+    id: tokio::task::Id,
+    /// Whether it has passed its TLS handshake and sent a whole request head.
+    opened: Arc<AtomicBool>,
+    abort: tokio::task::AbortHandle,
+}
+
+/// With every place taken, gives the oldest connection that has not yet sent a request (a
+/// connection that opened and said nothing, with or without a certificate) up for a new one;
+/// false if every place is a request being answered. Without it, eight idle connections from
+/// anyone who reaches the port would keep the scraper out for as long as they liked.
+fn make_room(places: &mut Vec<Place>) -> bool {
+    match places
+        .iter()
+        .position(|p| !p.opened.load(Ordering::Acquire))
+    {
+        Some(oldest) => {
+            places.remove(oldest).abort.abort();
+            true
+        }
+        None => false,
+    }
+}
+
 /// One connection: the TLS handshake and the caller's certificate if secure, then one exchange.
+/// `opened` is set once the handshake is done and a whole request head has been read.
 async fn connection(
     stream: tokio::net::TcpStream,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     tls: Option<Arc<Tls>>,
     render: Render,
+    opened: Arc<AtomicBool>,
 ) -> io::Result<()> {
     let (Some(acceptor), Some(tls)) = (acceptor, tls) else {
-        return http::exchange(stream, &render, Ok(())).await;
+        return http::exchange(stream, &render, Ok(()), true, &opened).await;
     };
     // rustls has checked that the certificate chains to the cluster's CA; it must also name a
     // member of this node's cluster, as for a call.
-    let stream = acceptor.accept(stream).await?;
+    let stream = tokio::time::timeout(OPENING_TIMEOUT, acceptor.accept(stream))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no TLS handshake in time"))??;
     let member = tls
         .peer_of(stream.get_ref().1.peer_certificates())
         .map(drop);
-    http::exchange(stream, &render, member).await
+    http::exchange(stream, &render, member, false, &opened).await
 }

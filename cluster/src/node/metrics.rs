@@ -13,6 +13,9 @@ use crate::meters::{Meters, Sampled, Sink, UPKEEP_EVERY};
 use crate::registry::GossipRegistry;
 use crate::security::tls::Tls;
 
+/// How long a dashboard page is served again before it is made anew.
+const FRESH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the builder was asked for.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Wanted {
@@ -79,6 +82,7 @@ pub(super) async fn start(
     let node: Arc<OnceLock<Weak<NodeInner>>> = Arc::default();
     let meters = Arc::new(Meters::new(Sink::own()));
     let dashboard = Arc::new(Dashboard::default());
+    let last: std::sync::Mutex<Option<(std::time::Instant, String)>> = Default::default();
     let render = {
         let (node, for_page, dashboard) = (node.clone(), node.clone(), dashboard.clone());
         Arc::new(Pages {
@@ -87,8 +91,16 @@ pub(super) async fn start(
                 inner.meters.as_ref()?.render(&sample(&inner))
             }),
             dashboard: Box::new(move || {
+                // One page made at a time, and made again at most every `FRESH`: requests
+                // (a tab reloading, several operators, a flood) cost one render between them.
+                let mut made = last.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((at, page)) = &*made
+                    && at.elapsed() < FRESH
+                {
+                    return Some(page.clone());
+                }
                 let inner = for_page.get()?.upgrade()?;
-                Some(page(&View {
+                let fresh = page(&View {
                     node: &inner.info,
                     nodes: inner.registry.nodes(),
                     services: inner.registry.services(),
@@ -97,7 +109,9 @@ pub(super) async fn start(
                         .as_ref()
                         .and_then(|m| m.render(&sample(&inner))),
                     dashboard: &dashboard,
-                }))
+                });
+                *made = Some((std::time::Instant::now(), fresh.clone()));
+                Some(fresh)
             }),
         })
     };

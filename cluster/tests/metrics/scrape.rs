@@ -65,7 +65,7 @@ async fn exchange<S>(mut stream: S, path: &str) -> Scraped
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: node\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await?;

@@ -39,12 +39,31 @@ pub(crate) fn shown(text: &str) -> String {
         .flat_map(|c| {
             let escaped: Vec<char> = if c.is_control() {
                 c.escape_debug().collect()
+            } else if invisible(c) {
+                c.escape_unicode().collect()
             } else {
                 vec![c]
             };
             escaped
         })
         .collect()
+}
+
+/// Unicode's format characters that change how text around them reads without showing (a
+/// right-to-left override, a zero-width space): a name with one can pass for another.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
 }
 
 /// A message of several lines as it may reach a terminal: control characters escaped as in
@@ -60,6 +79,7 @@ mod tests {
     #[test]
     fn control_characters_are_shown_escaped() {
         assert_eq!(shown("svc\u{1b}[2J\nrow\u{7}"), "svc\\u{1b}[2J\\nrow\\u{7}");
+        assert_eq!(shown("web\u{202e}1"), "web\\u{202e}1");
         assert_eq!(shown("plain é"), "plain é");
         assert_eq!(shown_lines("a\u{1b}\nb"), "a\\u{1b}\nb");
     }

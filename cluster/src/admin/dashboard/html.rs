@@ -1,6 +1,6 @@
 //! The dashboard's page, as HTML: every value escaped, no script, a refresh every few seconds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
@@ -23,12 +23,32 @@ pub(crate) fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            // Control characters other than whitespace show as a replacement, not raw.
-            c if c.is_control() && !matches!(c, '\n' | '\t') => out.push('\u{fffd}'),
+            // Control characters other than whitespace, and the invisible ones that reorder or
+            // hide text (bidirectional overrides, zero-width), show as a replacement.
+            c if (c.is_control() && !matches!(c, '\n' | '\t')) || invisible(c) => {
+                out.push('\u{fffd}')
+            }
             c => out.push(c),
         }
     }
     out
+}
+
+/// Unicode's format characters that change how text around them reads without showing: a
+/// name with a right-to-left override or a zero-width space can pass for another.
+pub(crate) fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
 }
 
 /// The whole page.
@@ -61,6 +81,10 @@ th{background:#eee}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .ok{color:#17663a}.warn{color:#8a5a00;font-weight:bold}.bad{color:#b00020;font-weight:bold}\
 .empty{color:#777;font-style:italic}code{font-size:.95em}";
 
+/// Rows a table shows at most; the rest are counted (`cluster nodes --json` lists them all). A
+/// page must stay cheap at the registry's limits (2,048 nodes of 256 entries each).
+pub(crate) const MAX_ROWS: usize = 200;
+
 fn nodes(out: &mut String, view: &View<'_>) {
     let mut nodes = view.nodes.clone();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -69,13 +93,13 @@ fn nodes(out: &mut String, view: &View<'_>) {
         "<h2>Nodes ({})</h2><table><tr><th>node</th><th>address</th><th>generation</th><th>wire</th><th>state</th><th>services</th></tr>",
         nodes.len()
     );
-    for n in &nodes {
-        let entries: Vec<&ServiceEntry> = view
-            .services
-            .iter()
-            .filter(|e| e.node.name == n.name)
-            .map(|e| &**e)
-            .collect();
+    // Each node's entries, found once: not a pass over every entry per node.
+    let mut by_node: HashMap<&str, Vec<&ServiceEntry>> = HashMap::new();
+    for e in &view.services {
+        by_node.entry(e.node.name.as_str()).or_default().push(e);
+    }
+    for n in nodes.iter().take(MAX_ROWS) {
+        let entries = by_node.get(n.name.as_str()).map_or(&[][..], Vec::as_slice);
         let (state, class) = if entries.iter().any(|e| e.suspect) {
             ("suspect", "warn")
         } else {
@@ -101,6 +125,27 @@ fn nodes(out: &mut String, view: &View<'_>) {
             escape(&services.join(", ")),
         );
     }
+    more(out, nodes.len(), 6);
+}
+
+/// The first names of a list, and how many more there are.
+fn listed(names: &[&str]) -> String {
+    const SHOWN: usize = 20;
+    match names.len() {
+        n if n > SHOWN => format!("{}, … and {} more", names[..SHOWN].join(", "), n - SHOWN),
+        _ => names.join(", "),
+    }
+}
+
+/// Ends a table of `rows` rows, saying how many were left out of it.
+fn more(out: &mut String, rows: usize, columns: usize) {
+    if rows > MAX_ROWS {
+        let _ = write!(
+            out,
+            "<tr><td colspan=\"{columns}\" class=\"empty\">… and {} more (<code>cluster nodes --json</code>, <code>cluster services --json</code> list them all)</td></tr>",
+            rows - MAX_ROWS
+        );
+    }
     out.push_str("</table>");
 }
 
@@ -118,7 +163,7 @@ fn services(out: &mut String, view: &View<'_>) {
         return;
     }
     out.push_str("<table><tr><th>service</th><th>version</th><th>providers</th><th>health</th><th>functions</th></tr>");
-    for ((name, version), entries) in &by {
+    for ((name, version), entries) in by.iter().take(MAX_ROWS) {
         let failing = entries.iter().filter(|e| e.failing).count();
         let suspect = entries.iter().filter(|e| e.suspect && !e.failing).count();
         let healthy = entries.len() - failing - suspect;
@@ -151,11 +196,11 @@ fn services(out: &mut String, view: &View<'_>) {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{health}</td><td>{}</td></tr>",
             escape(name),
             escape(&version.to_string()),
-            escape(&providers.join(", ")),
+            escape(&listed(&providers)),
             escape(&functions.join(", ")),
         );
     }
-    out.push_str("</table>");
+    more(out, by.len(), 5);
 }
 
 fn calls(out: &mut String, view: &View<'_>) {
@@ -308,6 +353,61 @@ mod tests {
             escape("<script>alert('x')</script> & \"q\"\u{1b}[31m"),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;\u{fffd}[31m"
         );
+    }
+
+    #[test]
+    fn invisible_characters_that_reorder_text_are_replaced() {
+        assert_eq!(
+            escape("web\u{202E}1-bew\u{200B}"),
+            "web\u{fffd}1-bew\u{fffd}"
+        );
+    }
+
+    #[test]
+    fn a_page_of_a_registry_at_its_limits_lists_a_bounded_number_of_rows() {
+        use std::sync::Arc;
+
+        use crate::registry::{NodeInfo, ServiceEntry};
+        use crate::service::ServiceDescription;
+
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        let nodes: Vec<NodeInfo> = (0..2048)
+            .map(|n| NodeInfo::new(format!("n-{n}"), addr, 1))
+            .collect();
+        let descriptions: Vec<Arc<ServiceDescription>> = (0..250)
+            .map(|s| {
+                Arc::new(ServiceDescription::new(
+                    &format!("s-{s}"),
+                    semver::Version::new(1, 0, 0),
+                    None,
+                    crate::CallOptions::new(),
+                    vec![],
+                ))
+            })
+            .collect();
+        let services: Vec<Arc<ServiceEntry>> = nodes
+            .iter()
+            .flat_map(|n| {
+                descriptions
+                    .iter()
+                    .take(25)
+                    .map(move |d| Arc::new(ServiceEntry::new(n.clone(), d.clone())))
+            })
+            .collect();
+        let dashboard = super::super::Dashboard::default();
+        let page = page(&View {
+            node: &nodes[0],
+            nodes: nodes.clone(),
+            services,
+            metrics: None,
+            dashboard: &dashboard,
+        });
+        assert_eq!(page.matches("<tr><td>n-").count(), MAX_ROWS, "node rows");
+        assert!(page.contains("… and 1848 more"), "the rest counted");
+        assert!(page.contains("<h2>Nodes (2048)</h2>"));
+        // A service's providers: the first 20 named, the rest counted.
+        assert!(page.contains("… and 2028 more"), "providers cut");
+        assert!(page.len() < 400_000, "{} bytes", page.len());
     }
 
     #[test]
