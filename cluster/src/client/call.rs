@@ -35,7 +35,8 @@ pub struct Call<T, E> {
     overrides: CallOptions,
     metadata: Metadata,
     detached: bool,
-    trace: Option<TraceParent>,
+    // Boxed: set on few calls, and every call's future holds it.
+    trace: Option<Box<TraceParent>>,
     decode: Decode<T, E>,
 }
 
@@ -129,7 +130,7 @@ impl<T, E> Call<T, E> {
     /// incoming HTTP request's `traceparent` header with [`TraceParent::parse`]), instead of
     /// the calling handler's or a new one. `docs/operations.md`, "Traces that cross nodes".
     pub fn trace(mut self, parent: TraceParent) -> Self {
-        self.trace = Some(parent);
+        self.trace = Some(Box::new(parent));
         self
     }
 
@@ -193,13 +194,17 @@ where
                 overrides,
                 metadata,
                 detached,
-                trace,
+                mut trace,
                 decode,
             } = self;
             let current = Context::current();
-            // A detached call still belongs to the handler's trace: it was caused by it.
-            let trace = trace.or_else(|| current.as_ref().and_then(Context::trace));
-            let parent = if detached { None } else { current };
+            let parent = if detached {
+                // A detached call still belongs to the handler's trace: it was caused by it.
+                trace = trace.or_else(|| current.as_ref().and_then(Context::trace).map(Box::new));
+                None
+            } else {
+                current
+            };
             let request_id = parent
                 .as_ref()
                 .map_or_else(|| client.node.next_request_id(), Context::request_id);
