@@ -379,7 +379,6 @@ fn seed_request() -> Request {
             ..Head::default()
         },
         attempt: AtomicU32::new(2),
-        span: Default::default(),
     }
 }
 

@@ -26,6 +26,7 @@ use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source};
 use crate::registry::ServiceEntry;
 use crate::server::record::KEEP;
 use crate::service::CodecError;
+use crate::transport::wire::Traced;
 use crate::transport::{ENVELOPE_OVERHEAD, Head, Reply, Request};
 
 /// How much of a calling handler's time a call made inside it leaves unused: a tenth of what is
@@ -42,8 +43,10 @@ pub(crate) struct Sent<'a> {
     pub(crate) request_id: RequestId,
     /// The context of the handler the call is made in, unless it is detached.
     pub(crate) parent: Option<Context>,
-    /// The trace the call was given ([`Call::trace`](crate::Call::trace)), or its handler's.
-    pub(crate) trace: Option<TraceParent>,
+    /// The trace the call was given ([`Call::trace`](crate::Call::trace)), or a detached
+    /// call's handler's (a call made in a handler otherwise finds it in `parent`). Boxed: this
+    /// travels through every call's futures, and nearly always is `None`.
+    pub(crate) trace: Option<Box<TraceParent>>,
 }
 
 /// A call's reply, with what its report needs if the reply is the provider's own error.
@@ -123,7 +126,8 @@ pub(crate) async fn run(
         let wanted = &client.description.functions[function];
         let span = tracing::debug_span!(target: "cluster::trace", "call", service = %client.description.name, function = %wanted.name);
         // A trace given or inherited is this span's parent, for OpenTelemetry as for us.
-        if let Some(trace) = sent.trace {
+        let trace = sent.trace.as_deref().copied();
+        if let Some(trace) = trace.or_else(|| sent.parent.as_ref().and_then(Context::trace)) {
             crate::context::set_span_parent(&span, trace);
         }
         // Boxed: only a call traced at DEBUG carries the span's wrapper.
@@ -176,7 +180,7 @@ async fn attempts(
             );
             return early(RpcErrorKind::TooLarge, detail);
         }
-        let trace = crate::context::of_call(trace, parent.as_ref());
+        let trace = crate::context::of_call(trace.map(|t| *t), parent.as_ref());
         let mut call = Attempts::start(client, function, overrides, parent.as_ref());
         let budget_deadline = call.deadline;
         let request = Arc::new(Request {
@@ -197,10 +201,9 @@ async fn attempts(
                 // An at-most-once call's own id, under which its provider records it.
                 call_id: wanted.at_most_once.then(|| fastrand::u128(..)),
                 pinned: None,
-                trace,
+                trace: trace.map(Traced::new),
             },
             attempt: Default::default(),
-            span: Default::default(),
         });
         call.call_id = request.head.call_id;
         let Some(parent) = parent else {
@@ -297,22 +300,53 @@ struct Pinned {
 impl<'a> Attempts<'a> {
     /// The span of attempt `number` of a traced call, its id set in `request` for the provider
     /// (the attempts of one call are sequential; a hedge has its own copy of the request).
+    #[inline]
     pub(super) fn attempt_span(
         &self,
         request: &Request,
         number: usize,
         entry: &ServiceEntry,
     ) -> Option<tracing::Span> {
-        let trace = request.head.trace?;
+        let traced = request.head.trace.as_deref()?;
         let (span, id) = crate::context::attempt_span(
-            trace,
+            traced.call,
             &request.service,
             &request.function,
             number,
             &entry.node.name,
         );
-        request.span.store(id, std::sync::atomic::Ordering::Relaxed);
+        traced.span.store(id, std::sync::atomic::Ordering::Relaxed);
         Some(span)
+    }
+
+    /// Sends attempt `number` of a traced call inside its span, and gives the span back to be
+    /// told how the attempt ended. Boxed, and out of [`run`](Self::run): the span, held across
+    /// the send, would grow every call's future.
+    #[allow(clippy::type_complexity)]
+    fn traced_send<'s>(
+        &'s self,
+        request: &Arc<Request>,
+        number: usize,
+        entry: &'s ServiceEntry,
+        deadline: Instant,
+    ) -> futures::future::BoxFuture<
+        's,
+        (
+            Result<Reply, crate::transport::TransportError>,
+            Option<tracing::Span>,
+        ),
+    > {
+        let send = self
+            .client
+            .node
+            .connector
+            .send(&entry.node, request.clone(), deadline);
+        match self.attempt_span(request, number, entry) {
+            Some(span) => {
+                Box::pin(async move { (send.instrument(span.clone()).await, Some(span)) })
+            }
+            None => Box::pin(async move { (send.await, None) }),
+        }
     }
 
     fn start(
@@ -519,15 +553,19 @@ impl<'a> Attempts<'a> {
             if let Some(counted) = self.counted.take() {
                 counted.sent();
             }
-            let span = self.attempt_span(&request, number, &chosen.entry);
-            let send = self.client.node.connector.send(
-                &chosen.entry.node,
-                request.clone(),
-                attempt_deadline,
-            );
-            let reply = match &span {
-                Some(span) => send.instrument(span.clone()).await,
-                None => send.await,
+            // The span (of a traced call) comes back with the reply: held across the send
+            // here, it would grow every call's future.
+            let (reply, span) = if request.head.trace.is_none() {
+                let reply = self
+                    .client
+                    .node
+                    .connector
+                    .send(&chosen.entry.node, request.clone(), attempt_deadline)
+                    .await;
+                (reply, None)
+            } else {
+                self.traced_send(&request, number, &chosen.entry, attempt_deadline)
+                    .await
             };
             // A retry of an at-most-once call answered from the provider's record.
             let (reply, recalled) = match reply {
@@ -535,11 +573,12 @@ impl<'a> Attempts<'a> {
                 reply => (reply, false),
             };
             let reply = Failure::of(reply);
-            if let Some(span) = &span {
+            // Consumed here: not held across the awaits below.
+            if let Some(span) = span {
                 let outcome = reply
                     .as_ref()
                     .map_or_else(Failure::outcome, |_| "answered".into());
-                crate::context::attempt_ended(span, &outcome, reply.is_ok());
+                crate::context::attempt_ended(&span, &outcome, reply.is_ok());
             }
             let failure = match reply {
                 Ok(bytes) => {

@@ -7,7 +7,7 @@ use super::Client;
 use crate::context::{Context, Metadata, TraceParent};
 use crate::error::{CallError, CallReport, Reason, RpcErrorKind};
 use crate::layer::{CallInfo, Outcome};
-use crate::meters::{CallMeter, Outcome as MeteredOutcome};
+use crate::meters::Outcome as MeteredOutcome;
 use crate::options::CallOptions;
 use crate::server::catching;
 use crate::service::CodecError;
@@ -35,7 +35,8 @@ pub struct Call<T, E> {
     overrides: CallOptions,
     metadata: Metadata,
     detached: bool,
-    trace: Option<TraceParent>,
+    // Boxed: set on few calls, and every call's future holds it.
+    trace: Option<Box<TraceParent>>,
     decode: Decode<T, E>,
 }
 
@@ -129,7 +130,7 @@ impl<T, E> Call<T, E> {
     /// incoming HTTP request's `traceparent` header with [`TraceParent::parse`]), instead of
     /// the calling handler's or a new one. `docs/operations.md`, "Traces that cross nodes".
     pub fn trace(mut self, parent: TraceParent) -> Self {
-        self.trace = Some(parent);
+        self.trace = Some(Box::new(parent));
         self
     }
 
@@ -193,13 +194,17 @@ where
                 overrides,
                 metadata,
                 detached,
-                trace,
+                mut trace,
                 decode,
             } = self;
             let current = Context::current();
-            // A detached call still belongs to the handler's trace: it was caused by it.
-            let trace = trace.or_else(|| current.as_ref().and_then(Context::trace));
-            let parent = if detached { None } else { current };
+            let parent = if detached {
+                // A detached call still belongs to the handler's trace: it was caused by it.
+                trace = trace.or_else(|| current.as_ref().and_then(Context::trace).map(Box::new));
+                None
+            } else {
+                current
+            };
             let request_id = parent
                 .as_ref()
                 .map_or_else(|| client.node.next_request_id(), Context::request_id);
@@ -211,13 +216,11 @@ where
                 parent,
                 trace,
             };
-            // Counted from here, also if the call is dropped before it ends.
-            let meter = client.meters.as_deref().and_then(|m| m.start(function));
             if client.node.client_layers.is_empty() {
-                return run(&client, function, sent, decode, report, meter).await;
+                return run(&client, function, sent, decode, report).await;
             }
             // Boxed, so that the layers' state does not grow the future of every call.
-            Box::pin(with_layers(&client, function, sent, decode, report, meter)).await
+            Box::pin(with_layers(&client, function, sent, decode, report)).await
         }
     }
 }
@@ -229,7 +232,6 @@ async fn with_layers<T, E>(
     mut sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
     report: bool,
-    meter: Option<CallMeter<'_>>,
 ) -> Decoded<T, E> {
     let layers = &client.node.client_layers;
     let options = client.defaults.overlay(sent.overrides);
@@ -259,12 +261,12 @@ async fn with_layers<T, E>(
     }
     let result = match refused {
         Some(e) => {
-            if let Some(meter) = meter {
-                meter.failed(MeteredOutcome::of(&e), e.report());
+            if let Some(meter) = client.meters.as_deref().and_then(|m| m.start(function)) {
+                meter.failed(MeteredOutcome::of(&e), e.report(), started);
             }
             Err(e)
         }
-        None => run(client, function, sent, decode, report, meter).await,
+        None => run(client, function, sent, decode, report).await,
     };
     let outcome = match &result {
         Ok(Ok(_)) => Outcome::Ok,
@@ -287,14 +289,16 @@ async fn run<T, E>(
     sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
     report: bool,
-    meter: Option<CallMeter<'_>>,
 ) -> Decoded<T, E> {
     let started = tokio::time::Instant::now();
+    // Counted from here, also if the call is dropped before it ends; the meter keeps no clock
+    // of its own (`started` is the call's), so that it adds one pointer to the call's future.
+    let meter = client.meters.as_deref().and_then(|m| m.start(function));
     let answer = match super::attempt::run(client, function, sent).await {
         Ok(answer) => answer,
         Err(e) => {
             if let Some(meter) = meter {
-                meter.failed(MeteredOutcome::of(&e), e.report());
+                meter.failed(MeteredOutcome::of(&e), e.report(), started);
             }
             return Err(e);
         }
@@ -306,7 +310,7 @@ async fn run<T, E>(
             Ok(Err(_)) => MeteredOutcome::App,
             Err(_) => MeteredOutcome::Rpc(RpcErrorKind::Protocol),
         };
-        meter.end(outcome, answer.tally(), false);
+        meter.end(outcome, answer.tally(), false, started);
     }
     match decoded {
         Ok(Ok(value)) if report => Ok(Ok((value, Some(Box::new(answer.report(client, function)))))),

@@ -83,6 +83,10 @@ pub(crate) struct Received {
     pub(crate) call_id: Option<u128>,
     /// The call's trace, under the handler's own span: what calls made in the handler continue.
     pub(crate) trace: Option<TraceParent>,
+    /// The served function's metrics, if the node records them: the dispatcher counts how the
+    /// request ended. Here rather than in the handler's future, which every request's task
+    /// holds.
+    pub(crate) meter: Option<Arc<crate::meters::ServedMeters>>,
 }
 
 impl Context {
@@ -161,6 +165,11 @@ impl Context {
     /// `traceparent` for other work the handler starts (an HTTP request, a message).
     pub fn trace(&self) -> Option<TraceParent> {
         self.inner.call.trace
+    }
+
+    /// The served function's metrics, if the node records them.
+    pub(crate) fn meter(&self) -> Option<&Arc<crate::meters::ServedMeters>> {
+        self.inner.call.meter.as_ref()
     }
 
     /// When this attempt's time is up: the provider stops the handler then.
@@ -285,6 +294,7 @@ mod tests {
             metadata: Metadata::new(),
             call_id: None,
             trace: None,
+            meter: None,
         }
     }
 

@@ -128,27 +128,32 @@ fn span_id() -> u64 {
 
 /// Whether a subscriber records the framework's spans: `cluster::trace` at DEBUG (a filter of
 /// `cluster=debug` or `cluster::trace=debug`).
+#[inline]
 pub(crate) fn traced() -> bool {
     tracing::enabled!(target: "cluster::trace", tracing::Level::DEBUG)
 }
 
 /// The trace of a call: the one it was given, the calling handler's, the OpenTelemetry span
-/// it is made in, or a new one while spans are recorded; none otherwise.
+/// it is made in, or a new one while spans are recorded; none otherwise. Inlined, and the
+/// rest out of line: a call nothing traces pays a few branches.
+#[inline]
 pub(crate) fn of_call(
     given: Option<TraceParent>,
     handler: Option<&crate::Context>,
 ) -> Option<TraceParent> {
     given
         .or_else(|| handler.and_then(crate::Context::trace))
-        .or_else(|| {
-            traced().then(|| {
-                otel::current().unwrap_or(TraceParent {
-                    trace_id: fastrand::u128(1..),
-                    parent_id: span_id(),
-                    sampled: true,
-                })
-            })
-        })
+        .or_else(|| traced().then(new_trace))
+}
+
+/// The trace of a call made while spans are recorded, outside any other.
+#[cold]
+fn new_trace() -> TraceParent {
+    otel::current().unwrap_or(TraceParent {
+        trace_id: fastrand::u128(1..),
+        parent_id: span_id(),
+        sampled: true,
+    })
 }
 
 /// The span of one attempt of a call in `trace`, and the id the provider gets as its parent:
@@ -190,6 +195,7 @@ pub(crate) fn attempt_ended(span: &tracing::Span, outcome: &str, answered: bool)
 /// The span of a handler serving a request that carried `incoming` (the caller's attempt as
 /// parent), and the trace the handler's own calls continue. No span while none is recorded;
 /// no trace when the caller sent none and no span is recorded.
+#[inline]
 pub(crate) fn handler_span(
     incoming: Option<TraceParent>,
     service: &str,
@@ -199,6 +205,17 @@ pub(crate) fn handler_span(
     if !traced() {
         return (None, incoming.map(|trace| trace.child(span_id())));
     }
+    recorded_handler_span(incoming, service, function, caller)
+}
+
+/// [`handler_span`] while spans are recorded.
+#[inline(never)]
+fn recorded_handler_span(
+    incoming: Option<TraceParent>,
+    service: &str,
+    function: &str,
+    caller: Option<&str>,
+) -> (Option<tracing::Span>, Option<TraceParent>) {
     let span = tracing::debug_span!(
         target: "cluster::trace",
         "handle",

@@ -80,11 +80,7 @@ impl ClientMeters {
         let meters = self.functions.get(function)?;
         meters.calls.increment(1);
         meters.in_flight.increment(1.0);
-        Some(CallMeter {
-            meters,
-            start: Instant::now(),
-            ended: false,
-        })
+        Some(CallMeter { meters })
     }
 }
 
@@ -119,21 +115,22 @@ impl FunctionMeters {
 }
 
 /// One call being counted: it leaves the in-flight gauge when dropped, as `dropped` if it had not
-/// ended.
+/// ended. One pointer: every call's future holds it, also when metrics are off (`None`); its
+/// start is the instant the call keeps anyway.
 pub(crate) struct CallMeter<'a> {
     meters: &'a FunctionMeters,
-    start: Instant,
-    ended: bool,
 }
 
 impl CallMeter<'_> {
-    /// The call ended as `outcome` after the attempts of `tally`; `exhausted` if it failed for
-    /// want of budget.
-    pub(crate) fn end(mut self, outcome: Outcome, tally: Tally, exhausted: bool) {
+    /// The call that started at `start` ended as `outcome` after the attempts of `tally`;
+    /// `exhausted` if it failed for want of budget.
+    pub(crate) fn end(self, outcome: Outcome, tally: Tally, exhausted: bool, start: Instant) {
         let m = self.meters;
-        self.ended = true;
+        // Ended: not `dropped`.
+        std::mem::forget(self);
+        m.in_flight.decrement(1.0);
         m.outcome(outcome).increment(1);
-        m.duration.record(self.start.elapsed().as_secs_f64());
+        m.duration.record(start.elapsed().as_secs_f64());
         if tally.attempts > 0 {
             m.attempts.increment(tally.attempts);
         }
@@ -148,17 +145,16 @@ impl CallMeter<'_> {
         }
     }
 
-    /// The call failed with the framework's error of `report`, or the provider's own.
-    pub(crate) fn failed(self, outcome: Outcome, report: &CallReport) {
-        self.end(outcome, Tally::of(report), report.budget_exhausted);
+    /// The call that started at `start` failed with the framework's error of `report`, or the
+    /// provider's own.
+    pub(crate) fn failed(self, outcome: Outcome, report: &CallReport, start: Instant) {
+        self.end(outcome, Tally::of(report), report.budget_exhausted, start);
     }
 }
 
 impl Drop for CallMeter<'_> {
     fn drop(&mut self) {
         self.meters.in_flight.decrement(1.0);
-        if !self.ended {
-            self.meters.outcome(Outcome::Dropped).increment(1);
-        }
+        self.meters.outcome(Outcome::Dropped).increment(1);
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
-pub(crate) use calls::{CallMeter, ClientMeters, Tally};
+pub(crate) use calls::{ClientMeters, Tally};
 pub(crate) use node::{NodeMeters, Sampled};
 pub(crate) use outcome::{Outcome, Served};
 pub(crate) use served::{ServedMeters, ServiceMeters};

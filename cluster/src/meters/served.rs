@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use metrics::{Counter, Histogram};
-use tokio::time::Instant;
+use std::time::Duration;
 
 use super::{Served, Sink, names};
 use crate::error::Reason;
@@ -82,36 +82,9 @@ impl ServedMeters {
             .increment(1);
     }
 
-    /// A handler that starts running now; it counts how it ends, and how long it ran.
-    pub(crate) fn run(self: Arc<Self>) -> Handling {
-        Handling {
-            meters: self,
-            start: Instant::now(),
-            served: Served::Cancelled,
-            deadline: None,
-        }
-    }
-}
-
-/// A handler running: counted when dropped, as `cancelled` (or `expired`, past its deadline)
-/// unless told otherwise.
-pub(crate) struct Handling {
-    meters: Arc<ServedMeters>,
-    start: Instant,
-    pub(crate) served: Served,
-    /// A handler dropped at or after this was stopped at its deadline.
-    pub(crate) deadline: Option<Instant>,
-}
-
-impl Drop for Handling {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        if self.served == Served::Cancelled && self.deadline.is_some_and(|d| d <= now) {
-            self.served = Served::Expired;
-        }
-        self.meters.count(self.served);
-        self.meters
-            .duration
-            .record(now.duration_since(self.start).as_secs_f64());
+    /// Counts a handler that ended as `served` after running for `elapsed`.
+    pub(crate) fn ended(&self, served: Served, elapsed: Duration) {
+        self.count(served);
+        self.duration.record(elapsed.as_secs_f64());
     }
 }

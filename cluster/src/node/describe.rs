@@ -140,7 +140,6 @@ async fn describe(
         args: Vec::new(),
         head,
         attempt: 1.into(),
-        span: Default::default(),
     });
     let deadline = Instant::now() + timeout.min(crate::transport::tcp::MAX_DEADLINE);
     let unreachable = |why: String| DescribeError::Unreachable { addr, why };

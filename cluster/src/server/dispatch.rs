@@ -17,7 +17,7 @@ use crate::context::{Context, Received};
 use crate::error::Reason;
 use crate::fast_map::FastMap;
 use crate::layer::{ProviderLayer, Served};
-use crate::meters::{Meters, Served as MeteredServed, ServedMeters, ServiceMeters};
+use crate::meters::{Meters, Served as MeteredServed, ServiceMeters};
 use crate::options::{ResolvedOptions, Source};
 use crate::service::signature_hash;
 use crate::transport::{Reply, Request};
@@ -180,7 +180,6 @@ impl Dispatcher {
                 context,
                 _permit,
                 recording,
-                meter,
             } = match started {
                 Ok(started) => started,
                 Err(Early::Reply(refused)) => return fit(refused, reply_limit),
@@ -191,7 +190,7 @@ impl Dispatcher {
             };
             let max_reply = self.max_reply;
             let Some(recording) = recording else {
-                return served(run, context, reply_limit, max_reply, &self.layers, meter).await;
+                return served(run, context, reply_limit, max_reply, &self.layers).await;
             };
             // An at-most-once call runs on in a task of its own when its attempt is given up
             // (a timeout, a lost connection), holding its place in admission, until it ends,
@@ -205,7 +204,7 @@ impl Dispatcher {
             let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
                 let _permit = permit;
-                let serving = served(run, context, reply_limit, max_reply, &layers, meter);
+                let serving = served(run, context, reply_limit, max_reply, &layers);
                 tokio::select! {
                     biased;
                     () = stop.cancelled() => {}
@@ -363,6 +362,7 @@ impl Dispatcher {
             metadata: head.metadata,
             call_id: head.call_id,
             trace,
+            meter: meter.cloned(),
         });
         for (passed, layer) in self.layers.iter().enumerate() {
             let refused = match catching(|| layer.on_request(&context)) {
@@ -391,6 +391,8 @@ impl Dispatcher {
                 context,
                 admitted: Instant::now(),
                 served: Served::Refused,
+                // Counted as refused already.
+                metered: None,
             });
             return Err(Early::Reply(refused));
         }
@@ -422,6 +424,8 @@ impl Dispatcher {
                             context,
                             admitted: Instant::now(),
                             served: Served::Refused,
+                            // Counted as refused already.
+                            metered: None,
                         });
                         return Err(early);
                     }
@@ -443,7 +447,6 @@ impl Dispatcher {
             context,
             _permit: permit,
             recording,
-            meter: meter.cloned(),
         })
     }
 }
@@ -484,23 +487,27 @@ struct Started<'a> {
     _permit: Permit<'a>,
     /// An at-most-once call's entry in the record, told how it ended.
     recording: Option<record::Running>,
-    /// The function's metrics, if the node records them.
-    meter: Option<Arc<ServedMeters>>,
 }
 
-/// Reports to the provider layers, when dropped, how a request ended.
+/// Reports to the provider layers and counts in the function's metrics, when dropped, how a
+/// request ended. One guard for both, made only if either wants it: the handler's future, which
+/// every request's task holds, grows by nothing when neither does.
 struct Told<'a> {
     layers: &'a [Arc<dyn ProviderLayer>],
     context: Context,
     admitted: Instant,
     served: Served,
+    /// How it ended, as the metrics count it; `None` if they counted it already.
+    metered: Option<MeteredServed>,
 }
 
 impl Drop for Told<'_> {
     fn drop(&mut self) {
-        let elapsed = self.admitted.elapsed();
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(self.admitted);
         // Stopped at its deadline by the transport, not given up by its caller.
-        if self.served == Served::Cancelled && self.context.deadline() <= Instant::now() {
+        let expired = self.context.deadline() <= now;
+        if self.served == Served::Cancelled && expired {
             self.served = Served::Expired;
         }
         for layer in self.layers {
@@ -509,32 +516,32 @@ impl Drop for Told<'_> {
                 tracing::error!("a provider layer panicked in on_served: {message}");
             }
         }
+        if let (Some(meter), Some(mut metered)) = (self.context.meter(), self.metered) {
+            if metered == MeteredServed::Cancelled && expired {
+                metered = MeteredServed::Expired;
+            }
+            meter.ended(metered, elapsed);
+        }
     }
 }
 
 /// Runs an admitted request's handler and makes its reply, which is at most `reply_limit` bytes
 /// (`max_reply` is this node's own limit, for the message). The provider `layers` are told how
 /// it ended, also when it is dropped (its caller gave up, its connection closed): they see every
-/// request they let through.
+/// request they let through. So do the function's metrics, if the node records them.
 async fn served(
     run: std::thread::Result<DispatchFuture>,
     context: Context,
     reply_limit: usize,
     max_reply: usize,
     layers: &[Arc<dyn ProviderLayer>],
-    meter: Option<Arc<ServedMeters>>,
 ) -> Reply {
-    // Counts the request when it ends, also when it is dropped (stopped, or its caller gone).
-    let mut handling = meter.map(|m| {
-        let mut handling = m.run();
-        handling.deadline = Some(context.deadline());
-        handling
-    });
-    let mut told = (!layers.is_empty()).then(|| Told {
+    let mut told = (!layers.is_empty() || context.meter().is_some()).then(|| Told {
         layers,
         context: context.clone(),
         admitted: Instant::now(),
         served: Served::Cancelled,
+        metered: Some(MeteredServed::Cancelled),
     });
     // No timer of its own: the transport stops the handler at the deadline (tarpc aborts its
     // task, the in-memory network drops it), and a second timer per request cost 0.5 k
@@ -584,15 +591,13 @@ async fn served(
     };
     if let Some(told) = &mut told {
         told.served = served;
-    }
-    if let Some(handling) = &mut handling {
-        handling.served = match &reply {
+        told.metered = Some(match &reply {
             Reply::TooLarge(_) => MeteredServed::ReplyTooLarge,
             Reply::Refused(..) => MeteredServed::BadArguments,
             Reply::Undeliverable(_) => MeteredServed::Undeliverable,
             Reply::Panicked(_) => MeteredServed::Panicked,
             _ => MeteredServed::Answered,
-        };
+        });
     }
     fit(reply, reply_limit)
 }

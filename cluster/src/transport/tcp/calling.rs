@@ -430,7 +430,6 @@ mod tests {
             args: vec![7; 16],
             head: Head::default(),
             attempt: AtomicU32::new(1),
-            span: Default::default(),
         })
     }
 

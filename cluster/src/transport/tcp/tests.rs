@@ -145,7 +145,6 @@ fn frame_with(id: u64, function: &str, payload: Vec<u8>, left: Duration, head: H
         args: encode(&(payload,)).unwrap(),
         head,
         attempt: AtomicU32::new(1),
-        span: Default::default(),
     };
     let mut context = tarpc::context::current();
     context.deadline = std::time::Instant::now() + left;
@@ -434,7 +433,6 @@ async fn a_provider_that_stalls_inside_a_reply_frame_loses_the_connection_at_the
         args: Vec::new(),
         head: Head::default(),
         attempt: AtomicU32::new(1),
-        span: Default::default(),
     });
     let start = Instant::now();
     let sent = connector

@@ -46,9 +46,6 @@ pub(crate) struct Request {
     pub(crate) head: Head,
     /// Which attempt this is, from 1: set before each is sent (0 from a wire 1 peer).
     pub(crate) attempt: AtomicU32,
-    /// The attempt's span id, the parent of the provider's handler span: set before each is
-    /// sent, in a traced call (0: the call's own `head.trace` parent stands).
-    pub(crate) span: AtomicU64,
 }
 
 impl Clone for Request {
@@ -60,7 +57,6 @@ impl Clone for Request {
             args: self.args.clone(),
             head: self.head.clone(),
             attempt: AtomicU32::new(self.attempt.load(Ordering::Relaxed)),
-            span: AtomicU64::new(self.span.load(Ordering::Relaxed)),
         }
     }
 }
@@ -73,10 +69,46 @@ impl Request {
 
     /// The trace context this attempt carries: the call's trace, under the attempt's span.
     pub(crate) fn trace(&self) -> Option<TraceParent> {
-        let trace = self.head.trace?;
+        self.head.trace.as_deref().map(Traced::parent)
+    }
+}
+
+/// A traced call's place in its trace, as its request carries it. Boxed in [`Head`], so that
+/// a call nothing traces carries one empty pointer: inline, these 40 bytes grew every request
+/// and the futures that build one (`docs/benchmarks.md`, "Metrics (issue 16)").
+#[derive(Debug)]
+pub(crate) struct Traced {
+    /// The call's trace; its parent is the call's span, unless the attempt has one (`span`).
+    /// Read by a provider: the caller's attempt.
+    pub(crate) call: TraceParent,
+    /// The attempt's span id, the parent of the provider's handler span: set before each is
+    /// sent (0: `call`'s parent stands).
+    pub(crate) span: AtomicU64,
+}
+
+impl Traced {
+    /// A call in `trace`, no attempt's span set yet.
+    pub(crate) fn new(trace: TraceParent) -> Box<Self> {
+        Box::new(Self {
+            call: trace,
+            span: AtomicU64::new(0),
+        })
+    }
+
+    /// The trace context this attempt carries: the call's trace, under the attempt's span.
+    pub(crate) fn parent(&self) -> TraceParent {
         match self.span.load(Ordering::Relaxed) {
-            0 => Some(trace),
-            span => Some(trace.child(span)),
+            0 => self.call,
+            span => self.call.child(span),
+        }
+    }
+}
+
+impl Clone for Traced {
+    fn clone(&self) -> Self {
+        Self {
+            call: self.call,
+            span: AtomicU64::new(self.span.load(Ordering::Relaxed)),
         }
     }
 }
@@ -111,9 +143,8 @@ pub(crate) struct Head {
     /// The provider generation this attempt must reach: a retry of an `at_most_once` call
     /// after it may have run is answered only by the process it may have run on.
     pub(crate) pinned: Option<u64>,
-    /// The call's trace (W3C trace context), if it is traced; its parent is the call's span
-    /// unless the attempt has one (`Request::span`). Read by a provider: the caller's attempt.
-    pub(crate) trace: Option<TraceParent>,
+    /// The call's trace (W3C trace context), if it is traced, and its attempt's span.
+    pub(crate) trace: Option<Box<Traced>>,
 }
 
 /// What a provider answers.

@@ -62,7 +62,6 @@ impl<'de> Deserialize<'de> for RequestFrame {
                     args: args.into_vec(),
                     head: Head::default(),
                     attempt: Default::default(),
-                    span: Default::default(),
                 };
                 Ok(RequestFrame {
                     wire,
@@ -153,7 +152,6 @@ mod tests {
                 args: vec![1, 2, 3],
                 head: Head::default(),
                 attempt: Default::default(),
-                span: Default::default(),
             }),
         };
         let theirs = Pin::new(&mut Bincode::<(), FirstRelease>::default())

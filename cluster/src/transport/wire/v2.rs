@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::headers::{self, CALL_ID, METADATA, PINNED, RECALLED, TRACE};
 use super::names::Name;
-use super::{Head, Reply, Request};
+use super::{Head, Reply, Request, Traced};
 use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId, TraceParent};
 
 #[tarpc::service]
@@ -120,7 +120,6 @@ impl<'de> Deserialize<'de> for RequestFrame {
                     args: args.into_vec(),
                     head,
                     attempt: AtomicU32::new(attempt),
-                    span: Default::default(),
                 };
                 Ok(RequestFrame(Arc::new(request)))
             }
@@ -160,7 +159,7 @@ impl<'de> DeserializeSeed<'de> for ReadRequestHeaders<'_> {
                     .map_err(|_| format!("a pinned generation of {} bytes, not 8", value.len()))?;
                 head.pinned = Some(u64::from_le_bytes(generation));
             } else if key == TRACE {
-                head.trace = Some(TraceParent::from_bytes(value)?);
+                head.trace = Some(Traced::new(TraceParent::from_bytes(value)?));
             }
             Ok(())
         })?;
@@ -304,11 +303,13 @@ mod tests {
                 frame_id: None,
                 call_id: Some(u128::MAX - 5),
                 pinned: Some(77),
-                trace: TraceParent::new(u128::MAX - 1, 5, true),
+                trace: Some(Box::new(Traced {
+                    call: TraceParent::new(u128::MAX - 1, 5, true).unwrap(),
+                    // The third attempt's span: the provider's parent, in place of the call's.
+                    span: std::sync::atomic::AtomicU64::new(u64::MAX - 2),
+                })),
             },
             attempt: AtomicU32::new(3),
-            // The third attempt's span: the provider's parent, in place of the call's.
-            span: std::sync::atomic::AtomicU64::new(u64::MAX - 2),
         })
     }
 
@@ -502,7 +503,6 @@ mod properties {
                         ..Head::default()
                     },
                     attempt: AtomicU32::new(attempt),
-                    span: Default::default(),
                 };
                 let frame = RequestFrame(Arc::new(sent.clone()));
                 let mut codec = Bincode::<RequestFrame, RequestFrame>::default();
