@@ -319,33 +319,28 @@ impl<'a> Attempts<'a> {
         Some(span)
     }
 
-    /// Sends attempt `number` of a traced call inside its span, and gives the span back to be
-    /// told how the attempt ended. Boxed, and out of [`run`](Self::run): the span, held across
-    /// the send, would grow every call's future.
-    #[allow(clippy::type_complexity)]
+    /// Sends attempt `number` of a traced call inside its span, and says on the span how it
+    /// ended. Boxed, and out of [`run`](Self::run): the span, held across the send, would grow
+    /// every call's future.
     fn traced_send<'s>(
         &'s self,
         request: &Arc<Request>,
         number: usize,
         entry: &'s ServiceEntry,
         deadline: Instant,
-    ) -> futures::future::BoxFuture<
-        's,
-        (
-            Result<Reply, crate::transport::TransportError>,
-            Option<tracing::Span>,
-        ),
-    > {
+    ) -> futures::future::BoxFuture<'s, Result<Reply, crate::transport::TransportError>> {
         let send = self
             .client
             .node
             .connector
             .send(&entry.node, request.clone(), deadline);
         match self.attempt_span(request, number, entry) {
-            Some(span) => {
-                Box::pin(async move { (send.instrument(span.clone()).await, Some(span)) })
-            }
-            None => Box::pin(async move { (send.await, None) }),
+            Some(span) => Box::pin(async move {
+                let reply = send.instrument(span.clone()).await;
+                ended(&span, &reply);
+                reply
+            }),
+            None => Box::pin(send),
         }
     }
 
@@ -553,16 +548,12 @@ impl<'a> Attempts<'a> {
             if let Some(counted) = self.counted.take() {
                 counted.sent();
             }
-            // The span (of a traced call) comes back with the reply: held across the send
-            // here, it would grow every call's future.
-            let (reply, span) = if request.head.trace.is_none() {
-                let reply = self
-                    .client
+            let reply = if request.head.trace.is_none() {
+                self.client
                     .node
                     .connector
                     .send(&chosen.entry.node, request.clone(), attempt_deadline)
-                    .await;
-                (reply, None)
+                    .await
             } else {
                 self.traced_send(&request, number, &chosen.entry, attempt_deadline)
                     .await
@@ -572,15 +563,7 @@ impl<'a> Attempts<'a> {
                 Ok(Reply::Recalled(reply)) => (Ok(std::sync::Arc::unwrap_or_clone(reply)), true),
                 reply => (reply, false),
             };
-            let reply = Failure::of(reply);
-            // Consumed here: not held across the awaits below.
-            if let Some(span) = span {
-                let outcome = reply
-                    .as_ref()
-                    .map_or_else(Failure::outcome, |_| "answered".into());
-                crate::context::attempt_ended(&span, &outcome, reply.is_ok());
-            }
-            let failure = match reply {
+            let failure = match Failure::of(reply) {
                 Ok(bytes) => {
                     peers.saw(in_flight.peer(), generation, Seen::Answered);
                     return Ok(self.answer(bytes, chosen.entry, (now, self.kind, recalled)));
@@ -930,6 +913,17 @@ impl<'a> Attempts<'a> {
             self.report(None),
         ))
     }
+}
+
+/// Says on a traced attempt's span how it ended: answered, or how it failed (a copy of the
+/// failure is made for it: traced calls only).
+pub(super) fn ended(span: &tracing::Span, reply: &Result<Reply, crate::transport::TransportError>) {
+    let answered = matches!(reply, Ok(Reply::Done(_) | Reply::Recalled(_)));
+    let outcome = match answered {
+        true => "answered".to_owned(),
+        false => Failure::of(reply.clone()).map_or_else(|f| f.outcome(), |_| "answered".into()),
+    };
+    crate::context::attempt_ended(span, &outcome, answered);
 }
 
 /// The error of a call whose last attempt ended as `failure`, with its `report`.

@@ -272,7 +272,11 @@ impl<'a> Attempts<'a> {
             );
             let send = client.node.connector.send(&entry.node, request, deadline);
             let reply = match &span {
-                Some(span) => send.instrument(span.clone()).await,
+                Some(span) => {
+                    let reply = send.instrument(span.clone()).await;
+                    super::attempt::ended(span, &reply);
+                    reply
+                }
                 None => send.await,
             };
             let (reply, recalled) = match reply {
@@ -280,12 +284,6 @@ impl<'a> Attempts<'a> {
                 reply => (reply, false),
             };
             let result = Failure::of(reply);
-            if let Some(span) = &span {
-                let outcome = result
-                    .as_ref()
-                    .map_or_else(Failure::outcome, |_| "answered".into());
-                crate::context::attempt_ended(span, &outcome, result.is_ok());
-            }
             let seen = match &result {
                 Ok(_) => Seen::Answered,
                 Err(failure) => failure.seen(),
