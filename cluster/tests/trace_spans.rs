@@ -12,72 +12,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cluster::context::TraceParent;
-use cluster::{MemoryRegistry, Node};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 use tracing_subscriber::{Layer, Registry};
 
-/// What a handler saw: its trace, as `traceparent`, and what its own call saw.
-#[cluster::service(name = "front", version = "1.0.0", timeout = "5s")]
-pub trait Front {
-    #[call(idempotent)]
-    async fn relay(&self) -> (Option<String>, Option<String>);
-}
+#[path = "support/hops.rs"]
+mod hops;
 
-#[cluster::service(name = "back", version = "1.0.0", timeout = "5s")]
-pub trait Back {
-    #[call(idempotent)]
-    async fn echo(&self) -> Option<String>;
-}
-
-pub struct Relay(BackClient);
-
-impl Front for Relay {
-    async fn relay(&self) -> (Option<String>, Option<String>) {
-        let mine = here();
-        let theirs = self.0.echo().await.expect("back answers");
-        (mine, theirs)
-    }
-}
-
-pub struct Echo;
-
-impl Back for Echo {
-    async fn echo(&self) -> Option<String> {
-        here()
-    }
-}
-
-fn here() -> Option<String> {
-    cluster::context()
-        .expect("in a handler")
-        .trace()
-        .map(|t| t.to_header())
-}
-
-async fn node(registry: &MemoryRegistry, name: &str) -> Node {
-    Node::builder()
-        .name(name)
-        .insecure()
-        .registry(registry.clone())
-        .start()
-        .await
-        .expect("node starts")
-}
-
-async fn cluster() -> (Node, Node, Node) {
-    let registry = MemoryRegistry::new();
-    let back = node(&registry, "back-1").await;
-    let _ = back.serve(BackServer::new(Echo)).await.unwrap();
-    let front = node(&registry, "front-1").await;
-    let _ = front
-        .serve(FrontServer::new(Relay(BackClient::new(&front))))
-        .await
-        .unwrap();
-    let web = node(&registry, "web-1").await;
-    (web, front, back)
-}
+use hops::{FrontClient, three_nodes};
 
 /// A span as a subscriber saw it: its name and its fields, as text.
 #[derive(Debug, Clone)]
@@ -141,7 +84,7 @@ impl Spans {
 async fn the_handler_span_is_a_child_of_the_callers_attempt_span_across_tcp() {
     let spans = Spans::default();
     let _subscriber = tracing::subscriber::set_default(Registry::default().with(spans.clone()));
-    let (web, _front, _back) = cluster().await;
+    let (web, _front, _back) = three_nodes().await;
 
     let (front_saw, back_saw) = FrontClient::new(&web).relay().await.unwrap();
     let front_saw = TraceParent::parse(&front_saw.expect("front got a trace")).unwrap();

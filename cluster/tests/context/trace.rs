@@ -4,62 +4,14 @@
 
 use cluster::context::TraceParent;
 
-use crate::Net;
+#[path = "../support/hops.rs"]
+mod hops;
 
-/// What a handler saw: its trace, as `traceparent`, and what its own call saw.
-#[cluster::service(name = "front", version = "1.0.0", timeout = "5s")]
-pub trait Front {
-    #[call(idempotent)]
-    async fn relay(&self) -> (Option<String>, Option<String>);
-}
-
-#[cluster::service(name = "back", version = "1.0.0", timeout = "5s")]
-pub trait Back {
-    #[call(idempotent)]
-    async fn echo(&self) -> Option<String>;
-}
-
-pub struct Relay(BackClient);
-
-impl Front for Relay {
-    async fn relay(&self) -> (Option<String>, Option<String>) {
-        let mine = here();
-        let theirs = self.0.echo().await.expect("back answers");
-        (mine, theirs)
-    }
-}
-
-pub struct Echo;
-
-impl Back for Echo {
-    async fn echo(&self) -> Option<String> {
-        here()
-    }
-}
-
-fn here() -> Option<String> {
-    cluster::context()
-        .expect("in a handler")
-        .trace()
-        .map(|t| t.to_header())
-}
-
-async fn cluster(net: &Net) -> (cluster::Node, cluster::Node, cluster::Node) {
-    let back = net.node("back-1").await;
-    let _ = back.serve(BackServer::new(Echo)).await.unwrap();
-    let front = net.node("front-1").await;
-    let _ = front
-        .serve(FrontServer::new(Relay(BackClient::new(&front))))
-        .await
-        .unwrap();
-    let web = net.node("web-1").await;
-    (web, front, back)
-}
+use hops::{FrontClient, three_nodes};
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_call_nobody_traces_carries_no_trace_and_a_given_one_is_continued() {
-    let net = Net::tcp();
-    let (web, _front, _back) = cluster(&net).await;
+    let (web, _front, _back) = three_nodes().await;
     let (front_saw, back_saw) = FrontClient::new(&web).relay().await.unwrap();
     assert_eq!(
         (front_saw, back_saw),
