@@ -162,12 +162,12 @@ impl Started {
                     return;
                 }
                 if let Some(meters) = &inner.meters {
-                    meters.upkeep(&sample(&inner));
-                    // The dashboard's rates count from these samples.
-                    if let (Some(dashboard), Some(text)) =
-                        (&dashboard, meters.render(&sample(&inner)))
-                    {
-                        dashboard.sample(&text);
+                    let sampled = sample(&inner);
+                    // With a dashboard, its rates count from the rendered text, and rendering
+                    // drains the histograms as the upkeep would: one pass, not both.
+                    match dashboard.as_ref().zip(meters.render(&sampled)) {
+                        Some((dashboard, text)) => dashboard.sample(&text),
+                        None => meters.upkeep(&sampled),
                     }
                 }
             }

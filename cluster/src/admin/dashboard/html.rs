@@ -299,22 +299,17 @@ fn events(out: &mut String, view: &View<'_>) {
     out.push_str("<table><tr><th>at (UTC)</th><th>event</th><th>what</th></tr>");
     for (at, event) in events.iter() {
         let (kind, class, what) = match event {
-            RegistryEvent::ServiceUp(e) => (
-                "service up",
-                "ok",
-                format!(
+            RegistryEvent::ServiceUp(e) | RegistryEvent::ServiceDown(e) => {
+                let (kind, class) = match event {
+                    RegistryEvent::ServiceUp(_) => ("service up", "ok"),
+                    _ => ("service down", "warn"),
+                };
+                let what = format!(
                     "{} {} on {}",
                     e.description.name, e.description.version, e.node.name
-                ),
-            ),
-            RegistryEvent::ServiceDown(e) => (
-                "service down",
-                "warn",
-                format!(
-                    "{} {} on {}",
-                    e.description.name, e.description.version, e.node.name
-                ),
-            ),
+                );
+                (kind, class, what)
+            }
             RegistryEvent::NodeUp(n) => ("node up", "ok", format!("{} ({})", n.name, n.addr)),
             RegistryEvent::NodeDown(n) => ("node down", "bad", format!("{} ({})", n.name, n.addr)),
         };
