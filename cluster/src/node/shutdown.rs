@@ -87,7 +87,7 @@ impl Node {
     pub async fn kill(&self) {
         self.inner.dispatcher.stop_detached();
         self.stop_supervisors().await;
-        self.inner.registry.halt().await;
+        self.inner.registry.halt_node(self.name()).await;
         self.stop_listening().await;
     }
 

@@ -110,6 +110,14 @@ pub trait Registry: Send + Sync + 'static {
         Box::pin(std::future::ready(()))
     }
 
+    /// [`halt`](Self::halt) for one node, as [`Node::kill`](crate::Node::kill) asks: a backend
+    /// that several nodes of one process share (etcd's, a lease per node) stops only this
+    /// node's part, and the others go on. The default halts the whole backend.
+    fn halt_node(&self, node: &str) -> RegistryFuture<'_, ()> {
+        let _ = node;
+        self.halt()
+    }
+
     /// The services of one node.
     fn services_on(&self, node: &str) -> Vec<Arc<ServiceEntry>> {
         self.services()
@@ -178,6 +186,10 @@ pub enum RegistryError {
     /// The replication engine could not start.
     #[error("gossip could not start: {0}")]
     Gossip(String),
+    /// The store behind the registry (an etcd cluster) refused or did not answer a write. The
+    /// local copy still answers lookups.
+    #[error("the registry's store did not take the write: {0}")]
+    Unavailable(String),
     /// Another live process holds the node's name: the node does not start, and calls keep
     /// going to the holder.
     #[error("node `{name}` is already up at {holder}: a name belongs to one live process")]
