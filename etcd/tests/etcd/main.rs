@@ -6,3 +6,5 @@ mod support;
 
 #[path = "../../../cluster/tests/registry/deploys.rs"]
 mod deploys;
+mod failures;
+mod names;

@@ -4,6 +4,7 @@
 
 #[path = "../../../cluster/tests/support/mod.rs"]
 mod core_support;
+pub mod proxy;
 pub mod server;
 
 pub use core_support::*;
