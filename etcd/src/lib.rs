@@ -40,3 +40,8 @@ mod watch;
 
 pub use config::EtcdConfig;
 pub use registry::EtcdRegistry;
+
+// The long-form doc, compiled as a doc test so its example keeps working.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/etcd.md")]
+struct EtcdGuide;

@@ -112,7 +112,8 @@ async fn etcd_stopped_for_ten_seconds_under_steady_calls_fails_no_call_and_comes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_cut_off_from_etcd_leaves_lookups_and_comes_back_when_it_can_reach_it() {
-    let proxy = Proxy::start(etcd().borrow().client).await;
+    let upstream = etcd().borrow().client;
+    let proxy = Proxy::start(upstream).await;
     let cut_off = EtcdRegistry::new(
         EtcdConfig::new([proxy.addr.to_string()])
             .plaintext()
@@ -173,10 +174,10 @@ async fn a_provider_cut_off_from_etcd_leaves_lookups_and_comes_back_when_it_can_
 
 /// Compacts etcd's history to its current revision.
 async fn compact() {
-    let mut client =
-        etcd_client::Client::connect([format!("http://{}", etcd().borrow().client)], None)
-            .await
-            .unwrap();
+    let endpoint = format!("http://{}", etcd().borrow().client);
+    let mut client = etcd_client::Client::connect([endpoint], None)
+        .await
+        .unwrap();
     let revision = client
         .get("x", None)
         .await

@@ -22,7 +22,10 @@ async fn a_name_held_by_a_live_process_is_refused_and_a_crashed_holders_is_taken
             assert_eq!(name, "orders-1");
             assert_eq!(at, holder.addr());
         }
-        other => panic!("a second process took a live name: {:?}", other.map(|n| n.addr())),
+        other => panic!(
+            "a second process took a live name: {:?}",
+            other.map(|n| n.addr())
+        ),
     }
     // The holder still is the one in the registry.
     let seen_by_other = start("observer").await.unwrap();
@@ -38,7 +41,9 @@ async fn a_name_held_by_a_live_process_is_refused_and_a_crashed_holders_is_taken
     // A crash (no leave: its lease is still alive for its TTL) then a restart: the holder does
     // not answer on its port, so the restart takes the name at once.
     holder.kill().await;
-    let restarted = start("orders-1").await.expect("the restart takes the name over");
+    let restarted = start("orders-1")
+        .await
+        .expect("the restart takes the name over");
     crate::support::until("the observer sees the restart", || {
         seen_by_other
             .registry()
