@@ -55,37 +55,41 @@ pub(crate) async fn keep(inner: Weak<Inner>, client: Client, keys: Keys, node: S
     }
 }
 
-/// One keep-alive; a lease etcd no longer has is granted again and the node's keys written
-/// again, as are keys whose write failed earlier.
+/// One keep-alive. A lease etcd no longer has (it expired while etcd did not hear from us, or
+/// someone revoked it) is granted again and the node's keys written again; so are keys whose
+/// write failed earlier, and keys of ours the copy no longer holds (deleted from outside).
 async fn renew(
     inner: &Inner,
     client: &Client,
     keys: &Keys,
     node: &str,
 ) -> Result<(), RegistryError> {
-    let (lease, dirty) = match lock(&inner.own).get(node) {
-        Some(own) => (own.lease, own.dirty),
-        None => return Ok(()),
+    let Some((lease, dirty, info, services)) = lock(&inner.own).get(node).map(|o| {
+        (
+            o.lease,
+            o.dirty,
+            o.info.clone(),
+            o.entries.keys().cloned().collect::<Vec<_>>(),
+        )
+    }) else {
+        return Ok(());
     };
-    let alive = lease != 0 && {
-        let mut leases = client.lease_client();
-        let (mut keeper, mut answers) = match inner
-            .ask("keeping the lease alive", leases.keep_alive(lease))
-            .await
-        {
-            Ok(stream) => stream,
-            // "lease not found": it expired while etcd did not hear from us.
-            Err(RegistryError::Unavailable(e)) if e.contains("not found") => {
-                return rewrite(inner, client, keys, node, 0).await;
-            }
-            Err(e) => return Err(e),
-        };
-        // The first keep-alive was sent and answered by `keep_alive` itself. Nothing more is
-        // sent on this stream, which ends here.
-        let _ = (&mut keeper, &mut answers);
-        true
-    };
-    if !alive || dirty {
+    if lease == 0 {
+        return rewrite(inner, client, keys, node, 0).await;
+    }
+    let mut leases = client.lease_client();
+    match inner
+        .ask("keeping the lease alive", leases.keep_alive(lease))
+        .await
+    {
+        // `keep_alive` sent one renewal and read its answer; the stream ends here.
+        Ok(_stream) => {}
+        Err(RegistryError::Unavailable(e)) if e.contains("not found") => {
+            return rewrite(inner, client, keys, node, 0).await;
+        }
+        Err(e) => return Err(e),
+    }
+    if dirty || !lock(&inner.mirror).holds(&info, &services) {
         return rewrite(inner, client, keys, node, lease).await;
     }
     Ok(())

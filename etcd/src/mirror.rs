@@ -155,6 +155,23 @@ impl Mirror {
             .collect()
     }
 
+    /// Whether the copy holds `node` in its generation and an entry of each of `services`.
+    pub(crate) fn holds(&self, node: &NodeInfo, services: &[String]) -> bool {
+        let live = |key: &Key| self.known.get(key).and_then(|k| k.value.as_ref());
+        let node_there = matches!(
+            live(&Key::Node(node.name.clone())),
+            Some(Value::Node(n)) if n.generation == node.generation
+        );
+        node_there
+            && services.iter().all(|service| {
+                live(&Key::Service {
+                    node: node.name.clone(),
+                    service: service.clone(),
+                })
+                .is_some()
+            })
+    }
+
     /// The nodes, and the entries whose node is up in the same generation: an entry outlives
     /// its node only between two events of one transaction.
     pub(crate) fn contents(&self) -> (Vec<NodeInfo>, Vec<Arc<ServiceEntry>>) {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cluster::registry::{
     LocalCopy, NodeInfo, Registry, RegistryError, RegistryFuture, ServiceEntry,
 };
-use etcd_client::{Client, DeleteOptions, PutOptions};
+use etcd_client::{Client, DeleteOptions, GetOptions, PutOptions};
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
 
@@ -170,39 +170,54 @@ impl Inner {
         Err(RegistryError::Unavailable(failed))
     }
 
-    /// Reads every key of the cluster into the mirror and the local copy; returns the
-    /// revision read at.
+    /// Reads every key of the cluster into the mirror and the local copy, in pages of one
+    /// snapshot (the first page's revision); returns that revision.
     pub(crate) async fn read_all(
         &self,
         client: &Client,
         keys: &Keys,
     ) -> Result<i64, RegistryError> {
-        let options = etcd_client::GetOptions::new()
-            .with_prefix()
-            .with_limit(i64::try_from(self.config.max_keys).unwrap_or(i64::MAX));
-        let mut kv = client.kv_client();
-        let read = self
-            .ask("reading the registry", kv.get(keys.root(), Some(options)))
-            .await?;
-        let revision = read.header().map_or(0, |h| h.revision());
-        if read.more() {
-            tracing::warn!(
-                "the registry holds more than EtcdConfig::max_keys = {} keys: the rest are skipped",
-                self.config.max_keys
-            );
+        let root = keys.root().as_bytes().to_vec();
+        let end = prefix_end(&root);
+        let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+        let mut start = root;
+        let mut revision = 0;
+        let mut read = Vec::new();
+        loop {
+            let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            if revision > 0 {
+                options = options.with_revision(revision);
+            }
+            let page = self
+                .ask("reading the registry", kv.get(start.clone(), Some(options)))
+                .await?;
+            if revision == 0 {
+                revision = page.header().map_or(0, |h| h.revision());
+            }
+            {
+                let mirror = lock(&self.mirror);
+                for kv in page.kvs() {
+                    if let Some((key, value)) = mirror.parse(keys, kv.key(), kv.value()) {
+                        read.push((key, kv.mod_revision(), value));
+                    }
+                }
+            }
+            let Some(last) = page.kvs().last() else { break };
+            if !page.more() {
+                break;
+            }
+            if read.len() >= self.config.max_keys {
+                tracing::warn!(
+                    "the registry holds more than EtcdConfig::max_keys = {} keys: the rest are skipped",
+                    self.config.max_keys
+                );
+                break;
+            }
+            // The next page starts just after the last key read.
+            start = last.key().to_vec();
+            start.push(0);
         }
-        {
-            let mut mirror = lock(&self.mirror);
-            let parsed = read
-                .kvs()
-                .iter()
-                .filter_map(|kv| {
-                    let (key, value) = mirror.parse(keys, kv.key(), kv.value())?;
-                    Some((key, kv.mod_revision(), value))
-                })
-                .collect();
-            mirror.reset(parsed, revision);
-        }
+        lock(&self.mirror).reset(read, revision);
         self.publish();
         Ok(revision)
     }
@@ -223,6 +238,24 @@ impl Inner {
         let (nodes, entries) = lock(&self.mirror).contents();
         self.copy.replace_with(nodes, entries);
     }
+}
+
+/// Keys per page of a full read.
+const PAGE: i64 = 1000;
+/// The largest answer read from etcd: a page of large entries, or a watch response with every
+/// key of a revoked lease. tonic's default is 4 MiB.
+pub(crate) const MAX_MESSAGE: usize = 64 << 20;
+
+/// The first key after every key that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -59,7 +59,9 @@ async fn watch(inner: &Weak<Inner>, client: &Client, keys: &Keys, mut next: i64)
         .with_prefix()
         .with_start_revision(next)
         .with_progress_notify();
-    let mut watcher = client.watch_client();
+    let mut watcher = client
+        .watch_client()
+        .max_decoding_message_size(crate::registry::MAX_MESSAGE);
     let mut stream = match watcher.watch(keys.root(), Some(options)).await {
         Ok(stream) => stream,
         Err(e) => {

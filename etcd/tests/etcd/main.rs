@@ -8,3 +8,4 @@ mod support;
 mod deploys;
 mod failures;
 mod names;
+mod outside;
