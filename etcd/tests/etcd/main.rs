@@ -6,6 +6,8 @@ mod support;
 
 #[path = "../../../cluster/tests/registry/deploys.rs"]
 mod deploys;
+mod events;
 mod failures;
 mod names;
 mod outside;
+mod secure;

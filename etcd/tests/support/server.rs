@@ -11,7 +11,11 @@ pub struct Etcd {
     child: Option<Child>,
     pub client: SocketAddr,
     peer: SocketAddr,
+    /// Where `/health` is served in plaintext, whatever the client port speaks.
+    metrics: SocketAddr,
     dir: PathBuf,
+    /// Its certificate, key and CA files, when its client port speaks TLS.
+    tls: Option<[PathBuf; 3]>,
 }
 
 fn binary() -> String {
@@ -27,17 +31,50 @@ fn free_port() -> SocketAddr {
 impl Etcd {
     /// Starts etcd on ports the OS had free, and waits until it answers its health check.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts etcd whose client port speaks TLS with a certificate of `ca` for `etcd-server`,
+    /// and asks clients for a certificate of the same CA.
+    pub fn start_tls(ca: &cluster::Authority) -> Self {
+        Self::start_with(Some(ca))
+    }
+
+    fn start_with(ca: Option<&cluster::Authority>) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "cluster-etcd-{}-{}",
             std::process::id(),
             fastrand_u64()
         ));
+        let tls = ca.map(|ca| {
+            let files = std::env::temp_dir().join(format!(
+                "cluster-etcd-tls-{}-{}",
+                std::process::id(),
+                fastrand_u64()
+            ));
+            std::fs::create_dir_all(&files).unwrap();
+            let (cert, key) = ca.issue_pem("etcd-server", 1).unwrap();
+            let paths = [
+                files.join("cert.pem"),
+                files.join("key.pem"),
+                files.join("ca.pem"),
+            ];
+            for (path, pem) in paths
+                .iter()
+                .zip([cert.as_str(), key.as_str(), ca.cert_pem()])
+            {
+                std::fs::write(path, pem).unwrap();
+            }
+            paths
+        });
         for _ in 0..5 {
             let mut etcd = Self {
                 child: None,
                 client: free_port(),
                 peer: free_port(),
+                metrics: free_port(),
                 dir: dir.clone(),
+                tls: tls.clone(),
             };
             etcd.spawn();
             if etcd.healthy(Duration::from_secs(20)) {
@@ -50,16 +87,28 @@ impl Etcd {
     }
 
     fn spawn(&mut self) {
-        let client = format!("http://{}", self.client);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://{}", self.client);
         let peer = format!("http://{}", self.peer);
+        let tls = match &self.tls {
+            Some([cert, key, ca]) => format!(
+                "--cert-file '{}' --key-file '{}' --trusted-ca-file '{}' --client-cert-auth",
+                cert.display(),
+                key.display(),
+                ca.display()
+            ),
+            None => String::new(),
+        };
         // Run under a shell that kills etcd when its stdin closes: when the test process exits,
         // however it ends, etcd goes with it.
         let script = format!(
             "{etcd} --name t --data-dir '{dir}' --listen-client-urls {client} \
              --advertise-client-urls {client} --listen-peer-urls {peer} \
              --initial-advertise-peer-urls {peer} --initial-cluster t={peer} \
+             --listen-metrics-urls http://{metrics} {tls} \
              --log-level error --logger zap & pid=$!; cat >/dev/null; kill -9 $pid; wait $pid",
             etcd = binary(),
+            metrics = self.metrics,
             dir = self.dir.display(),
         );
         let child = Command::new("sh")
@@ -75,7 +124,7 @@ impl Etcd {
     fn healthy(&self, within: Duration) -> bool {
         let give_up = Instant::now() + within;
         while Instant::now() < give_up {
-            if let Ok(mut s) = TcpStream::connect_timeout(&self.client, Duration::from_millis(200))
+            if let Ok(mut s) = TcpStream::connect_timeout(&self.metrics, Duration::from_millis(200))
             {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
@@ -115,6 +164,11 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some([cert, ..]) = &self.tls
+            && let Some(files) = cert.parent()
+        {
+            let _ = std::fs::remove_dir_all(files);
+        }
     }
 }
 
