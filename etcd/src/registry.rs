@@ -136,17 +136,14 @@ impl EtcdRegistry {
 
     /// This registry's node `node`, or `NotLocal`.
     fn own_lease(&self, node: &str) -> Result<i64, RegistryError> {
-        lock(&self.inner.own)
-            .get(node)
-            .map(|o| o.lease)
-            .ok_or_else(|| RegistryError::NotLocal {
+        let own = lock(&self.inner.own);
+        match own.get(node) {
+            Some(o) => Ok(o.lease),
+            None => Err(RegistryError::NotLocal {
                 node: node.to_owned(),
-                own: lock(&self.inner.own)
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
+                own: own.keys().cloned().collect::<Vec<_>>().join(", "),
+            }),
+        }
     }
 }
 
@@ -352,6 +349,14 @@ impl Registry for EtcdRegistry {
             }
             if let Some(own) = lock(&self.inner.own).get_mut(&node) {
                 own.entries.insert(service.clone(), value.clone());
+            }
+            if lease == 0 {
+                // Its lease is being granted again: the keeper writes the entry on the new one
+                // (a put without a lease would outlive the node).
+                if let Some(own) = lock(&self.inner.own).get_mut(&node) {
+                    own.dirty = true;
+                }
+                return Ok(());
             }
             let key = running.keys.service(&node, &service);
             let mut kv = running.client.kv_client();

@@ -69,3 +69,15 @@ async fn another_process_is_told_each_change_in_order() {
     }
     assert_eq!(seen, expected);
 }
+
+#[tokio::test]
+async fn an_entry_of_a_node_not_joined_here_is_refused() {
+    let registry = registry_at("/e");
+    registry.join(entry("a", 1, 1).node).await.unwrap();
+    match registry.register(entry("z", 2, 1)).await {
+        Err(cluster::registry::RegistryError::NotLocal { node, own }) => {
+            assert_eq!((node.as_str(), own.as_str()), ("z", "a"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
