@@ -39,8 +39,9 @@ pub(crate) struct Inner {
     /// The nodes joined through this registry.
     pub(crate) own: Mutex<BTreeMap<String, Own>>,
     pub(crate) halted: AtomicBool,
-    /// Told when a request failed, so that the watch starts again on a fresh connection.
-    pub(crate) broken: tokio::sync::Notify,
+    /// Told when a request failed, so that the watch starts again on a fresh connection. Its
+    /// own `Arc`: the watch waits on it without holding the registry alive.
+    pub(crate) broken: Arc<tokio::sync::Notify>,
 }
 
 pub(crate) struct Running {
@@ -85,7 +86,7 @@ impl EtcdRegistry {
                 writes: AsyncMutex::new(()),
                 own: Mutex::new(BTreeMap::new()),
                 halted: AtomicBool::new(false),
-                broken: tokio::sync::Notify::new(),
+                broken: Arc::default(),
             }),
         }
     }

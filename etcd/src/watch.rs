@@ -71,16 +71,20 @@ async fn watch(inner: &Weak<Inner>, client: &Client, keys: &Keys, mut next: i64)
             };
         }
     };
+    let Some(broken) = inner.upgrade().map(|i| i.broken.clone()) else {
+        return Ended::Dropped;
+    };
     loop {
-        let Some(strong) = inner.upgrade() else {
-            return Ended::Dropped;
-        };
+        // Waits holding no strong reference: a registry every clone of which is dropped goes.
         let message = tokio::select! {
             m = stream.message() => m,
             // A request failed: the connection may be dead without the stream knowing.
-            () = strong.broken.notified() => {
+            () = broken.notified() => {
                 return Ended::Broken { at: next, why: "a request to etcd failed".to_owned() };
             }
+        };
+        let Some(strong) = inner.upgrade() else {
+            return Ended::Dropped;
         };
         let response = match message {
             Ok(Some(response)) => response,
