@@ -2,5 +2,6 @@
 //! of that is worth testing on its own: JSON in and out of a call without the service's Rust
 //! types ([`json`]). `docs/operations.md` walks through the commands.
 
+pub mod etcd;
 pub mod json;
 pub mod secrets;

@@ -159,6 +159,9 @@ pub(crate) struct JoinArgs {
     /// The address the nodes gossip back to (needed with a wildcard --gossip-listen)
     #[arg(long, global = true, value_name = "IP:PORT")]
     pub(crate) gossip_advertise: Option<SocketAddr>,
+    /// The registry on etcd instead of gossip (`docs/etcd.md`)
+    #[command(flatten)]
+    pub(crate) etcd: cluster_cli::etcd::EtcdArgs,
     /// The longest wait to join and for the registry copy to fill, from the start
     #[arg(long, global = true, value_name = "DURATION", value_parser = positive, default_value = "5s")]
     pub(crate) wait: Duration,

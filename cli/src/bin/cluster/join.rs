@@ -36,11 +36,20 @@ pub(crate) async fn join(args: &JoinArgs) -> Result<Joined, Failure> {
     // `--wait` counts from here: starting the node (its name claim takes a few rounds) is part
     // of the wait.
     let give_up = Instant::now() + args.wait;
-    if args.seeds.is_empty() {
-        misuse("no seed: give --seed HOST:PORT (a node's gossip address) or CLUSTER_SEEDS");
-    }
-    for seed in &args.seeds {
-        check_seed(seed).await?;
+    let cluster = match args.certs {
+        None => args.cluster_id.as_deref(),
+        Some(_) => None,
+    };
+    let etcd = args.etcd.registry(cluster).map_err(Failure::Usage)?;
+    if etcd.is_none() {
+        if args.seeds.is_empty() {
+            misuse(
+                "no seed: give --seed HOST:PORT (a node's gossip address) or CLUSTER_SEEDS, or --etcd HOST:PORT",
+            );
+        }
+        for seed in &args.seeds {
+            check_seed(seed).await?;
+        }
     }
     if let Some(dir) = &args.certs
         && !dir.join("ca.pem").exists()
@@ -71,9 +80,14 @@ pub(crate) async fn join(args: &JoinArgs) -> Result<Joined, Failure> {
                     dir.display()
                 ))
             })?;
-            let keyring = Keyring::from_file(dir.join("gossip.key"))
-                .map_err(|e| Failure::Usage(format!("the gossip key: {e}")))?;
-            (Node::builder().identity(identity), gossip.keyring(keyring))
+            // On etcd, no gossip: no gossip key.
+            if etcd.is_some() {
+                (Node::builder().identity(identity), gossip)
+            } else {
+                let keyring = Keyring::from_file(dir.join("gossip.key"))
+                    .map_err(|e| Failure::Usage(format!("the gossip key: {e}")))?;
+                (Node::builder().identity(identity), gossip.keyring(keyring))
+            }
         }
         (None, true) => {
             let Some(cluster) = &args.cluster_id else {
@@ -96,9 +110,11 @@ pub(crate) async fn join(args: &JoinArgs) -> Result<Joined, Failure> {
              makes one), or --insecure --cluster-id ID for a plaintext cluster",
         ),
     };
-    let registry = GossipRegistry::new(gossip);
+    let builder = match &etcd {
+        Some(registry) => builder.registry(registry.clone()),
+        None => builder.registry(GossipRegistry::new(gossip)),
+    };
     let node = builder
-        .registry(registry.clone())
         .start()
         .await
         .map_err(|e| match e {
@@ -110,6 +126,10 @@ pub(crate) async fn join(args: &JoinArgs) -> Result<Joined, Failure> {
             e => Failure::Failed(format!("cannot join: {e}")),
         })?;
     let joined = Joined { node };
+    // On etcd the copy is whole once the node has started: it read the registry in one go.
+    if etcd.is_some() {
+        return Ok(joined);
+    }
     if let Err(e) = settle(&joined.node, args, give_up).await {
         joined.leave().await;
         return Err(e);

@@ -58,7 +58,7 @@ pub(crate) enum Command {
     // Hidden from the help, which shows its options once, as those of `cluster-node` itself.
     /// Run a node (the command when none is given)
     #[command(hide = true, after_help = RUN_NOTES)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print what changes between two service descriptions; exit 1 if one breaks clients
     #[command(after_help = COMPAT_NOTES)]
     Compat {
@@ -96,6 +96,9 @@ pub(crate) struct RunArgs {
     /// A node to gossip with at start (repeatable)
     #[arg(long = "seed", value_name = "HOST:PORT")]
     pub(crate) seeds: Vec<String>,
+    /// The registry on etcd instead of gossip (`docs/etcd.md`)
+    #[command(flatten)]
+    pub(crate) etcd: cluster_cli::etcd::EtcdArgs,
     /// Where to serve calls [default: 127.0.0.1:0, a free port]
     #[arg(long, value_name = "IP:PORT")]
     pub(crate) listen: Option<SocketAddr>,

@@ -42,7 +42,7 @@ fn unusable(message: impl std::fmt::Display) -> ! {
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    let done = match cli.command.unwrap_or(Command::Run(cli.run)) {
+    let done = match cli.command.unwrap_or(Command::Run(Box::new(cli.run))) {
         Command::Init(init) => init.run("cluster-node").map(|done| println!("{done}")),
         Command::Key => {
             println!("{}", cluster::GossipKey::generate().to_hex());
@@ -51,7 +51,7 @@ async fn main() {
         Command::Issue(issue) => issue.run().map(|done| println!("{done}")),
         Command::Compat { old, new } => std::process::exit(compat(&old, &new)),
         Command::Run(args) => {
-            run(args).await;
+            run(*args).await;
             Ok(())
         }
     };
@@ -93,6 +93,14 @@ async fn run(args: RunArgs) {
     let name = args
         .name
         .unwrap_or_else(|| format!("node-{}", std::process::id()));
+    let plaintext_cluster = match args.certs {
+        None => args.cluster_id.as_deref(),
+        Some(_) => None,
+    };
+    let etcd = args
+        .etcd
+        .registry(plaintext_cluster)
+        .unwrap_or_else(|e| misuse(ErrorKind::ArgumentConflict, &e));
     let mut gossip = GossipConfig::new().seeds(args.seeds);
     if let Some(listen) = args.gossip_listen {
         gossip = gossip.listen(listen);
@@ -108,9 +116,14 @@ async fn run(args: RunArgs) {
                     dir.display()
                 ))
             });
-            let keyring = Keyring::from_file(dir.join("gossip.key"))
-                .unwrap_or_else(|e| unusable(format!("the gossip key: {e}")));
-            (Node::builder().identity(identity), gossip.keyring(keyring))
+            // On etcd, no gossip: no gossip key.
+            if etcd.is_some() {
+                (Node::builder().identity(identity), gossip)
+            } else {
+                let keyring = Keyring::from_file(dir.join("gossip.key"))
+                    .unwrap_or_else(|e| unusable(format!("the gossip key: {e}")));
+                (Node::builder().identity(identity), gossip.keyring(keyring))
+            }
         }
         (None, true) => {
             let Some(cluster) = args.cluster_id else {
@@ -134,8 +147,13 @@ async fn run(args: RunArgs) {
              and `cluster-node issue --dir DIR --node NAME`), or --insecure to run in plaintext",
         ),
     };
-    let registry = GossipRegistry::new(gossip);
-    let mut builder = builder.registry(registry.clone());
+    let (mut builder, gossip) = match &etcd {
+        Some(etcd) => (builder.registry(etcd.clone()), None),
+        None => {
+            let gossip = GossipRegistry::new(gossip);
+            (builder.registry(gossip.clone()), Some(gossip))
+        }
+    };
     if let Some(listen) = args.listen {
         builder = builder.listen(listen);
     }
@@ -175,11 +193,14 @@ async fn run(args: RunArgs) {
         ),
         false => None,
     };
-    println!(
-        "gossip={} rpc={}",
-        registry.gossip_addr().expect("gossiping"),
-        node.addr()
-    );
+    match gossip {
+        Some(gossip) => println!(
+            "gossip={} rpc={}",
+            gossip.gossip_addr().expect("gossiping"),
+            node.addr()
+        ),
+        None => println!("etcd={} rpc={}", args.etcd.endpoints.join(","), node.addr()),
+    }
 
     node.shutdown_on_signal().await;
     drop(logs);
