@@ -83,7 +83,10 @@ pub(crate) async fn claim(
         let our_earlier_life = lock(&inner.own)
             .get(&node.name)
             .is_some_and(|o| o.lease == holder.lease());
-        if !ours && !our_earlier_life {
+        // A node's key always sits on a lease: one without is not a live process's (someone
+        // wrote it by hand), and would otherwise hold the name for good.
+        let leaseless = holder.lease() == 0;
+        if !ours && !our_earlier_life && !leaseless {
             if let Some(addr) = addr
                 && answers(addr).await
             {

@@ -8,29 +8,31 @@ use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 /// Where etcd is, how to authenticate to it, and the registry's namespace and lease.
 ///
 /// Secure by default: an endpoint is reached over TLS ([`tls`](Self::tls)) unless
-/// [`plaintext`](Self::plaintext) is asked for by name.
+/// [`plaintext`](Self::plaintext) is asked for by name. Every setting has a setter, which keeps
+/// it within its bounds.
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub struct EtcdConfig {
     /// etcd's client endpoints, `host:port` (a scheme is added).
-    pub endpoints: Vec<String>,
+    pub(crate) endpoints: Vec<String>,
     /// The root of the registry's keys: `/cluster` by default. Every cluster lives under
     /// `<prefix>/<cluster>/`.
-    pub prefix: String,
+    pub(crate) prefix: String,
     /// The cluster's name: `default`, or the one the node's certificate is for (a node with an
     /// identity tells it before it joins; another configured here is refused).
-    pub cluster: Option<String>,
+    pub(crate) cluster: Option<String>,
     /// How long a node's entries outlive its last keep-alive: 5 s. A crashed node is out of
     /// every lookup within this (plus etcd's expiry check, 500 ms). Keep-alives go every third.
-    pub lease_ttl: Duration,
+    pub(crate) lease_ttl: Duration,
     /// How long a connection attempt and a write wait for etcd: 5 s.
-    pub request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     /// Keys read into the local copy at most: 100,000. Beyond it, entries are skipped with a
     /// warning (anyone who can write under the prefix could otherwise grow every node's copy).
-    pub max_keys: usize,
+    pub(crate) max_keys: usize,
     /// A key's value read at most: 1 MiB (etcd's own default request limit is 1.5 MiB).
-    pub max_value: usize,
+    pub(crate) max_value: usize,
     pub(crate) tls: Option<Tls>,
+    /// The name etcd's certificate is checked against, when not the endpoint's host.
+    pub(crate) tls_domain: Option<String>,
     pub(crate) plaintext: bool,
     pub(crate) user: Option<(String, String)>,
 }
@@ -39,14 +41,12 @@ pub struct EtcdConfig {
 pub(crate) struct Tls {
     ca: Vec<u8>,
     client: Option<(Vec<u8>, Vec<u8>)>,
-    domain: Option<String>,
 }
 
 impl std::fmt::Debug for Tls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tls")
             .field("client_certificate", &self.client.is_some())
-            .field("domain", &self.domain)
             .finish_non_exhaustive()
     }
 }
@@ -63,6 +63,7 @@ impl EtcdConfig {
             max_keys: 100_000,
             max_value: 1 << 20,
             tls: None,
+            tls_domain: None,
             plaintext: false,
             user: None,
         }
@@ -74,16 +75,13 @@ impl EtcdConfig {
         self.tls = Some(Tls {
             ca: ca_pem.into(),
             client,
-            domain: None,
         });
         self
     }
 
     /// The name etcd's certificate is checked against, when not the endpoint's host.
     pub fn tls_domain(mut self, domain: impl Into<String>) -> Self {
-        if let Some(tls) = &mut self.tls {
-            tls.domain = Some(domain.into());
-        }
+        self.tls_domain = Some(domain.into());
         self
     }
 
@@ -113,10 +111,29 @@ impl EtcdConfig {
         self
     }
 
-    /// How long a node's entries outlive its last keep-alive. At least 2 s (etcd's minimum
-    /// lease is a few seconds: it renews every lease by the election timeout on a restart).
+    /// How long a node's entries outlive its last keep-alive: 5 s by default, at least 2 s, at
+    /// most a day, in whole seconds (rounded up: etcd's leases are in seconds).
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl.max(Duration::from_secs(2));
+        self.lease_ttl = ttl.clamp(Duration::from_secs(2), Duration::from_secs(86_400));
+        self
+    }
+
+    /// How long a connection attempt and each request wait for etcd: 5 s by default, at least
+    /// 100 ms. A node's start fails after it when etcd does not answer.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout.max(Duration::from_millis(100));
+        self
+    }
+
+    /// Keys read into the local copy at most: 100,000 by default.
+    pub fn max_keys(mut self, keys: usize) -> Self {
+        self.max_keys = keys.max(1);
+        self
+    }
+
+    /// A key's value read at most: 1 MiB by default. Larger values are skipped with a warning.
+    pub fn max_value(mut self, bytes: usize) -> Self {
+        self.max_value = bytes;
         self
     }
 
@@ -152,19 +169,24 @@ impl EtcdConfig {
             if let Some((cert, key)) = &tls.client {
                 config = config.identity(Identity::from_pem(cert, key));
             }
-            if let Some(domain) = &tls.domain {
+            if let Some(domain) = &self.tls_domain {
                 config = config.domain_name(domain.clone());
             }
             options = options.with_tls(config);
         }
         if let Some((user, password)) = &self.user {
-            options = options.with_user(user.clone(), password.clone());
+            // A token expires (`--auth-token-ttl`, 300 s) and does not survive an etcd restart:
+            // the client authenticates again when etcd says it is invalid.
+            options = options
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
         }
         Ok((endpoints, options))
     }
 
-    /// Seconds of the lease etcd grants.
+    /// Seconds of the lease etcd grants: the TTL rounded up (etcd's leases are in seconds).
     pub(crate) fn ttl_secs(&self) -> i64 {
-        i64::try_from(self.lease_ttl.as_secs().max(2)).unwrap_or(i64::MAX)
+        let secs = self.lease_ttl.as_secs() + u64::from(self.lease_ttl.subsec_nanos() > 0);
+        i64::try_from(secs.max(2)).unwrap_or(i64::MAX)
     }
 }

@@ -104,9 +104,11 @@ async fn rewrite(
     lease: i64,
 ) -> Result<(), RegistryError> {
     let _write = inner.writes.lock().await;
-    let lease = if lease == 0 {
+    let fresh = lease == 0;
+    let lease = if fresh {
         tracing::warn!(
-            "node `{node}`'s lease expired while etcd did not hear from it: registering again"
+            "etcd no longer has node `{node}`'s lease (it expired while etcd did not hear from \
+             the node, or someone revoked it): registering again on a new one"
         );
         if let Some(own) = lock(&inner.own).get_mut(node) {
             own.lease = 0;
@@ -121,7 +123,24 @@ async fn rewrite(
     else {
         return Ok(());
     };
-    let revision = crate::claim::claim(inner, client, keys, &info, lease, &entries).await?;
+    let revision = match crate::claim::claim(inner, client, keys, &info, lease, &entries).await {
+        Ok(revision) => revision,
+        Err(e) => {
+            // A lease granted for nothing is given back, not left to run out.
+            if fresh {
+                let mut leases = client.lease_client();
+                let _ = inner.ask("revoking", leases.revoke(lease)).await;
+            }
+            if let RegistryError::NameTaken { holder, .. } = &e {
+                tracing::error!(
+                    "node `{node}`: another live process at {holder} took its name while etcd \
+                     did not hear from this one; it is out of every lookup and tries again each \
+                     renewal"
+                );
+            }
+            return Err(e);
+        }
+    };
     let mut changes = vec![(Key::Node(node.to_owned()), Some(Value::Node(info)))];
     for k in lock(&inner.mirror).keys_of(node) {
         if let Key::Service { service, .. } = &k

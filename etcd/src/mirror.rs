@@ -119,6 +119,13 @@ impl Mirror {
         true
     }
 
+    /// Forgets everything: etcd's history went back, so what we hold may never have been.
+    pub(crate) fn clear(&mut self) {
+        self.known.clear();
+        self.live = 0;
+        self.revision = 0;
+    }
+
     /// Every change up to `revision` is applied: tombstones older than it are dropped.
     pub(crate) fn advance(&mut self, revision: i64) {
         if revision > self.revision {

@@ -186,9 +186,9 @@ pub enum RegistryError {
     /// The replication engine could not start.
     #[error("gossip could not start: {0}")]
     Gossip(String),
-    /// The store behind the registry (an etcd cluster) refused or did not answer a write. The
-    /// local copy still answers lookups.
-    #[error("the registry's store did not take the write: {0}")]
+    /// The store behind the registry (an etcd cluster) refused a request or did not answer, or
+    /// its settings cannot reach it. The local copy still answers lookups.
+    #[error("the registry's store (etcd): {0}")]
     Unavailable(String),
     /// Another live process holds the node's name: the node does not start, and calls keep
     /// going to the holder.

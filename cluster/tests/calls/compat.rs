@@ -4,13 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use cluster::{CallError, Reason};
 use serde::{Deserialize, Serialize};
 
-use crate::support::{Cluster, Hit, Mode, SearchClient, SearchError, until};
+use crate::support::{Cluster, Hit, Load, Mode, SearchClient, SearchError, until};
 
 /// 2.0 of the shared `search` service (2.1 in `support`): `search` and `echo` as 2.1 has them,
 /// none of 2.1's other functions.
@@ -44,52 +42,6 @@ fn service_error<E: std::fmt::Debug>(e: CallError<E>) -> cluster::ServiceError {
     match e {
         CallError::Service(e) => e,
         other => panic!("expected a ServiceError, got {other:?}"),
-    }
-}
-
-/// Calls `search` in a loop until stopped; counts the calls that went through and keeps the
-/// errors of those that did not.
-struct Load {
-    stop: Arc<AtomicBool>,
-    ok: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<Vec<String>>,
-}
-
-impl Load {
-    fn start(client: SearchClient) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ok = Arc::new(AtomicUsize::new(0));
-        let task = tokio::spawn({
-            let (stop, ok) = (stop.clone(), ok.clone());
-            async move {
-                let mut failed = Vec::new();
-                while !stop.load(Ordering::SeqCst) {
-                    match client.search("rust".into()).await {
-                        Ok(_) => {
-                            ok.fetch_add(1, Ordering::SeqCst);
-                        }
-                        Err(e) => failed.push(e.to_string()),
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                failed
-            }
-        });
-        Self { stop, ok, task }
-    }
-
-    async fn progress(&self, more: usize) {
-        let target = self.ok.load(Ordering::SeqCst) + more;
-        until("calls go through", || {
-            self.ok.load(Ordering::SeqCst) >= target
-        })
-        .await;
-    }
-
-    async fn finish(self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::SeqCst);
-        let failed = self.task.await.unwrap();
-        (self.ok.load(Ordering::SeqCst), failed)
     }
 }
 

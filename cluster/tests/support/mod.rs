@@ -2,7 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cluster::{MemoryNetwork, MemoryRegistry, Node};
@@ -421,5 +421,53 @@ impl<R: TestRegistry> TestCluster<R> {
             .await
             .expect("serves");
         (node, vault)
+    }
+}
+
+/// Calls `search` in a loop until stopped; counts the calls that went through and keeps the
+/// errors of those that did not.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Load {
+    pub fn start(client: SearchClient) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn({
+            let (stop, ok) = (stop.clone(), ok.clone());
+            async move {
+                let mut failed = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    match client.search("rust".into()).await {
+                        Ok(_) => {
+                            ok.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                failed
+            }
+        });
+        Self { stop, ok, task }
+    }
+
+    /// Waits until `more` calls went through after this one.
+    pub async fn progress(&self, more: usize) {
+        let target = self.ok.load(Ordering::SeqCst) + more;
+        until("calls go through", || {
+            self.ok.load(Ordering::SeqCst) >= target
+        })
+        .await;
+    }
+
+    /// Stops; the calls that went through, and the errors of those that did not.
+    pub async fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let failed = self.task.await.unwrap();
+        (self.ok.load(Ordering::SeqCst), failed)
     }
 }

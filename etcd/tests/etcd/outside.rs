@@ -65,6 +65,17 @@ async fn a_node_whose_keys_were_deleted_or_lease_revoked_from_outside_writes_the
         .await
         .expect("written again");
 
+    // Overwritten with what does not read: as good as deleted, and written again.
+    ctl.put("/o/test/nodes/search-1", "{garbage", None)
+        .await
+        .unwrap();
+    seen(&watcher, 10 * SEC, |n| providers(n) == 0)
+        .await
+        .unwrap();
+    seen(&watcher, 10 * SEC, |n| providers(n) == 1)
+        .await
+        .expect("written again");
+
     // Revoked: every key goes; the node is granted a new lease and registers again.
     let node_key = ctl.get("/o/test/nodes/search-1", None).await.unwrap();
     let lease = node_key.kvs()[0].lease();
@@ -144,4 +155,44 @@ async fn a_registry_of_more_keys_than_a_page_is_read_whole() {
         .await
         .unwrap();
     assert_eq!(keys.count(), 2501);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_restored_from_an_older_snapshot_is_read_again_whole() {
+    let old = provider("search-old").await;
+    let watcher = observer().await;
+    seen(&watcher, 10 * SEC, |n| providers(n) == 1)
+        .await
+        .unwrap();
+    let backup = etcd().borrow_mut().backup();
+    // After the snapshot: the old provider leaves, a new one comes, many writes pass.
+    old.shutdown().await;
+    let _new = provider("search-new").await;
+    let mut ctl = etcdctl().await;
+    for i in 0..50 {
+        ctl.put(format!("/elsewhere/{i}"), "x", None).await.unwrap();
+    }
+    seen(&watcher, 10 * SEC, |n| providers(n) == 1)
+        .await
+        .unwrap();
+    // Back to the snapshot: the old one listed (its lease runs out: it is gone), the new one
+    // unknown (it registers again on a new lease), and a third registers: all of it at
+    // revisions below the ones the watcher has seen. It must see each change.
+    etcd().borrow_mut().restore(&backup);
+    let _third = provider("search-third").await;
+    let names = |n: &Node| {
+        let mut v: Vec<String> = n
+            .registry()
+            .lookup("search")
+            .iter()
+            .map(|e| e.node.name.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    let converged = seen(&watcher, 15 * SEC, |n| {
+        names(n) == ["search-new", "search-third"]
+    })
+    .await;
+    assert!(converged.is_ok(), "the watcher holds {:?}", names(&watcher));
 }

@@ -100,4 +100,21 @@ async fn with_users_a_wrong_password_is_refused_and_the_right_one_works() {
     .await
     .expect("with the right password");
     assert_eq!(node.registry().nodes().len(), 1);
+
+    // etcd restarts: every token it gave is void. The node authenticates again, for its watch
+    // as for its writes: it sees a node that joins after, and is seen.
+    etcd().borrow_mut().stop();
+    etcd().borrow_mut().resume();
+    let later = start(
+        EtcdRegistry::new(config().user("cluster", "cluster-pw")),
+        "d",
+    )
+    .await
+    .expect("after the restart");
+    for (a, b) in [(&node, "d"), (&later, "c")] {
+        let seen_it = crate::support::seen(a, Duration::from_secs(10), |n| {
+            n.registry().nodes().iter().any(|x| x.name == b)
+        });
+        assert!(seen_it.await.is_ok(), "{} does not see {b}", a.name());
+    }
 }

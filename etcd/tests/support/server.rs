@@ -154,6 +154,26 @@ impl Etcd {
         assert!(self.healthy(Duration::from_secs(20)), "etcd started again");
     }
 
+    /// Stops etcd, copies its data aside, and starts it again: a snapshot to go back to.
+    pub fn backup(&mut self) -> PathBuf {
+        self.stop();
+        let copy = self.dir.with_extension("backup");
+        let _ = std::fs::remove_dir_all(&copy);
+        copy_dir(&self.dir, &copy);
+        self.resume();
+        copy
+    }
+
+    /// Stops etcd and starts it again on the data of an earlier [`backup`](Self::backup): its
+    /// revision goes back, as after a restore from a snapshot.
+    pub fn restore(&mut self, backup: &std::path::Path) {
+        self.stop();
+        std::fs::remove_dir_all(&self.dir).unwrap();
+        copy_dir(backup, &self.dir);
+        std::fs::remove_dir_all(backup).unwrap();
+        self.resume();
+    }
+
     /// The endpoint for `EtcdConfig::new`.
     pub fn endpoint(&self) -> String {
         self.client.to_string()
@@ -177,4 +197,17 @@ fn fastrand_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(Instant::now().elapsed().as_nanos() as u64);
     h.finish()
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }
