@@ -11,7 +11,9 @@ pub use instance::{
     ActionType, BadStatus, DEFAULT_DATA_CENTER_CLASS, DataCenterInfo, Instance, LeaseInfo, Port,
     Status,
 };
-pub(crate) use text::{instance_text_len, instance_unrepresentable, unrepresentable};
+pub(crate) use text::{
+    instance_bad_key, instance_text_len, instance_unrepresentable, unrepresentable,
+};
 
 /// A body that is not an instance or registry document.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

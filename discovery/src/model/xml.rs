@@ -50,7 +50,9 @@ pub fn unescape_name(name: &str) -> String {
     out
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether a metadata key can be written as an element name (after [`escape_name`]). The
+/// registry refuses the others, so that XML and JSON clients read the same map.
+pub(crate) fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$'))

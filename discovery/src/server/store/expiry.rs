@@ -78,7 +78,7 @@ impl Store {
                 i.app,
                 i.lease.duration_secs
             );
-            state.overrides.remove(i.id());
+            state.overrides.remove(&(i.app.clone(), i.id().to_owned()));
             state.deltas.push(now, i);
             state.version = state.version.wrapping_add(1);
             state

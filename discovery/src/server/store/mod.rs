@@ -29,7 +29,9 @@ use lease::Lease;
 #[derive(Debug, Default)]
 struct State {
     apps: BTreeMap<String, BTreeMap<String, Lease>>,
-    overrides: HashMap<String, Status>,
+    /// Status overrides by (application, instance id): an id is unique only within its
+    /// application, and an override outlives neither its instance's cancel nor its expiry.
+    overrides: HashMap<(String, String), Status>,
     deltas: Deltas,
     version: u64,
     preserving: bool,
@@ -66,6 +68,18 @@ pub enum RegisterError {
         field: String,
         /// The character.
         found: char,
+    },
+    /// A metadata key that cannot be an XML element name (a letter or `_` first, then
+    /// letters, digits, `_`, `-`, `.`, `$`; not starting with `xml`). XML clients (the Python
+    /// one) could not be sent it while JSON clients were: the two would disagree.
+    #[error(
+        "Unrepresentable {map} key {key:?}: not an XML element name (a letter or _ first, then letters, digits, _ - . $), and XML clients read this registry"
+    )]
+    MetadataKey {
+        /// `metadata` or `dataCenterInfo.metadata`.
+        map: &'static str,
+        /// The key.
+        key: String,
     },
     /// The client's `lastDirtyTimestamp` is further ahead of this server's clock than
     /// [`Limits::max_clock_skew`](crate::server::Limits::max_clock_skew).

@@ -79,13 +79,15 @@ impl Store {
         })
     }
 
-    /// The override map (`GET serverinfo/statusoverrides`).
+    /// The override map (`GET serverinfo/statusoverrides`), by instance id as Eureka shows
+    /// it; of two applications' instances under one id, the later application's is shown.
     pub(crate) fn overrides(&self) -> BTreeMap<String, Status> {
         self.settled(|state, _| {
-            state
-                .overrides
-                .iter()
-                .map(|(k, v)| (k.clone(), *v))
+            let mut by_key: Vec<_> = state.overrides.iter().collect();
+            by_key.sort();
+            by_key
+                .into_iter()
+                .map(|((_, id), v)| (id.clone(), *v))
                 .collect()
         })
     }

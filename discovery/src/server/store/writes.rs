@@ -86,6 +86,10 @@ impl Store {
         if let Some((field, found)) = model::instance_unrepresentable(&instance) {
             return Err(RegisterError::Unrepresentable { field, found });
         }
+        if let Some((map, key)) = model::instance_bad_key(&instance) {
+            let key = key.to_owned();
+            return Err(RegisterError::MetadataKey { map, key });
+        }
         let limits = &self.config.limits;
         check_size(&instance, limits)?;
         // 0 is the server's default; u64::MAX seconds would make an immortal instance.
@@ -121,13 +125,14 @@ impl Store {
                     instance = old.instance.clone();
                 }
             }
+            let key = (instance.app.clone(), id.clone());
             if instance.overridden_status != Status::Unknown {
                 state
                     .overrides
-                    .entry(id.clone())
+                    .entry(key.clone())
                     .or_insert(instance.overridden_status);
             }
-            if let Some(o) = state.overrides.get(&id) {
+            if let Some(o) = state.overrides.get(&key) {
                 instance.overridden_status = *o;
                 instance.status = *o;
             }
@@ -165,7 +170,8 @@ impl Store {
         replication: bool,
     ) -> Renewed {
         self.settled(|state, now| {
-            let override_status = state.overrides.get(id).copied();
+            let key = (app.to_ascii_uppercase(), id.to_owned());
+            let override_status = state.overrides.get(&key).copied();
             let Some(lease) = Self::lease_mut(state, app, id) else {
                 return Renewed::NotFound;
             };
@@ -199,7 +205,7 @@ impl Store {
             if leases.is_empty() {
                 state.apps.remove(&app);
             }
-            state.overrides.remove(id);
+            state.overrides.remove(&(app, id.to_owned()));
             let mut gone = delta_copy(&lease, ActionType::Deleted);
             gone.lease.eviction_timestamp = now;
             state.deltas.push(now, gone);
@@ -219,14 +225,14 @@ impl Store {
         last_dirty: Option<u64>,
     ) -> bool {
         self.settled(|state, now| {
-            // The override map is keyed by id alone: a 404 (say, a typo in the application)
-            // must not touch the override of the instance that does have this id.
+            // An unknown instance (say, a typo in the application) gets no override.
             if Self::lease_mut(state, app, id).is_none() {
                 return false;
             }
+            let key = (app.to_ascii_uppercase(), id.to_owned());
             match set {
-                Some(s) => state.overrides.insert(id.to_owned(), s),
-                None => state.overrides.remove(id),
+                Some(s) => state.overrides.insert(key, s),
+                None => state.overrides.remove(&key),
             };
             let Some(lease) = Self::lease_mut(state, app, id) else {
                 return false;
@@ -261,6 +267,13 @@ impl Store {
             };
             if let Some((field, found)) = bad {
                 return Err(RegisterError::Unrepresentable { field, found });
+            }
+            if !crate::model::xml::valid_name(k) {
+                let key = k.clone();
+                return Err(RegisterError::MetadataKey {
+                    map: "metadata",
+                    key,
+                });
             }
         }
         let limits = &self.config.limits;
