@@ -74,6 +74,11 @@ impl Deltas {
         }
     }
 
+    /// How many changes are kept.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// The changes, oldest first.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Instance> {
         self.entries.values().map(|(_, i)| i)

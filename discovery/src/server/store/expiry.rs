@@ -18,13 +18,9 @@ impl Store {
         {
             state.expired_until.pop_front();
         }
-        let live: usize = state.apps.values().map(BTreeMap::len).sum();
-        let quiet: usize = state
-            .apps
-            .values()
-            .flat_map(BTreeMap::values)
-            .filter(|l| l.quiet(now))
-            .count();
+        // Counted, not visited: a settle costs the deadlines already past (see `deadlines`).
+        let live = state.deadlines.len();
+        let quiet = state.deadlines.quiet(now);
         // The registry as it was a lease duration ago: a partition's victims go quiet one by
         // one (their heartbeats are staggered), so those already expired still count.
         let expired = state.expired_until.len();
@@ -45,9 +41,12 @@ impl Store {
                     "self-preservation off: {quiet} of {live} instances are still quiet, and \
                      have one lease duration to renew"
                 );
+                // Rare (once per episode): the one settle that visits every lease.
+                let deadlines = &mut state.deadlines;
                 for lease in state.apps.values_mut().flat_map(BTreeMap::values_mut) {
                     if lease.quiet(now) {
-                        lease.grace_until_ms = now.saturating_add(lease.duration_ms);
+                        let grace = now.saturating_add(lease.duration_ms);
+                        lease.update(deadlines, |l| l.grace_until_ms = grace);
                     }
                 }
             }
@@ -59,10 +58,13 @@ impl Store {
         if preserving || quiet == 0 {
             return;
         }
+        // Something is due to expire: only now are the leases visited.
         let mut gone = Vec::new();
+        let deadlines = &mut state.deadlines;
         for leases in state.apps.values_mut() {
             leases.retain(|_, l| {
                 if l.quiet(now) {
+                    deadlines.remove(l.deadline());
                     gone.push((delta_copy(l, ActionType::Deleted), l.duration_ms));
                     false
                 } else {

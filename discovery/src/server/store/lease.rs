@@ -16,11 +16,28 @@ pub(super) struct Lease {
 }
 
 impl Lease {
-    pub(super) fn quiet(&self, now: u64) -> bool {
-        now > self
-            .last_seen_ms
+    /// After when the lease is quiet.
+    pub(super) fn deadline(&self) -> u64 {
+        self.last_seen_ms
             .saturating_add(self.duration_ms)
             .max(self.grace_until_ms)
+    }
+
+    pub(super) fn quiet(&self, now: u64) -> bool {
+        now > self.deadline()
+    }
+
+    /// Changes the lease through `f`, keeping its deadline counted in `deadlines`: every
+    /// change of `last_seen_ms` or `grace_until_ms` goes through here.
+    pub(super) fn update<T>(
+        &mut self,
+        deadlines: &mut super::deadlines::Deadlines,
+        f: impl FnOnce(&mut Lease) -> T,
+    ) -> T {
+        deadlines.remove(self.deadline());
+        let out = f(self);
+        deadlines.add(self.deadline());
+        out
     }
 
     /// The instance as responses show it: the lease filled in from the server's records.

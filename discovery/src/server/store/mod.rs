@@ -12,6 +12,7 @@
 //! one by one, and a rule that saw only the currently quiet would expire them all, one at a
 //! time, without ever seeing more than one.
 
+mod deadlines;
 mod deltas;
 mod expiry;
 mod lease;
@@ -23,6 +24,7 @@ use std::sync::Mutex;
 
 use super::{Clock, ServerConfig};
 use crate::model::{Instance, Status};
+use deadlines::Deadlines;
 use deltas::Deltas;
 use lease::Lease;
 
@@ -32,6 +34,8 @@ struct State {
     /// Status overrides by (application, instance id): an id is unique only within its
     /// application, and an override outlives neither its instance's cancel nor its expiry.
     overrides: HashMap<(String, String), Status>,
+    /// When each lease goes quiet: the counts that settle the registry without visiting it.
+    deadlines: Deadlines,
     deltas: Deltas,
     version: u64,
     preserving: bool,
@@ -119,6 +123,15 @@ pub enum RegisterError {
     },
 }
 
+/// The two registry documents the response cache holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Document {
+    /// `GET apps`.
+    Apps,
+    /// `GET apps/delta`.
+    Delta,
+}
+
 /// What a heartbeat gets.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Renewed {
@@ -193,6 +206,22 @@ impl Store {
             state.warm_until = 0;
         }
         (state.warm_until != 0).then(|| std::time::Duration::from_millis(state.warm_until - now))
+    }
+
+    /// Settles the registry now: what the expiry timer calls, so that a lease expires (and
+    /// its `DELETED` reaches the delta) without waiting for a request.
+    pub(crate) fn tick(&self) {
+        self.settled(|_, _| ());
+    }
+
+    /// How many leases are held, without settling first (for the timer's test).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .deadlines
+            .len()
     }
 
     /// Locks and settles the registry at the current time.

@@ -1,8 +1,7 @@
 //! Writes to the instance table: registrations, heartbeats, cancellations, status overrides and
 //! metadata, each recorded in the delta window.
 
-use std::collections::BTreeMap;
-
+use super::deadlines::Deadlines;
 use super::lease::{Lease, delta_copy};
 use super::{RegisterError, Renewed, State, Store};
 use crate::model::{self, ActionType, Instance, Status};
@@ -35,7 +34,7 @@ fn check_size(i: &Instance, limits: &Limits) -> Result<(), RegisterError> {
 /// Refuses a new instance of `app` when the registry, or the application, is full.
 fn check_room(state: &State, app: &str, limits: &Limits) -> Result<(), RegisterError> {
     let full = |what, limit, flag| Err(RegisterError::Full { what, limit, flag });
-    let total: usize = state.apps.values().map(BTreeMap::len).sum();
+    let total = state.deadlines.len();
     if total >= limits.max_instances {
         return full("instances", limits.max_instances, "--max-instances");
     }
@@ -151,7 +150,10 @@ impl Store {
             };
             let view = lease.view();
             let leases = state.apps.entry(lease.instance.app.clone()).or_default();
-            leases.insert(id, lease.clone());
+            if let Some(old) = leases.insert(id, lease.clone()) {
+                state.deadlines.remove(old.deadline());
+            }
+            state.deadlines.add(lease.deadline());
             Self::changed(state, now, &lease, ActionType::Added);
             Ok(view)
         })
@@ -159,6 +161,16 @@ impl Store {
 
     fn lease_mut<'a>(state: &'a mut State, app: &str, id: &str) -> Option<&'a mut Lease> {
         state.apps.get_mut(&app.to_ascii_uppercase())?.get_mut(id)
+    }
+
+    /// The lease and the deadlines it is counted in, borrowed together.
+    fn lease_and_deadlines<'a>(
+        state: &'a mut State,
+        app: &str,
+        id: &str,
+    ) -> Option<(&'a mut Lease, &'a mut Deadlines)> {
+        let lease = state.apps.get_mut(&app.to_ascii_uppercase())?.get_mut(id)?;
+        Some((lease, &mut state.deadlines))
     }
 
     /// A heartbeat. `last_dirty` is the client's `lastDirtyTimestamp`, if it sent one.
@@ -172,7 +184,7 @@ impl Store {
         self.settled(|state, now| {
             let key = (app.to_ascii_uppercase(), id.to_owned());
             let override_status = state.overrides.get(&key).copied();
-            let Some(lease) = Self::lease_mut(state, app, id) else {
+            let Some((lease, deadlines)) = Self::lease_and_deadlines(state, app, id) else {
                 return Renewed::NotFound;
             };
             let effective = override_status.unwrap_or(lease.instance.status);
@@ -180,15 +192,17 @@ impl Store {
                 return Renewed::NotFound;
             }
             lease.instance.status = effective;
-            lease.last_seen_ms = now;
+            lease.update(deadlines, |l| l.last_seen_ms = now);
             let stored = lease.instance.last_dirty_timestamp;
-            let view = lease.view();
-            state.renewals = state.renewals.saturating_add(1);
-            match last_dirty {
+            let outcome = match last_dirty {
                 Some(theirs) if theirs > stored => Renewed::NotFound,
-                Some(theirs) if theirs < stored && replication => Renewed::Conflict(Box::new(view)),
+                Some(theirs) if theirs < stored && replication => {
+                    Renewed::Conflict(Box::new(lease.view()))
+                }
                 _ => Renewed::Ok,
-            }
+            };
+            state.renewals = state.renewals.saturating_add(1);
+            outcome
         })
     }
 
@@ -202,6 +216,7 @@ impl Store {
             let Some(lease) = leases.remove(id) else {
                 return false;
             };
+            state.deadlines.remove(lease.deadline());
             if leases.is_empty() {
                 state.apps.remove(&app);
             }
@@ -234,10 +249,10 @@ impl Store {
                 Some(s) => state.overrides.insert(key, s),
                 None => state.overrides.remove(&key),
             };
-            let Some(lease) = Self::lease_mut(state, app, id) else {
+            let Some((lease, deadlines)) = Self::lease_and_deadlines(state, app, id) else {
                 return false;
             };
-            lease.last_seen_ms = now;
+            lease.update(deadlines, |l| l.last_seen_ms = now);
             lease.instance.overridden_status = set.unwrap_or(Status::Unknown);
             lease.instance.status = set.unwrap_or(fallback);
             lease.instance.action_type = Some(ActionType::Modified);
@@ -278,7 +293,7 @@ impl Store {
         }
         let limits = &self.config.limits;
         self.settled(|state, now| {
-            let Some(lease) = Self::lease_mut(state, app, id) else {
+            let Some((lease, deadlines)) = Self::lease_and_deadlines(state, app, id) else {
                 return Ok(None);
             };
             // Checked on a copy: a refused update changes nothing.
@@ -287,7 +302,7 @@ impl Store {
             check_size(&updated, limits)?;
             lease.instance = updated;
             lease.registered_ms = now;
-            lease.last_seen_ms = now;
+            lease.update(deadlines, |l| l.last_seen_ms = now);
             lease.instance.action_type = Some(ActionType::Added);
             lease.instance.last_updated_timestamp = now;
             let lease = lease.clone();

@@ -1,0 +1,147 @@
+//! The response cache: `GET apps` and `GET apps/delta` served from a pre-serialised payload
+//! per document and format, gzipped once per version for the clients that accept it.
+//!
+//! Every client polls these two reads (every 30 s each, by default), and at 100,000
+//! instances the full registry is tens of megabytes of text: serialising it per request cost
+//! each read the whole registry and held the store's lock meanwhile. Here:
+//!
+//! 1. A read asks the store for the document's version (`Store::version_of`: a counter of
+//!    the changes, not of heartbeats) and, if the payload held is of that version, sends it
+//!    as it is: a reference count, no copy.
+//! 2. Otherwise one reader rebuilds it: the instances are copied under the store's lock, and
+//!    serialised outside it (on the blocking pool when the registry is large, so that the
+//!    runtime's threads go on answering heartbeats).
+//! 3. Readers that come while a rebuild is running get the previous payload. **That is the
+//!    bound on staleness: a read may miss the writes made during one rebuild** (a few
+//!    milliseconds at 1,000 instances, about a second at 100,000: `docs/benchmarks.md`).
+//!    A read that finds no payload at all waits for the rebuild. Eureka's read-only cache
+//!    is refreshed every 30 s instead.
+//! 4. The gzip of a payload is made once, by the first reader that accepts gzip, and kept
+//!    with it.
+//!
+//! Heartbeats do not change the version: the `lastRenewalTimestamp`s served are those of the
+//! last change, as in Eureka's cache. The other reads (an application, an instance, a VIP)
+//! are small and are answered from the store directly.
+
+mod encoding;
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::body::Bytes;
+
+pub(crate) use encoding::accepts_gzip;
+
+use super::store::{Document, Store};
+use crate::model::Format;
+
+/// From this many bytes of text up, serialising and compressing run on the blocking pool.
+const BLOCKING_FROM: usize = 256 * 1024;
+
+/// One document in one format, at one version.
+#[derive(Debug)]
+pub(crate) struct Payload {
+    version: (u64, u64),
+    plain: Bytes,
+    gzip: OnceLock<Bytes>,
+}
+
+impl Payload {
+    /// The body as it is.
+    pub(crate) fn plain(&self) -> Bytes {
+        self.plain.clone()
+    }
+
+    /// The body gzipped, made on first use and kept.
+    pub(crate) async fn gzip(self: &Arc<Self>) -> Bytes {
+        if let Some(g) = self.gzip.get() {
+            return g.clone();
+        }
+        let me = self.clone();
+        let make = move || me.gzip.get_or_init(|| encoding::gzip(&me.plain)).clone();
+        if self.plain.len() < BLOCKING_FROM {
+            return make();
+        }
+        match tokio::task::spawn_blocking(make).await {
+            Ok(g) => g,
+            // Only a panic in the compressor gets here (it has no input it refuses).
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    current: Mutex<Option<Arc<Payload>>>,
+    /// Held by the one reader rebuilding the payload.
+    building: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    fn current(&self) -> Option<Arc<Payload>> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn fresh(&self, version: (u64, u64)) -> Option<Arc<Payload>> {
+        self.current().filter(|p| p.version == version)
+    }
+}
+
+/// The payloads of `GET apps` and `GET apps/delta`, in JSON and XML.
+#[derive(Debug, Default)]
+pub(crate) struct ResponseCache {
+    /// By [`index`].
+    slots: [Slot; 4],
+}
+
+fn index(doc: Document, format: Format) -> usize {
+    let d = match doc {
+        Document::Apps => 0,
+        Document::Delta => 2,
+    };
+    d + usize::from(format == Format::Xml)
+}
+
+impl ResponseCache {
+    /// The payload of `doc` in `format`: the one held if it is current, or the one held while
+    /// another reader rebuilds it, or a new one.
+    pub(crate) async fn get(&self, store: &Store, doc: Document, format: Format) -> Arc<Payload> {
+        let slot = &self.slots[index(doc, format)];
+        if let Some(p) = slot.fresh(store.version_of(doc)) {
+            return p;
+        }
+        let _building = match slot.building.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => match slot.current() {
+                // Another reader is rebuilding it: this one is at most a rebuild behind.
+                Some(previous) => return previous,
+                None => slot.building.lock().await,
+            },
+        };
+        // Whoever held the lock before may have rebuilt it already.
+        if let Some(p) = slot.fresh(store.version_of(doc)) {
+            return p;
+        }
+        let (version, apps) = store.document(doc);
+        let large = apps.instances().count() > 1_000;
+        let serialise = move || Bytes::from(format.applications(&apps));
+        let plain = if large {
+            match tokio::task::spawn_blocking(serialise).await {
+                Ok(b) => b,
+                // Only a panic in the writer gets here; the store is untouched by it.
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        } else {
+            serialise()
+        };
+        let payload = Arc::new(Payload {
+            version,
+            plain,
+            gzip: OnceLock::new(),
+        });
+        *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(payload.clone());
+        payload
+    }
+}
