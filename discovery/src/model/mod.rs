@@ -81,6 +81,34 @@ impl Format {
         }
     }
 
+    /// A registry document in this format, from applications made one at a time as they are
+    /// written; `capacity` is a guess of its size in bytes.
+    pub(crate) fn applications_from(
+        self,
+        versions_delta: &str,
+        apps_hashcode: &str,
+        applications: impl Iterator<Item = Application>,
+        capacity: usize,
+    ) -> Vec<u8> {
+        match self {
+            Format::Json => {
+                let mut out = Vec::with_capacity(capacity);
+                json::write_applications_from(
+                    &mut out,
+                    versions_delta,
+                    apps_hashcode,
+                    applications,
+                );
+                out
+            }
+            Format::Xml => {
+                let mut out = String::with_capacity(capacity);
+                xml::write_applications_from(&mut out, versions_delta, apps_hashcode, applications);
+                out.into_bytes()
+            }
+        }
+    }
+
     /// A registry document in this format.
     pub fn applications(self, a: &Applications) -> Vec<u8> {
         match self {

@@ -8,8 +8,8 @@
 //! 1. A read asks the store for the document's version (`Store::version_of`: a counter of
 //!    the changes, not of heartbeats) and, if the payload held is of that version, sends it
 //!    as it is: a reference count, no copy.
-//! 2. Otherwise one reader rebuilds it: the instances are copied under the store's lock, and
-//!    serialised outside it (on the blocking pool when the registry is large, so that the
+//! 2. Otherwise one reader rebuilds it: the leases are copied under the store's lock (they
+//!    share their instances: `store/snapshot.rs`), and serialised outside it (on the blocking pool when the registry is large, so that the
 //!    runtime's threads go on answering heartbeats).
 //! 3. Readers that come while a rebuild is running get the previous payload. **That is the
 //!    bound on staleness: a read may miss the writes made during one rebuild** (a few
@@ -124,9 +124,10 @@ impl ResponseCache {
         if let Some(p) = slot.fresh(store.version_of(doc)) {
             return p;
         }
-        let (version, apps) = store.document(doc);
-        let large = apps.instances().count() > 1_000;
-        let serialise = move || Bytes::from(format.applications(&apps));
+        let snapshot = store.snapshot(doc);
+        let version = snapshot.version();
+        let large = snapshot.instances() > 1_000;
+        let serialise = move || Bytes::from(snapshot.write(format));
         let plain = if large {
             match tokio::task::spawn_blocking(serialise).await {
                 Ok(b) => b,

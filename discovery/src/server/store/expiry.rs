@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::lease::delta_copy;
+use super::lease::Change;
 use super::{State, Store};
 use crate::model::ActionType;
 
@@ -65,7 +65,7 @@ impl Store {
             leases.retain(|_, l| {
                 if l.quiet(now) {
                     deadlines.remove(l.deadline());
-                    gone.push((delta_copy(l, ActionType::Deleted), l.duration_ms));
+                    gone.push((Change::new(l, ActionType::Deleted), l.duration_ms));
                     false
                 } else {
                     true
@@ -73,7 +73,8 @@ impl Store {
             });
         }
         state.apps.retain(|_, leases| !leases.is_empty());
-        for (i, duration_ms) in gone {
+        for (change, duration_ms) in gone {
+            let i = change.instance();
             tracing::info!(
                 "instance {} of {} expired: no heartbeat for {} s",
                 i.id(),
@@ -81,7 +82,7 @@ impl Store {
                 i.lease.duration_secs
             );
             state.overrides.remove(&(i.app.clone(), i.id().to_owned()));
-            state.deltas.push(now, i);
+            state.deltas.push(now, change);
             state.version = state.version.wrapping_add(1);
             state
                 .expired_until

@@ -17,6 +17,7 @@ mod deltas;
 mod expiry;
 mod lease;
 mod reads;
+mod snapshot;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

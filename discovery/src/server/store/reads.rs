@@ -25,33 +25,16 @@ impl Store {
         self.settled(|state, _| Self::key(state, doc))
     }
 
-    fn key(state: &State, doc: Document) -> (u64, u64) {
+    pub(super) fn key(state: &State, doc: Document) -> (u64, u64) {
         match doc {
             Document::Apps => (state.version, 0),
             Document::Delta => (state.version, state.deltas.len() as u64),
         }
     }
 
-    /// `doc` as the registry holds it now, with its version (see [`Store::version_of`]).
-    /// The instances are copied under the lock; the caller serialises them outside it.
-    pub(crate) fn document(&self, doc: Document) -> ((u64, u64), Applications) {
-        self.settled(|state, _| {
-            let all = Self::all(state);
-            let hash = hashcode(&all);
-            let apps = match doc {
-                Document::Apps => Applications::group("1", hash, all),
-                Document::Delta => {
-                    let changes = state.deltas.iter().cloned();
-                    Applications::group(state.version.to_string(), hash, changes)
-                }
-            };
-            (Self::key(state, doc), apps)
-        })
-    }
-
     /// The whole registry (the dashboard's; clients' reads go through the response cache).
     pub(crate) fn applications(&self) -> Applications {
-        self.document(Document::Apps).1
+        self.snapshot(Document::Apps).to_applications()
     }
 
     /// Whether self-preservation is on (the registry settled now).

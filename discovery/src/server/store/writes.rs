@@ -2,7 +2,9 @@
 //! metadata, each recorded in the delta window.
 
 use super::deadlines::Deadlines;
-use super::lease::{Lease, delta_copy};
+use std::sync::Arc;
+
+use super::lease::{Change, Lease};
 use super::{RegisterError, Renewed, State, Store};
 use crate::model::{self, ActionType, Instance, Status};
 use crate::server::Limits;
@@ -53,7 +55,7 @@ fn check_room(state: &State, app: &str, limits: &Limits) -> Result<(), RegisterE
 
 impl Store {
     fn changed(state: &mut State, now: u64, lease: &Lease, action: ActionType) {
-        state.deltas.push(now, delta_copy(lease, action));
+        state.deltas.push(now, Change::new(lease, action));
         state.version = state.version.wrapping_add(1);
     }
 
@@ -121,7 +123,7 @@ impl Store {
                 service_up_ms = old.service_up_ms;
                 // The newer copy wins; on a tie the incoming one (as Eureka).
                 if old.instance.last_dirty_timestamp > instance.last_dirty_timestamp {
-                    instance = old.instance.clone();
+                    instance = (*old.instance).clone();
                 }
             }
             let key = (instance.app.clone(), id.clone());
@@ -142,7 +144,7 @@ impl Store {
             instance.last_updated_timestamp = now;
             let lease = Lease {
                 duration_ms: instance.lease.duration_secs.saturating_mul(1000),
-                instance,
+                instance: Arc::new(instance),
                 registered_ms: now,
                 last_seen_ms: now,
                 service_up_ms,
@@ -191,7 +193,9 @@ impl Store {
             if effective == Status::Unknown {
                 return Renewed::NotFound;
             }
-            lease.instance.status = effective;
+            if lease.instance.status != effective {
+                lease.instance_mut().status = effective;
+            }
             lease.update(deadlines, |l| l.last_seen_ms = now);
             let stored = lease.instance.last_dirty_timestamp;
             let outcome = match last_dirty {
@@ -221,8 +225,7 @@ impl Store {
                 state.apps.remove(&app);
             }
             state.overrides.remove(&(app, id.to_owned()));
-            let mut gone = delta_copy(&lease, ActionType::Deleted);
-            gone.lease.eviction_timestamp = now;
+            let gone = Change::new(&lease, ActionType::Deleted).evicted(now);
             state.deltas.push(now, gone);
             state.version = state.version.wrapping_add(1);
             true
@@ -253,12 +256,13 @@ impl Store {
                 return false;
             };
             lease.update(deadlines, |l| l.last_seen_ms = now);
-            lease.instance.overridden_status = set.unwrap_or(Status::Unknown);
-            lease.instance.status = set.unwrap_or(fallback);
-            lease.instance.action_type = Some(ActionType::Modified);
-            lease.instance.last_updated_timestamp = now;
-            if let Some(d) = last_dirty.filter(|d| *d > lease.instance.last_dirty_timestamp) {
-                lease.instance.last_dirty_timestamp = d;
+            let i = lease.instance_mut();
+            i.overridden_status = set.unwrap_or(Status::Unknown);
+            i.status = set.unwrap_or(fallback);
+            i.action_type = Some(ActionType::Modified);
+            i.last_updated_timestamp = now;
+            if let Some(d) = last_dirty.filter(|d| *d > i.last_dirty_timestamp) {
+                i.last_dirty_timestamp = d;
             }
             let lease = lease.clone();
             Self::changed(state, now, &lease, ActionType::Modified);
@@ -297,14 +301,14 @@ impl Store {
                 return Ok(None);
             };
             // Checked on a copy: a refused update changes nothing.
-            let mut updated = lease.instance.clone();
+            let mut updated = (*lease.instance).clone();
             updated.metadata.extend(pairs);
             check_size(&updated, limits)?;
-            lease.instance = updated;
+            updated.action_type = Some(ActionType::Added);
+            updated.last_updated_timestamp = now;
+            lease.instance = Arc::new(updated);
             lease.registered_ms = now;
             lease.update(deadlines, |l| l.last_seen_ms = now);
-            lease.instance.action_type = Some(ActionType::Added);
-            lease.instance.last_updated_timestamp = now;
             let lease = lease.clone();
             Self::changed(state, now, &lease, ActionType::Added);
             Ok(Some(lease.view()))
