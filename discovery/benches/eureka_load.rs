@@ -188,7 +188,8 @@ async fn heartbeats(http: &reqwest::Client, url: &str, n: usize, seconds: u64) -
     (rate, lat)
 }
 
-/// One full read, gzipped: its latency and the bytes received (compressed).
+/// One full read, asking for gzip: its latency and the bytes received (compressed if the
+/// server gzips; a server before the response cache did not, and the bench still runs on it).
 async fn read_apps(http: &reqwest::Client, url: &str) -> (Duration, usize) {
     let t = Instant::now();
     let r = http
@@ -199,7 +200,6 @@ async fn read_apps(http: &reqwest::Client, url: &str) -> (Duration, usize) {
         .await
         .expect("read");
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["content-encoding"], "gzip");
     let bytes = r.bytes().await.expect("read body").len();
     (t.elapsed(), bytes)
 }
@@ -257,7 +257,7 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
         warm.add(read_apps(&http, &url).await.0);
     }
     println!(
-        "GET apps (json, gzip, {:.1} MiB): first {:.1} ms (builds the payload), then {}",
+        "GET apps (json, gzip asked, {:.1} MiB received): first {:.1} ms (builds the payload), then {}",
         bytes as f64 / 1048576.0,
         cold.as_secs_f64() * 1000.0,
         warm.summary()
