@@ -146,3 +146,83 @@ impl ResponseCache {
         payload
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Instance;
+    use crate::server::{Clock, ServerConfig};
+
+    fn store(instances: usize) -> Store {
+        let store = Store::new(ServerConfig::default(), Clock::manual(1_000_000));
+        for k in 0..instances {
+            let app = format!("a{}", k / 1_000);
+            let i = Instance::new(&app, "h", 1).with_id(format!("i-{k}"));
+            store.register(&app, i).expect("registered");
+        }
+        store
+    }
+
+    /// The staleness bound: a read while another reader rebuilds gets the payload before the
+    /// change, at once; the first read after the rebuild gets the new one.
+    #[tokio::test]
+    async fn a_read_during_a_rebuild_gets_the_previous_payload() {
+        let store = store(1_500); // past 1,000: a rebuild runs on the blocking pool
+        let cache = ResponseCache::default();
+        let first = cache.get(&store, Document::Apps, Format::Json).await;
+        let again = cache.get(&store, Document::Apps, Format::Json).await;
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "unchanged: the same payload, no copy"
+        );
+
+        store.cancel("A0", "i-0");
+        let slot = &cache.slots[index(Document::Apps, Format::Json)];
+        let another_reader_rebuilding = slot.building.lock().await;
+        let during = cache.get(&store, Document::Apps, Format::Json).await;
+        assert!(
+            Arc::ptr_eq(&during, &first),
+            "the previous payload, at once"
+        );
+        drop(another_reader_rebuilding);
+
+        let after = cache.get(&store, Document::Apps, Format::Json).await;
+        assert_ne!(after.version, first.version);
+        let text = String::from_utf8(after.plain().to_vec()).unwrap();
+        assert!(!text.contains(r#""i-0""#) && text.contains(r#""i-1""#));
+    }
+
+    /// With no payload at all, a read waits for the rebuild rather than answer nothing.
+    #[tokio::test]
+    async fn a_first_read_waits_for_the_rebuild_in_progress() {
+        let store = store(3);
+        let cache = Arc::new(ResponseCache::default());
+        let slot = &cache.slots[index(Document::Delta, Format::Xml)];
+        let rebuilding = slot.building.lock().await;
+        let waiting = {
+            let cache = cache.clone();
+            let store = Arc::new(store);
+            tokio::spawn(async move { cache.get(&store, Document::Delta, Format::Xml).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "it waits");
+        drop(rebuilding);
+        let p = waiting.await.unwrap();
+        assert!(p.plain().starts_with(b"<applications>"));
+    }
+
+    #[tokio::test]
+    async fn formats_and_documents_have_their_own_payloads_and_gzip_is_made_once() {
+        let store = store(3);
+        let cache = ResponseCache::default();
+        let json = cache.get(&store, Document::Apps, Format::Json).await;
+        let xml = cache.get(&store, Document::Apps, Format::Xml).await;
+        let delta = cache.get(&store, Document::Delta, Format::Json).await;
+        assert!(json.plain().starts_with(b"{\"applications\""));
+        assert!(xml.plain().starts_with(b"<applications>"));
+        assert!(delta.plain().windows(5).any(|w| w == b"ADDED"));
+        let g1 = json.gzip().await;
+        let g2 = json.gzip().await;
+        assert_eq!(g1.as_ptr(), g2.as_ptr(), "kept, not made again");
+    }
+}
