@@ -191,10 +191,15 @@ async fn heartbeats(http: &reqwest::Client, url: &str, n: usize, seconds: u64) -
 /// One full read, asking for gzip: its latency and the bytes received (compressed if the
 /// server gzips; a server before the response cache did not, and the bench still runs on it).
 async fn read_apps(http: &reqwest::Client, url: &str) -> (Duration, usize) {
+    read_as(http, url, "application/json").await
+}
+
+/// [`read_apps`] in the format `accept` asks for.
+async fn read_as(http: &reqwest::Client, url: &str, accept: &str) -> (Duration, usize) {
     let t = Instant::now();
     let r = http
         .get(format!("{url}apps/"))
-        .header("accept", "application/json")
+        .header("accept", accept)
         .header("accept-encoding", "gzip")
         .send()
         .await
@@ -258,6 +263,19 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
     }
     println!(
         "GET apps (json, gzip asked, {:.1} MiB received): first {:.1} ms (builds the payload), then {}",
+        bytes as f64 / 1048576.0,
+        cold.as_secs_f64() * 1000.0,
+        warm.summary()
+    );
+
+    // XML, as the Python client reads it (it sends no Accept).
+    let (cold, bytes) = read_as(&http, &url, "*/*").await;
+    let mut warm = Latencies::default();
+    for _ in 0..20 {
+        warm.add(read_as(&http, &url, "*/*").await.0);
+    }
+    println!(
+        "GET apps (xml, gzip asked, {:.1} MiB received): first {:.1} ms (builds the payload), then {}",
         bytes as f64 / 1048576.0,
         cold.as_secs_f64() * 1000.0,
         warm.summary()

@@ -36,6 +36,17 @@ pub(crate) fn gzip(plain: &[u8]) -> Bytes {
     Bytes::from(out.finish().unwrap_or_default())
 }
 
+/// The inverse of [`gzip`], for our own gzip only (so it cannot fail but by a bug: then the
+/// reader gets what was decoded up to it, and a warning is logged).
+pub(crate) fn gunzip(packed: &[u8]) -> Bytes {
+    use std::io::Read as _;
+    let mut out = Vec::with_capacity(packed.len().saturating_mul(8));
+    if let Err(e) = flate2::read::GzDecoder::new(packed).read_to_end(&mut out) {
+        tracing::warn!("the cached payload does not decompress: {e}");
+    }
+    Bytes::from(out)
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Read as _;

@@ -16,8 +16,8 @@
 //!    milliseconds at 1,000 instances, about a second at 100,000: `docs/benchmarks.md`).
 //!    A read that finds no payload at all waits for the rebuild. Eureka's read-only cache
 //!    is refreshed every 30 s instead.
-//! 4. The gzip of a payload is made once, by the first reader that accepts gzip, and kept
-//!    with it.
+//! 4. A payload is made gzipped or plain, as the reader that builds it asks; the other is
+//!    made from it for the first reader that asks for it, then kept (see [`Payload`]).
 //!
 //! Heartbeats do not change the version: the `lastRenewalTimestamp`s served are those of the
 //! last change, as in Eureka's cache. The other reads (an application, an instance, a VIP)
@@ -31,39 +31,74 @@ use axum::body::Bytes;
 
 pub(crate) use encoding::accepts_gzip;
 
-use super::store::{Document, Store};
+use super::store::{Document, Snapshot, Store};
 use crate::model::Format;
 
 /// From this many bytes of text up, serialising and compressing run on the blocking pool.
 const BLOCKING_FROM: usize = 256 * 1024;
 
-/// One document in one format, at one version.
+/// One document in one format, at one version, gzipped or plain or both: what the reader
+/// that built it asked for, and the other made from it for the first reader that asks for
+/// the other, then kept. So a registry read only by gzip readers (every Eureka client sends
+/// `Accept-Encoding: gzip`) holds no plain text: at 100,000 instances that is about 70 MiB
+/// per format. Small payloads are kept both ways at once.
 #[derive(Debug)]
 pub(crate) struct Payload {
     version: (u64, u64),
-    plain: Bytes,
     gzip: OnceLock<Bytes>,
+    plain: OnceLock<Bytes>,
 }
 
 impl Payload {
-    /// The body as it is.
-    pub(crate) fn plain(&self) -> Bytes {
-        self.plain.clone()
+    /// Serialises a snapshot, and compresses it if `gzip` (on the calling thread).
+    fn build(snapshot: &Snapshot, format: Format, gzip: bool) -> Self {
+        let text = Bytes::from(snapshot.write(format));
+        let (packed, plain) = (OnceLock::new(), OnceLock::new());
+        let small = text.len() < BLOCKING_FROM;
+        if gzip || small {
+            let _ = packed.set(encoding::gzip(&text));
+        }
+        if !gzip || small {
+            let _ = plain.set(text);
+        }
+        Self {
+            version: snapshot.version(),
+            gzip: packed,
+            plain,
+        }
     }
 
-    /// The body gzipped, made on first use and kept.
+    /// The body gzipped.
     pub(crate) async fn gzip(self: &Arc<Self>) -> Bytes {
         if let Some(g) = self.gzip.get() {
             return g.clone();
         }
         let me = self.clone();
-        let make = move || me.gzip.get_or_init(|| encoding::gzip(&me.plain)).clone();
-        if self.plain.len() < BLOCKING_FROM {
-            return make();
+        Self::blocking(move || {
+            let plain = me.plain.get().cloned().unwrap_or_default();
+            me.gzip.get_or_init(|| encoding::gzip(&plain)).clone()
+        })
+        .await
+    }
+
+    /// The body as it is.
+    pub(crate) async fn plain(self: &Arc<Self>) -> Bytes {
+        if let Some(p) = self.plain.get() {
+            return p.clone();
         }
-        match tokio::task::spawn_blocking(make).await {
-            Ok(g) => g,
-            // Only a panic in the compressor gets here (it has no input it refuses).
+        let me = self.clone();
+        Self::blocking(move || {
+            let packed = me.gzip.get().cloned().unwrap_or_default();
+            me.plain.get_or_init(|| encoding::gunzip(&packed)).clone()
+        })
+        .await
+    }
+
+    /// Large payloads only get here (small ones are kept both ways).
+    async fn blocking(f: impl FnOnce() -> Bytes + Send + 'static) -> Bytes {
+        match tokio::task::spawn_blocking(f).await {
+            Ok(b) => b,
+            // Only a panic in the compressor gets here (its input is our own text).
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
     }
@@ -107,7 +142,14 @@ fn index(doc: Document, format: Format) -> usize {
 impl ResponseCache {
     /// The payload of `doc` in `format`: the one held if it is current, or the one held while
     /// another reader rebuilds it, or a new one.
-    pub(crate) async fn get(&self, store: &Store, doc: Document, format: Format) -> Arc<Payload> {
+    /// `gzip`: whether the reader accepts gzip (what a new payload is made as first).
+    pub(crate) async fn get(
+        &self,
+        store: &Store,
+        doc: Document,
+        format: Format,
+        gzip: bool,
+    ) -> Arc<Payload> {
         let slot = &self.slots[index(doc, format)];
         if let Some(p) = slot.fresh(store.version_of(doc)) {
             return p;
@@ -125,22 +167,16 @@ impl ResponseCache {
             return p;
         }
         let snapshot = store.snapshot(doc);
-        let version = snapshot.version();
         let large = snapshot.instances() > 1_000;
-        let serialise = move || Bytes::from(snapshot.write(format));
-        let plain = if large {
-            match tokio::task::spawn_blocking(serialise).await {
-                Ok(b) => b,
+        let build = move || Payload::build(&snapshot, format, gzip);
+        let payload = Arc::new(if large {
+            match tokio::task::spawn_blocking(build).await {
+                Ok(p) => p,
                 // Only a panic in the writer gets here; the store is untouched by it.
                 Err(e) => std::panic::resume_unwind(e.into_panic()),
             }
         } else {
-            serialise()
-        };
-        let payload = Arc::new(Payload {
-            version,
-            plain,
-            gzip: OnceLock::new(),
+            build()
         });
         *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(payload.clone());
         payload
@@ -169,8 +205,8 @@ mod tests {
     async fn a_read_during_a_rebuild_gets_the_previous_payload() {
         let store = store(1_500); // past 1,000: a rebuild runs on the blocking pool
         let cache = ResponseCache::default();
-        let first = cache.get(&store, Document::Apps, Format::Json).await;
-        let again = cache.get(&store, Document::Apps, Format::Json).await;
+        let first = cache.get(&store, Document::Apps, Format::Json, true).await;
+        let again = cache.get(&store, Document::Apps, Format::Json, true).await;
         assert!(
             Arc::ptr_eq(&first, &again),
             "unchanged: the same payload, no copy"
@@ -179,16 +215,20 @@ mod tests {
         store.cancel("A0", "i-0");
         let slot = &cache.slots[index(Document::Apps, Format::Json)];
         let another_reader_rebuilding = slot.building.lock().await;
-        let during = cache.get(&store, Document::Apps, Format::Json).await;
+        let during = cache.get(&store, Document::Apps, Format::Json, true).await;
         assert!(
             Arc::ptr_eq(&during, &first),
             "the previous payload, at once"
         );
         drop(another_reader_rebuilding);
 
-        let after = cache.get(&store, Document::Apps, Format::Json).await;
+        let after = cache.get(&store, Document::Apps, Format::Json, true).await;
         assert_ne!(after.version, first.version);
-        let text = String::from_utf8(after.plain().to_vec()).unwrap();
+        assert!(
+            after.plain.get().is_none(),
+            "built for gzip: no plain text held"
+        );
+        let text = String::from_utf8(after.plain().await.to_vec()).unwrap();
         assert!(!text.contains(r#""i-0""#) && text.contains(r#""i-1""#));
     }
 
@@ -202,27 +242,29 @@ mod tests {
         let waiting = {
             let cache = cache.clone();
             let store = Arc::new(store);
-            tokio::spawn(async move { cache.get(&store, Document::Delta, Format::Xml).await })
+            tokio::spawn(
+                async move { cache.get(&store, Document::Delta, Format::Xml, false).await },
+            )
         };
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "it waits");
         drop(rebuilding);
         let p = waiting.await.unwrap();
-        assert!(p.plain().starts_with(b"<applications>"));
+        assert!(p.plain().await.starts_with(b"<applications>"));
     }
 
     #[tokio::test]
     async fn formats_and_documents_have_their_own_payloads_and_gzip_is_made_once() {
         let store = store(3);
         let cache = ResponseCache::default();
-        let json = cache.get(&store, Document::Apps, Format::Json).await;
-        let xml = cache.get(&store, Document::Apps, Format::Xml).await;
-        let delta = cache.get(&store, Document::Delta, Format::Json).await;
-        assert!(json.plain().starts_with(b"{\"applications\""));
-        assert!(xml.plain().starts_with(b"<applications>"));
-        assert!(delta.plain().windows(5).any(|w| w == b"ADDED"));
-        let g1 = json.gzip().await;
-        let g2 = json.gzip().await;
-        assert_eq!(g1.as_ptr(), g2.as_ptr(), "kept, not made again");
+        let json = cache.get(&store, Document::Apps, Format::Json, true).await;
+        let xml = cache.get(&store, Document::Apps, Format::Xml, false).await;
+        let delta = cache.get(&store, Document::Delta, Format::Json, true).await;
+        assert!(json.plain().await.starts_with(b"{\"applications\""));
+        assert!(xml.plain().await.starts_with(b"<applications>"));
+        assert!(delta.plain().await.windows(5).any(|w| w == b"ADDED"));
+        let (g1, g2) = (json.gzip().await, json.gzip().await);
+        assert_eq!(g1.as_ptr(), g2.as_ptr(), "made once, kept");
+        assert_eq!(encoding::gunzip(&xml.gzip().await), xml.plain().await);
     }
 }

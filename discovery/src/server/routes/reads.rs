@@ -60,9 +60,10 @@ fn document(shared: &Shared, format: Format, body: impl Into<Body>) -> Response 
 /// `GET apps` or `GET apps/delta` from the response cache, gzipped when the client accepts it.
 async fn cached(shared: &Shared, doc: Document, headers: &HeaderMap) -> Response {
     let format = format_of(headers);
-    let payload = shared.cache.get(&shared.store, doc, format).await;
-    if !accepts_gzip(headers) {
-        let mut r = document(shared, format, payload.plain());
+    let gzip = accepts_gzip(headers);
+    let payload = shared.cache.get(&shared.store, doc, format, gzip).await;
+    if !gzip {
+        let mut r = document(shared, format, payload.plain().await);
         r.headers_mut()
             .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
         return r;

@@ -28,6 +28,7 @@ use crate::model::{Instance, Status};
 use deadlines::Deadlines;
 use deltas::Deltas;
 use lease::Lease;
+pub(crate) use snapshot::Snapshot;
 
 #[derive(Debug, Default)]
 struct State {
