@@ -2,10 +2,11 @@
 //! instance (its metadata carries the version and call options), heartbeat it, and read their
 //! lookups from a local copy of the registry that a background task refreshes.
 
+mod held;
 mod mapping;
 mod resolver;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -19,14 +20,28 @@ pub use mapping::{NODE_APP, entry_instance, instance_entry, instance_node, keys,
 pub use resolver::{ResolverRegistry, ResolverRegistryConfig};
 
 use crate::client::{EurekaClient, Heartbeat};
-use crate::model::Instance;
+use crate::model::{Instance, Status};
+
+/// When to fetch next: `interval` times a factor drawn between 0.75 and 1.25 from `now`, at
+/// least 10 ms, and a year at most (a configured `Duration::MAX` must not overflow a clock).
+fn fetch_at(now: tokio::time::Instant, interval: Duration) -> tokio::time::Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 86_400);
+    let factor = 0.75 + fastrand::f64() / 2.0;
+    let wait = Duration::try_from_secs_f64(interval.min(YEAR).as_secs_f64() * factor)
+        .unwrap_or(YEAR)
+        .max(Duration::from_millis(10));
+    now + wait
+}
 
 /// How the backend talks to the registry servers.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EurekaRegistryConfig {
-    /// How often the local copy is refreshed from the servers: 5 s (Eureka's clients use 30 s;
-    /// a cluster's calls wait on changes, so shorter is better here).
+    /// How often the local copy is refreshed from the servers: 5 s on average (Eureka's
+    /// clients use 30 s; a cluster's calls wait on changes, so shorter is better here). Each
+    /// wait is drawn between 0.75 and 1.25 times this, so that nodes started together do not
+    /// fetch together; each fetch is a delta (`GET apps/delta`) unless the copy is older than
+    /// 90 s or the delta disagrees with the server's hashcode.
     pub fetch_interval: Duration,
     /// How often registered instances heartbeat: 30 s, as Eureka.
     pub renewal_interval: Duration,
@@ -57,8 +72,12 @@ struct Inner {
     copy: LocalCopy,
     /// What this process registered, by instance id: heartbeated and re-registered on 404.
     own: Mutex<BTreeMap<String, Instance>>,
-    /// One refresh at a time, so that events come out in order.
-    refreshing: AsyncMutex<()>,
+    /// The registry as last read, kept current with deltas; one refresh at a time, so that
+    /// events come out in order.
+    refreshing: AsyncMutex<held::Held>,
+    /// The instances whose cluster metadata could not be read, by (id, lastUpdatedTimestamp):
+    /// each is logged once, not at every fetch.
+    unreadable: Mutex<HashSet<(String, u64)>>,
     halted: AtomicBool,
 }
 
@@ -79,7 +98,8 @@ impl EurekaRegistry {
             config,
             copy: LocalCopy::new(),
             own: Mutex::new(BTreeMap::new()),
-            refreshing: AsyncMutex::new(()),
+            refreshing: AsyncMutex::new(held::Held::default()),
+            unreadable: Mutex::new(HashSet::new()),
             halted: AtomicBool::new(false),
         });
         tokio::spawn(background(Arc::downgrade(&inner)));
@@ -136,13 +156,13 @@ async fn background(inner: Weak<Inner>) {
         Some(i) => (i.config.fetch_interval, i.config.renewal_interval),
         None => return,
     };
-    let mut fetch_tick = tokio::time::interval(fetch);
     let mut renew_tick = tokio::time::interval(renew);
-    // The fetch tick fires at once: the first read.
     renew_tick.tick().await;
+    // The first read at once, the next ones at jittered intervals.
+    let mut next_fetch = tokio::time::Instant::now();
     loop {
         let renewing = tokio::select! {
-            _ = fetch_tick.tick() => false,
+            _ = tokio::time::sleep_until(next_fetch) => false,
             _ = renew_tick.tick() => true,
         };
         let Some(inner) = inner.upgrade() else {
@@ -155,6 +175,7 @@ async fn background(inner: Weak<Inner>) {
             inner.heartbeat().await;
         } else {
             inner.refresh().await;
+            next_fetch = fetch_at(tokio::time::Instant::now(), fetch);
         }
     }
 }
@@ -182,30 +203,61 @@ impl Inner {
         }
     }
 
-    /// Reads the registry and replaces the local copy, with an event for each difference. When
-    /// no server answers, the copy is kept as it was.
+    /// Brings the registry up to date (a delta, or the whole of it: `held.rs`) and replaces
+    /// the local copy, with an event for each difference. When no server answers, the copy is
+    /// kept as it was.
     async fn refresh(&self) {
-        let _one = self.refreshing.lock().await;
-        let apps = match self.client.applications().await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(
-                    "no registry server answers ({e}): keeping the registry as last read"
-                );
-                return;
-            }
-        };
+        let mut held = self.refreshing.lock().await;
+        if let Err(e) = held.fetch(&self.client).await {
+            tracing::warn!("no registry server answers ({e}): keeping the registry as last read");
+            return;
+        }
         let mut nodes = Vec::new();
         let mut entries = Vec::new();
-        for i in apps.instances() {
+        let mut foreign = 0;
+        for i in held.instances() {
             if let Some(n) = instance_node(i) {
                 nodes.push(n);
             } else if let Some(e) = instance_entry(i) {
                 entries.push(Arc::new(e));
+            } else {
+                foreign += usize::from(!self.skipped(i));
             }
+        }
+        if foreign > 0 {
+            tracing::debug!(
+                "{foreign} instances without cluster metadata (other clients' services, or not \
+                 UP or DOWN) are not callable through the framework: skipped"
+            );
         }
         // The copy tells every difference as an event and a log line.
         self.copy.replace_with(nodes, entries);
+    }
+
+    /// Logs an instance that carries a cluster description this build cannot read (once per
+    /// version of it); false if it carries none, or is neither UP nor DOWN (not an error).
+    fn skipped(&self, i: &Instance) -> bool {
+        let up_or_down = matches!(i.status, Status::Up | Status::Down);
+        if !up_or_down || !i.metadata.contains_key(keys::DESCRIPTION) {
+            return false;
+        }
+        let key = (i.id().to_owned(), i.last_updated_timestamp);
+        let mut seen = self.unreadable.lock().unwrap_or_else(|p| p.into_inner());
+        // Bounded: the set is forgotten rather than grown past the registry it describes.
+        if seen.len() > 10_000 {
+            seen.clear();
+        }
+        if seen.insert(key) {
+            tracing::warn!(
+                "entry {} of {} skipped: its `{}` metadata is not a description this build \
+                 reads (another version of the framework?), or names another service, or its \
+                 node cannot be read",
+                i.id(),
+                i.app,
+                keys::DESCRIPTION
+            );
+        }
+        true
     }
 }
 
@@ -268,5 +320,29 @@ impl Registry for EurekaRegistry {
     fn halt(&self) -> RegistryFuture<'_, ()> {
         self.inner.halted.store(true, Ordering::SeqCst);
         Box::pin(std::future::ready(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_fetch_is_jittered_around_the_interval_and_never_overflows() {
+        let now = tokio::time::Instant::now();
+        let interval = Duration::from_secs(4);
+        let waits: Vec<Duration> = (0..200).map(|_| fetch_at(now, interval) - now).collect();
+        assert!(
+            waits
+                .iter()
+                .all(|w| *w >= Duration::from_secs(3) && *w <= Duration::from_secs(5))
+        );
+        let first = waits[0];
+        assert!(waits.iter().any(|w| *w != first), "not all the same");
+        assert!(fetch_at(now, Duration::MAX) > now, "no panic");
+        assert_eq!(
+            fetch_at(now, Duration::ZERO) - now,
+            Duration::from_millis(10)
+        );
     }
 }

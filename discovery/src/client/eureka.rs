@@ -179,6 +179,16 @@ impl EurekaClient {
         }
     }
 
+    /// `GET apps/delta`: the changes of the last few minutes (180 s on Eureka and on our
+    /// server), with the hashcode of the whole registry to check the result against.
+    pub async fn delta(&self) -> Result<Applications, ClientError> {
+        let (status, body) = self.send(Method::GET, "apps/delta", None).await?;
+        if !status.is_success() {
+            return Err(Self::refused(status, &body));
+        }
+        json::read_applications(&body, self.now_ms()).map_err(ClientError::Malformed)
+    }
+
     /// `GET apps/`: the whole registry.
     pub async fn applications(&self) -> Result<Applications, ClientError> {
         let (status, body) = self.send(Method::GET, "apps/", None).await?;

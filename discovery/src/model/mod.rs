@@ -11,7 +11,9 @@ pub use instance::{
     ActionType, BadStatus, DEFAULT_DATA_CENTER_CLASS, DataCenterInfo, Instance, LeaseInfo, Port,
     Status,
 };
-pub(crate) use text::{instance_text_len, instance_unrepresentable, unrepresentable};
+pub(crate) use text::{
+    instance_bad_key, instance_text_len, instance_unrepresentable, unrepresentable,
+};
 
 /// A body that is not an instance or registry document.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +78,34 @@ impl Format {
         match self {
             Format::Json => json::write_application(a),
             Format::Xml => xml::write_application(a),
+        }
+    }
+
+    /// A registry document in this format, from applications made one at a time as they are
+    /// written; `capacity` is a guess of its size in bytes.
+    pub(crate) fn applications_from(
+        self,
+        versions_delta: &str,
+        apps_hashcode: &str,
+        applications: impl Iterator<Item = Application>,
+        capacity: usize,
+    ) -> Vec<u8> {
+        match self {
+            Format::Json => {
+                let mut out = Vec::with_capacity(capacity);
+                json::write_applications_from(
+                    &mut out,
+                    versions_delta,
+                    apps_hashcode,
+                    applications,
+                );
+                out
+            }
+            Format::Xml => {
+                let mut out = String::with_capacity(capacity);
+                xml::write_applications_from(&mut out, versions_delta, apps_hashcode, applications);
+                out.into_bytes()
+            }
         }
     }
 

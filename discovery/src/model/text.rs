@@ -68,6 +68,21 @@ pub(crate) fn instance_unrepresentable(i: &Instance) -> Option<(String, char)> {
     None
 }
 
+/// The first metadata key of `i` (its own or its data centre's) that cannot be an XML element
+/// name, with the map it is in. Served, it would reach JSON clients and not XML ones (which
+/// cannot be sent it), and the two formats would disagree about the instance.
+pub(crate) fn instance_bad_key(i: &Instance) -> Option<(&'static str, &str)> {
+    let own = i.metadata.keys().map(|k| ("metadata", k));
+    let dc = i
+        .data_center
+        .metadata
+        .keys()
+        .map(|k| ("dataCenterInfo.metadata", k));
+    own.chain(dc)
+        .find(|(_, k)| !super::xml::valid_name(k))
+        .map(|(m, k)| (m, k.as_str()))
+}
+
 /// A map's keys and values as (field name, text) pairs.
 fn pairs<'a>(
     prefix: &'a str,
@@ -97,6 +112,24 @@ mod tests {
         );
         let i = Instance::new("a", "h", 1).meta("k\u{8}", "v");
         assert_eq!(instance_unrepresentable(&i).unwrap().1, '\u{8}');
+    }
+
+    #[test]
+    fn metadata_keys_must_be_xml_names_in_both_maps() {
+        let ok = Instance::new("a", "h", 1)
+            .meta("management.port", "1")
+            .meta("a_b$c-d", "2");
+        assert_eq!(instance_bad_key(&ok), None);
+        for key in ["1st", "with space", "a:b", "xmlns", "@x", "é", ""] {
+            let i = Instance::new("a", "h", 1).meta(key, "v");
+            assert_eq!(instance_bad_key(&i), Some(("metadata", key)), "{key:?}");
+        }
+        let mut i = Instance::new("a", "h", 1);
+        i.data_center.metadata.insert("a b".into(), "v".into());
+        assert_eq!(
+            instance_bad_key(&i),
+            Some(("dataCenterInfo.metadata", "a b"))
+        );
     }
 
     #[test]

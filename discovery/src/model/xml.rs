@@ -50,7 +50,9 @@ pub fn unescape_name(name: &str) -> String {
     out
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether a metadata key can be written as an element name (after [`escape_name`]). The
+/// registry refuses the others, so that XML and JSON clients read the same map.
+pub(crate) fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$'))
@@ -181,14 +183,31 @@ pub fn write_application(a: &Application) -> Vec<u8> {
 
 /// `<applications><versions__delta>…</versions__delta><apps__hashcode>…</apps__hashcode>…`.
 pub fn write_applications(apps: &Applications) -> Vec<u8> {
-    let mut out = String::from("<applications>");
-    leaf(&mut out, "versions__delta", &apps.versions_delta);
-    leaf(&mut out, "apps__hashcode", &apps.apps_hashcode);
-    for a in &apps.applications {
-        write_application_into(&mut out, a);
+    let mut out = String::new();
+    write_applications_from(
+        &mut out,
+        &apps.versions_delta,
+        &apps.apps_hashcode,
+        apps.applications.iter(),
+    );
+    out.into_bytes()
+}
+
+/// Like [`write_applications`], into `out`, from applications made as they are written (the
+/// response cache makes each from the store's leases, so only one is ever held whole).
+pub(crate) fn write_applications_from<A: std::borrow::Borrow<Application>>(
+    out: &mut String,
+    versions_delta: &str,
+    apps_hashcode: &str,
+    applications: impl Iterator<Item = A>,
+) {
+    out.push_str("<applications>");
+    leaf(out, "versions__delta", versions_delta);
+    leaf(out, "apps__hashcode", apps_hashcode);
+    for a in applications {
+        write_application_into(out, a.borrow());
     }
     out.push_str("</applications>");
-    out.into_bytes()
 }
 
 // ---- reading -------------------------------------------------------------------------------

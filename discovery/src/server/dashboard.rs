@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use quick_xml::escape::escape;
 
@@ -15,7 +15,10 @@ use super::{Dashboard, Shared};
 pub(super) fn routes(dashboard: &Dashboard) -> Router<Arc<Shared>> {
     match dashboard {
         Dashboard::Off => Router::new(),
+        // `/` is where a Spring server shows its dashboard: people and scripts look there.
+        // A redirect, not the page, so the page's one address keeps its token check.
         _ => Router::new()
+            .route("/", get(|| async { Redirect::to("/discovery") }))
             .route("/discovery", get(page))
             .route("/discovery/registry.json", get(document)),
     }

@@ -1,8 +1,10 @@
-//! The registry server: Eureka's REST API, leases decided at read time, self-preservation,
+//! The registry server: Eureka's REST API, leases settled at each request and on a timer,
+//! self-preservation, a response cache,
 //! peer forwarding, the dashboard, and HTTP Basic credentials and TLS ([`Access`],
 //! [`ServerTls`]).
 
 mod access;
+mod cache;
 mod clock;
 mod config;
 mod dashboard;
@@ -37,6 +39,8 @@ use store::Store;
 #[derive(Debug)]
 pub(crate) struct Shared {
     store: Store,
+    /// `GET apps` and `GET apps/delta`, pre-serialised (see [`cache`]).
+    cache: cache::ResponseCache,
     peers: Peers,
     dashboard: Dashboard,
     config: ServerConfig,
@@ -138,6 +142,7 @@ impl RegistryServer {
         let throttle = Arc::new(Throttle::new(self.config.limits.warning_interval));
         Arc::new_cyclic(|weak| Shared {
             store: Store::new(self.config.clone(), self.clock),
+            cache: cache::ResponseCache::default(),
             peers: if self.peers.is_empty() {
                 Peers::none()
             } else {
@@ -239,6 +244,7 @@ impl RegistryServer {
             );
         }
         let router = routes::router(shared.clone());
+        let expiry = tokio::spawn(expiry_timer(Arc::downgrade(&shared))).abort_handle();
         let (stop, stopped) = oneshot::channel::<()>();
         let stopped = async move {
             let _ = stopped.await;
@@ -263,7 +269,26 @@ impl RegistryServer {
             places,
             stop: Some(stop),
             task: Some(task),
+            expiry,
         })
+    }
+}
+
+/// How often a running server settles its registry with no request to do it: expiry and
+/// self-preservation are also decided at every request (at the cost of counting the deadlines
+/// past, `store/deadlines.rs`), so this only bounds how late a lease expires on an idle
+/// server. Eureka's eviction timer runs every 60 s.
+const EXPIRY_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
+async fn expiry_timer(shared: std::sync::Weak<Shared>) {
+    let mut tick = tokio::time::interval(EXPIRY_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.store.tick();
     }
 }
 
@@ -301,6 +326,7 @@ pub struct RunningServer {
     places: Places,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    expiry: tokio::task::AbortHandle,
 }
 
 impl RunningServer {
@@ -332,6 +358,7 @@ impl RunningServer {
 
     /// Stops accepting, finishes the requests in flight, and returns.
     pub async fn shutdown(mut self) {
+        self.expiry.abort();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -343,8 +370,33 @@ impl RunningServer {
 
 impl Drop for RunningServer {
     fn drop(&mut self) {
+        self.expiry.abort();
         if let Some(task) = self.task.take() {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Instance;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_expires_a_quiet_lease_with_no_request_and_ends_with_the_server() {
+        let clock = Clock::manual(1_000_000);
+        let shared = RegistryServer::new()
+            .clock(clock.clone())
+            .shared(&reqwest::Client::new());
+        let x = Instance::new("a", "h", 1).with_id("x");
+        shared.store.register("A", x).unwrap();
+        let timer = tokio::spawn(expiry_timer(Arc::downgrade(&shared)));
+        clock.advance(std::time::Duration::from_secs(91));
+        assert_eq!(shared.store.held(), 1, "not settled yet");
+        tokio::time::sleep(EXPIRY_TICK * 2).await;
+        assert_eq!(shared.store.held(), 0, "expired by the timer alone");
+        drop(shared);
+        tokio::time::sleep(EXPIRY_TICK * 2).await;
+        assert!(timer.is_finished(), "the timer ends with the server");
     }
 }

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod deltas;
 mod registrar;
 mod resolvers;
 mod restart;

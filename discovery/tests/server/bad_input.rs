@@ -175,3 +175,114 @@ async fn characters_xml_cannot_carry_are_refused_with_400_and_change_nothing() {
     cluster_discovery::model::xml::read_applications(&xml_read.body, 0)
         .expect("the XML registry still reads");
 }
+
+fn instance_with(extra: &str) -> String {
+    format!(
+        r#"{{"instance":{{"app":"ORDERS","instanceId":"n","hostName":"h","ipAddr":"1.1.1.1",{extra}}}}}"#
+    )
+}
+
+/// Numbers Eureka holds as Java `int`s, out of range, are refused rather than saturated: a
+/// lease of 2^63 s would never end, and a `countryId` past `i32::MAX` breaks Java readers.
+#[tokio::test]
+async fn numbers_out_of_their_java_range_are_400_not_saturated() {
+    let svc = server();
+    register(&svc, "orders", "o-1").await;
+    let before = registry(&svc).await;
+    let json = [
+        (
+            r#""leaseInfo":{"durationInSecs":9223372036854775808}"#,
+            "durationInSecs",
+        ),
+        (
+            r#""leaseInfo":{"durationInSecs":2147483648}"#,
+            "durationInSecs",
+        ),
+        (r#""leaseInfo":{"durationInSecs":-5}"#, "durationInSecs"),
+        (
+            r#""leaseInfo":{"renewalIntervalInSecs":"9223372036854775807"}"#,
+            "renewalIntervalInSecs",
+        ),
+        (r#""countryId":1099511627776"#, "countryId"),
+        (r#""countryId":"2147483648""#, "countryId"),
+        (r#""port":{"$":-1,"@enabled":"true"}"#, "port"),
+        (r#""port":{"$":"-1","@enabled":"true"}"#, "port"),
+        (r#""port":65536"#, "port"),
+        (r#""securePort":{"$":4294967296}"#, "securePort"),
+        (r#""port":{"$":80.5}"#, "port"),
+    ];
+    for (extra, field) in json {
+        let (status, text) = refused(&svc, "application/json", instance_with(extra)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{extra}: {text}");
+        assert!(text.contains(field), "{extra}: {text}");
+    }
+    let xml = [
+        r#"<port enabled="true">-1</port>"#,
+        "<countryId>1099511627776</countryId>",
+        "<leaseInfo><durationInSecs>9223372036854775808</durationInSecs></leaseInfo>",
+    ];
+    for extra in xml {
+        let body = format!(
+            "<instance><instanceId>n</instanceId><hostName>h</hostName><app>ORDERS</app>\
+             <ipAddr>1.1.1.1</ipAddr>{extra}</instance>"
+        );
+        let (status, text) = refused(&svc, "application/xml", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{extra}: {text}");
+    }
+    assert_eq!(registry(&svc).await, before);
+
+    // The largest Java int is fine, and kept as given (up to the lease limit).
+    let edge = instance_with(r#""countryId":2147483647,"port":{"$":65535,"@enabled":"true"}"#);
+    let (status, text) = refused(&svc, "application/json", edge).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{text}");
+    let n = get_json(&svc, "/eureka/apps/ORDERS/n").await.json();
+    assert_eq!(n["instance"]["countryId"], 2147483647);
+    assert_eq!(n["instance"]["port"]["$"], 65535);
+}
+
+/// A metadata key that cannot be an XML element would reach JSON clients and not XML ones:
+/// refused, at registration and in a metadata update, so both formats carry the same map.
+#[tokio::test]
+async fn metadata_keys_xml_cannot_name_are_400_so_both_formats_agree() {
+    let svc = server();
+    register(&svc, "orders", "o-1").await;
+    let before = registry(&svc).await;
+    for key in ["with space", "1st", "a:b", "xmlns"] {
+        let extra = format!(r#""metadata":{{"ok":"1","{key}":"v"}}"#);
+        let (status, text) = refused(&svc, "application/json", instance_with(&extra)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{key}: {text}");
+        assert!(text.contains(key) && text.contains("XML"), "{text}");
+    }
+    let extra = r#""dataCenterInfo":{"name":"MyOwn","metadata":{"a b":"v"}}"#;
+    let (status, _) = refused(&svc, "application/json", instance_with(extra)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let update = call(
+        &svc,
+        Method::PUT,
+        "/eureka/apps/ORDERS/o-1/metadata?ok=1&with%20space=v",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(update.status, StatusCode::BAD_REQUEST, "{}", update.text());
+    assert_eq!(registry(&svc).await, before);
+
+    // What is accepted reads the same in both formats, `_` and `$` included.
+    let extra = r#""metadata":{"zone_name":"a","cost$":"2","management.port":"9"}"#;
+    let (status, text) = refused(&svc, "application/json", instance_with(extra)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{text}");
+    let json = get_json(&svc, "/eureka/apps/ORDERS/n").await.json();
+    let xml = call(
+        &svc,
+        Method::GET,
+        "/eureka/apps/ORDERS/n",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    let from_xml = cluster_discovery::model::xml::read_instance(&xml.body, 0).unwrap();
+    let from_json: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(json["instance"]["metadata"].clone()).unwrap();
+    assert_eq!(from_xml.metadata, from_json);
+    assert_eq!(from_json.len(), 3);
+}

@@ -115,3 +115,19 @@ async fn the_bearer_scheme_is_case_insensitive() {
         assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{auth:?}");
     }
 }
+
+/// `/` is where a Spring Eureka server shows its dashboard: it leads to ours, unless the
+/// dashboard is off.
+#[tokio::test]
+async fn the_root_redirects_to_the_dashboard_unless_it_is_off() {
+    let svc = RegistryServer::new().dashboard(Dashboard::Open).service();
+    let root = call(&svc, Method::GET, "/", &[], Body::empty()).await;
+    assert_eq!(root.status, StatusCode::SEE_OTHER);
+    assert_eq!(root.headers["location"], "/discovery");
+    let page = call(&svc, Method::GET, "/discovery", &[], Body::empty()).await;
+    assert_eq!(page.status, StatusCode::OK);
+
+    let off = RegistryServer::new().dashboard(Dashboard::Off).service();
+    let root = call(&off, Method::GET, "/", &[], Body::empty()).await;
+    assert_eq!(root.status, StatusCode::NOT_FOUND);
+}

@@ -6,6 +6,7 @@
 mod support;
 
 mod bad_input;
+mod cache;
 mod command_line;
 mod connections;
 mod dashboard;

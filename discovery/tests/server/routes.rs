@@ -365,3 +365,39 @@ async fn the_delta_keeps_only_the_latest_change_of_each_instance() {
         "the version still counts every change"
     );
 }
+
+/// An instance id is unique within its application only: an override set on `APPA/x` is
+/// `APPA/x`'s, and goes with its cancel.
+#[tokio::test]
+async fn an_override_belongs_to_one_application_s_instance_and_goes_with_its_cancel() {
+    let svc = server();
+    register(&svc, "APPA", "x").await;
+    register(&svc, "APPB", "x").await;
+    let set = "/eureka/apps/APPA/x/status?value=OUT_OF_SERVICE";
+    let a = call(&svc, Method::PUT, set, &[], Body::empty()).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let b = get_json(&svc, "/eureka/apps/APPB/x").await.json();
+    assert_eq!(b["instance"]["status"], "UP", "APPB/x is not overridden");
+    assert_eq!(heartbeat(&svc, "APPB", "x").await, StatusCode::OK);
+    register(&svc, "APPB", "x").await;
+    let b = get_json(&svc, "/eureka/apps/APPB/x").await.json();
+    assert_eq!(b["instance"]["status"], "UP", "nor after re-registering");
+
+    let gone = call(
+        &svc,
+        Method::DELETE,
+        "/eureka/apps/APPA/x",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(gone.status, StatusCode::OK);
+    let overrides = get_json(&svc, "/eureka/serverinfo/statusoverrides").await;
+    assert_eq!(overrides.json(), serde_json::json!({}), "cancelled with it");
+    register(&svc, "APPA", "x").await;
+    let a = get_json(&svc, "/eureka/apps/APPA/x").await.json();
+    assert_eq!(
+        a["instance"]["status"], "UP",
+        "a new APPA/x starts without it"
+    );
+}

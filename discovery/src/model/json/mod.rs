@@ -10,4 +10,5 @@ pub use read::{
     read_instance,
 };
 pub(crate) use write::instance_value;
+pub(crate) use write::write_applications_from;
 pub use write::{write_application, write_applications, write_instance};

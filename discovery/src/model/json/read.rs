@@ -47,6 +47,47 @@ fn u64_field(o: &Map<String, Value>, key: &str) -> Option<u64> {
     get(o, key).and_then(u64_of)
 }
 
+/// A number Eureka holds as a Java `int` (a lease's seconds, `countryId`): one out of `range`
+/// is refused, not saturated. Saturated, a lease of 2^63 s never ended, and a `countryId` past
+/// `i32::MAX` was served back to Java clients, which cannot read it.
+fn int_field(
+    o: &Map<String, Value>,
+    key: &str,
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<Option<i64>, ModelError> {
+    let Some(v) = get(o, key) else {
+        return Ok(None);
+    };
+    let n = match v {
+        Value::Object(inner) => match get(inner, "$") {
+            Some(v) => whole(v),
+            None => return Ok(None),
+        },
+        v => whole(v),
+    };
+    match n {
+        Some(n) if range.contains(&n) => Ok(Some(n)),
+        _ => Err(ModelError::Field {
+            field: key.to_owned(),
+            reason: format!(
+                "expected a whole number from {} to {} (a Java int)",
+                range.start(),
+                range.end()
+            ),
+        }),
+    }
+}
+
+/// A whole number, from a JSON number or a string; `None` for anything else, or one too large
+/// for an `i64`.
+fn whole(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
 fn bool_of(v: &Value) -> Option<bool> {
     match v {
         Value::Bool(b) => Some(*b),
@@ -78,11 +119,8 @@ fn port_field(o: &Map<String, Value>, key: &str, default: Port) -> Result<Port, 
         ),
         other => (other, default.enabled),
     };
-    // The lenient reader takes a negative number for 0: not for a port.
-    if matches!(number, Value::Number(n) if n.as_f64().is_some_and(|f| f < 0.0)) {
-        return Err(bad());
-    }
-    let n = u64_of(number).ok_or_else(bad)?;
+    // Not the lenient reader, which takes a negative number for 0 and 1.5 for 1.
+    let n = whole(number).ok_or_else(bad)?;
     Ok(Port {
         port: u16::try_from(n).map_err(|_| bad())?,
         enabled,
@@ -146,7 +184,8 @@ pub fn instance_from_value(v: &Value, now: u64) -> Result<Instance, ModelError> 
         },
     )?;
     // Java's clients read an int: a larger one would break their every read of the registry.
-    i.country_id = u64_field(o, "countryId").map_or(1, |c| c.min(i32::MAX as u64) as i64);
+    let java_int = i64::from(i32::MIN)..=i64::from(i32::MAX);
+    i.country_id = int_field(o, "countryId", java_int)?.unwrap_or(1);
     if let Some(Value::Object(dc)) = get(o, "dataCenterInfo") {
         i.data_center = DataCenterInfo {
             class: str_field(dc, "@class")
@@ -157,9 +196,14 @@ pub fn instance_from_value(v: &Value, now: u64) -> Result<Instance, ModelError> 
         };
     }
     if let Some(Value::Object(l)) = get(o, "leaseInfo") {
+        // Seconds as a Java int, never negative: 0 (or absent) is the server's default.
+        let secs = |key| -> Result<u64, ModelError> {
+            let n = int_field(l, key, 0..=i64::from(i32::MAX))?.unwrap_or(0);
+            Ok(n.unsigned_abs())
+        };
         i.lease = LeaseInfo {
-            renewal_interval_secs: u64_field(l, "renewalIntervalInSecs").unwrap_or(0),
-            duration_secs: u64_field(l, "durationInSecs").unwrap_or(0),
+            renewal_interval_secs: secs("renewalIntervalInSecs")?,
+            duration_secs: secs("durationInSecs")?,
             registration_timestamp: u64_field(l, "registrationTimestamp").unwrap_or(0),
             last_renewal_timestamp: u64_field(l, "lastRenewalTimestamp").unwrap_or(0),
             eviction_timestamp: u64_field(l, "evictionTimestamp").unwrap_or(0),

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 use super::empty;
 use crate::model::Format;
 use crate::server::Shared;
+use crate::server::cache::accepts_gzip;
+use crate::server::store::Document;
 
 fn format_of(headers: &HeaderMap) -> Format {
     Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
@@ -38,14 +41,14 @@ pub(super) fn warming_up(shared: &Shared) -> Option<Response> {
     )
 }
 
-fn document(shared: &Shared, format: Format, body: Vec<u8>) -> Response {
+fn document(shared: &Shared, format: Format, body: impl Into<Body>) -> Response {
     let mut r = (
         StatusCode::OK,
         [(header::CONTENT_TYPE, format.content_type())],
-        body,
+        body.into(),
     )
         .into_response();
-    if shared.store.health().self_preservation {
+    if shared.store.preserving() {
         r.headers_mut().insert(
             "x-discovery-self-preservation",
             HeaderValue::from_static("true"),
@@ -54,16 +57,30 @@ fn document(shared: &Shared, format: Format, body: Vec<u8>) -> Response {
     r
 }
 
+/// `GET apps` or `GET apps/delta` from the response cache, gzipped when the client accepts it.
+async fn cached(shared: &Shared, doc: Document, headers: &HeaderMap) -> Response {
+    let format = format_of(headers);
+    let gzip = accepts_gzip(headers);
+    let payload = shared.cache.get(&shared.store, doc, format, gzip).await;
+    if !gzip {
+        let mut r = document(shared, format, payload.plain().await);
+        r.headers_mut()
+            .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+        return r;
+    }
+    let mut r = document(shared, format, payload.gzip().await);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    r
+}
+
 pub(super) async fn all_apps(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    let format = format_of(&headers);
-    let apps = shared.store.applications();
-    document(&shared, format, format.applications(&apps))
+    cached(&shared, Document::Apps, &headers).await
 }
 
 pub(super) async fn delta(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    let format = format_of(&headers);
-    let apps = shared.store.delta();
-    document(&shared, format, format.applications(&apps))
+    cached(&shared, Document::Delta, &headers).await
 }
 
 pub(super) async fn one_app(

@@ -12,13 +12,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::Instance;
+use super::lease::Change;
 
 /// Changes in the order they were made, at most one per (application, instance id).
 #[derive(Debug)]
 pub(super) struct Deltas {
-    /// By sequence number: (when, the instance as it was after the change).
-    entries: BTreeMap<u64, (u64, Instance)>,
+    /// By sequence number: (when, the change).
+    entries: BTreeMap<u64, (u64, Change)>,
     /// The sequence number of each instance's entry.
     latest: HashMap<(String, String), u64>,
     next: u64,
@@ -44,21 +44,23 @@ impl Deltas {
     }
 
     /// Records a change, replacing the instance's earlier one.
-    pub(super) fn push(&mut self, at: u64, instance: Instance) {
-        let key = (instance.app.clone(), instance.id().to_owned());
+    pub(super) fn push(&mut self, at: u64, change: Change) {
+        let i = change.instance();
+        let key = (i.app.clone(), i.id().to_owned());
         let seq = self.next;
         self.next = self.next.wrapping_add(1);
         if let Some(old) = self.latest.insert(key, seq) {
             self.entries.remove(&old);
         }
-        self.entries.insert(seq, (at, instance));
+        self.entries.insert(seq, (at, change));
         while self.entries.len() > self.max {
             self.pop_oldest();
         }
     }
 
     fn pop_oldest(&mut self) {
-        if let Some((_, (_, i))) = self.entries.pop_first() {
+        if let Some((_, (_, c))) = self.entries.pop_first() {
+            let i = c.instance();
             self.latest.remove(&(i.app.clone(), i.id().to_owned()));
         }
     }
@@ -74,15 +76,40 @@ impl Deltas {
         }
     }
 
+    /// How many changes are kept.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// The changes, oldest first.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Instance> {
-        self.entries.values().map(|(_, i)| i)
+    pub(super) fn changes(&self) -> impl Iterator<Item = &Change> {
+        self.entries.values().map(|(_, c)| c)
+    }
+
+    /// The changes, oldest first, as the delta shows them.
+    #[cfg(test)]
+    pub(super) fn iter(&self) -> impl Iterator<Item = crate::model::Instance> + '_ {
+        self.entries.values().map(|(_, c)| c.view())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{ActionType, Instance};
+    use crate::server::store::lease::Lease;
+
+    fn change(i: Instance) -> Change {
+        let lease = Lease {
+            instance: std::sync::Arc::new(i),
+            registered_ms: 0,
+            last_seen_ms: 0,
+            service_up_ms: 0,
+            duration_ms: 0,
+            grace_until_ms: 0,
+        };
+        Change::new(&lease, ActionType::Added)
+    }
 
     #[test]
     fn one_entry_per_instance_the_latest_in_change_order() {
@@ -90,24 +117,30 @@ mod tests {
         for k in 0..100 {
             d.push(
                 k,
-                Instance::new("a", "h", 1)
-                    .with_id("x")
-                    .meta("k", k.to_string()),
+                change(
+                    Instance::new("a", "h", 1)
+                        .with_id("x")
+                        .meta("k", k.to_string()),
+                ),
             );
         }
-        d.push(100, Instance::new("a", "h", 1).with_id("y"));
-        d.push(101, Instance::new("b", "h", 1).with_id("x"));
-        let kept: Vec<_> = d.iter().map(|i| (i.app.as_str(), i.id())).collect();
+        d.push(100, change(Instance::new("a", "h", 1).with_id("y")));
+        d.push(101, change(Instance::new("b", "h", 1).with_id("x")));
+        let kept: Vec<_> = d
+            .iter()
+            .map(|i| (i.app.clone(), i.id().to_owned()))
+            .collect();
+        let kept: Vec<_> = kept.iter().map(|(a, i)| (a.as_str(), i.as_str())).collect();
         assert_eq!(kept, [("A", "x"), ("A", "y"), ("B", "x")]);
         assert_eq!(d.iter().next().unwrap().metadata["k"], "99");
         d.trim(200, 100);
-        let kept: Vec<_> = d.iter().map(Instance::id).collect();
+        let kept: Vec<_> = d.iter().map(|i| i.id().to_owned()).collect();
         assert_eq!(
             kept,
             ["y", "x"],
             "the entry at 99 is past 100 ms old at 200"
         );
-        d.push(201, Instance::new("a", "h", 1).with_id("x"));
+        d.push(201, change(Instance::new("a", "h", 1).with_id("x")));
         assert_eq!(d.iter().count(), 3);
     }
 
@@ -115,9 +148,12 @@ mod tests {
     fn past_its_bound_the_oldest_entries_go_early() {
         let mut d = Deltas::bounded(3);
         for k in 0..1_000 {
-            d.push(k, Instance::new("a", "h", 1).with_id(format!("gone-{k}")));
+            d.push(
+                k,
+                change(Instance::new("a", "h", 1).with_id(format!("gone-{k}"))),
+            );
         }
-        let kept: Vec<_> = d.iter().map(Instance::id).collect();
+        let kept: Vec<_> = d.iter().map(|i| i.id().to_owned()).collect();
         assert_eq!(kept, ["gone-997", "gone-998", "gone-999"]);
         assert_eq!(d.latest.len(), 3, "the index is bounded too");
     }

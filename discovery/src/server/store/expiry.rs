@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::lease::delta_copy;
+use super::lease::Change;
 use super::{State, Store};
 use crate::model::ActionType;
 
@@ -18,13 +18,9 @@ impl Store {
         {
             state.expired_until.pop_front();
         }
-        let live: usize = state.apps.values().map(BTreeMap::len).sum();
-        let quiet: usize = state
-            .apps
-            .values()
-            .flat_map(BTreeMap::values)
-            .filter(|l| l.quiet(now))
-            .count();
+        // Counted, not visited: a settle costs the deadlines already past (see `deadlines`).
+        let live = state.deadlines.len();
+        let quiet = state.deadlines.quiet(now);
         // The registry as it was a lease duration ago: a partition's victims go quiet one by
         // one (their heartbeats are staggered), so those already expired still count.
         let expired = state.expired_until.len();
@@ -45,9 +41,12 @@ impl Store {
                     "self-preservation off: {quiet} of {live} instances are still quiet, and \
                      have one lease duration to renew"
                 );
+                // Rare (once per episode): the one settle that visits every lease.
+                let deadlines = &mut state.deadlines;
                 for lease in state.apps.values_mut().flat_map(BTreeMap::values_mut) {
                     if lease.quiet(now) {
-                        lease.grace_until_ms = now.saturating_add(lease.duration_ms);
+                        let grace = now.saturating_add(lease.duration_ms);
+                        lease.update(deadlines, |l| l.grace_until_ms = grace);
                     }
                 }
             }
@@ -59,11 +58,14 @@ impl Store {
         if preserving || quiet == 0 {
             return;
         }
+        // Something is due to expire: only now are the leases visited.
         let mut gone = Vec::new();
+        let deadlines = &mut state.deadlines;
         for leases in state.apps.values_mut() {
             leases.retain(|_, l| {
                 if l.quiet(now) {
-                    gone.push((delta_copy(l, ActionType::Deleted), l.duration_ms));
+                    deadlines.remove(l.deadline());
+                    gone.push((Change::new(l, ActionType::Deleted), l.duration_ms));
                     false
                 } else {
                     true
@@ -71,15 +73,16 @@ impl Store {
             });
         }
         state.apps.retain(|_, leases| !leases.is_empty());
-        for (i, duration_ms) in gone {
+        for (change, duration_ms) in gone {
+            let i = change.instance();
             tracing::info!(
                 "instance {} of {} expired: no heartbeat for {} s",
                 i.id(),
                 i.app,
                 i.lease.duration_secs
             );
-            state.overrides.remove(i.id());
-            state.deltas.push(now, i);
+            state.overrides.remove(&(i.app.clone(), i.id().to_owned()));
+            state.deltas.push(now, change);
             state.version = state.version.wrapping_add(1);
             state
                 .expired_until

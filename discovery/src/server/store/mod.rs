@@ -12,10 +12,12 @@
 //! one by one, and a rule that saw only the currently quiet would expire them all, one at a
 //! time, without ever seeing more than one.
 
+mod deadlines;
 mod deltas;
 mod expiry;
 mod lease;
 mod reads;
+mod snapshot;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -23,13 +25,19 @@ use std::sync::Mutex;
 
 use super::{Clock, ServerConfig};
 use crate::model::{Instance, Status};
+use deadlines::Deadlines;
 use deltas::Deltas;
 use lease::Lease;
+pub(crate) use snapshot::Snapshot;
 
 #[derive(Debug, Default)]
 struct State {
     apps: BTreeMap<String, BTreeMap<String, Lease>>,
-    overrides: HashMap<String, Status>,
+    /// Status overrides by (application, instance id): an id is unique only within its
+    /// application, and an override outlives neither its instance's cancel nor its expiry.
+    overrides: HashMap<(String, String), Status>,
+    /// When each lease goes quiet: the counts that settle the registry without visiting it.
+    deadlines: Deadlines,
     deltas: Deltas,
     version: u64,
     preserving: bool,
@@ -67,6 +75,18 @@ pub enum RegisterError {
         /// The character.
         found: char,
     },
+    /// A metadata key that cannot be an XML element name (a letter or `_` first, then
+    /// letters, digits, `_`, `-`, `.`, `$`; not starting with `xml`). XML clients (the Python
+    /// one) could not be sent it while JSON clients were: the two would disagree.
+    #[error(
+        "Unrepresentable {map} key {key:?}: not an XML element name (a letter or _ first, then letters, digits, _ - . $), and XML clients read this registry"
+    )]
+    MetadataKey {
+        /// `metadata` or `dataCenterInfo.metadata`.
+        map: &'static str,
+        /// The key.
+        key: String,
+    },
     /// The client's `lastDirtyTimestamp` is further ahead of this server's clock than
     /// [`Limits::max_clock_skew`](crate::server::Limits::max_clock_skew).
     #[error(
@@ -103,6 +123,15 @@ pub enum RegisterError {
         /// The `cluster-discovery serve` flag that sets it.
         flag: &'static str,
     },
+}
+
+/// The two registry documents the response cache holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Document {
+    /// `GET apps`.
+    Apps,
+    /// `GET apps/delta`.
+    Delta,
 }
 
 /// What a heartbeat gets.
@@ -179,6 +208,22 @@ impl Store {
             state.warm_until = 0;
         }
         (state.warm_until != 0).then(|| std::time::Duration::from_millis(state.warm_until - now))
+    }
+
+    /// Settles the registry now: what the expiry timer calls, so that a lease expires (and
+    /// its `DELETED` reaches the delta) without waiting for a request.
+    pub(crate) fn tick(&self) {
+        self.settled(|_, _| ());
+    }
+
+    /// How many leases are held, without settling first (for the timer's test).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .deadlines
+            .len()
     }
 
     /// Locks and settles the registry at the current time.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::lease::Lease;
-use super::{Health, State, Store};
+use super::{Document, Health, State, Store};
 use crate::model::{Application, Applications, Instance, Status, hashcode};
 
 impl Store {
@@ -17,22 +17,29 @@ impl Store {
             .collect()
     }
 
-    /// The whole registry (`GET apps`).
-    pub(crate) fn applications(&self) -> Applications {
-        self.settled(|state, _| {
-            let all = Self::all(state);
-            Applications::group("1", hashcode(&all), all)
-        })
+    /// Which version of `doc` the registry holds now: it changes with every registration,
+    /// cancel, expiry, status and metadata change (not with heartbeats, which change only
+    /// the renewal timestamps, as in Eureka's response cache), and for the delta also when its
+    /// window drops old changes.
+    pub(crate) fn version_of(&self, doc: Document) -> (u64, u64) {
+        self.settled(|state, _| Self::key(state, doc))
     }
 
-    /// The changes of the delta window (`GET apps/delta`), with the hashcode of the whole
-    /// registry and the change counter as its version.
-    pub(crate) fn delta(&self) -> Applications {
-        self.settled(|state, _| {
-            let all = Self::all(state);
-            let changes = state.deltas.iter().cloned();
-            Applications::group(state.version.to_string(), hashcode(&all), changes)
-        })
+    pub(super) fn key(state: &State, doc: Document) -> (u64, u64) {
+        match doc {
+            Document::Apps => (state.version, 0),
+            Document::Delta => (state.version, state.deltas.len() as u64),
+        }
+    }
+
+    /// The whole registry (the dashboard's; clients' reads go through the response cache).
+    pub(crate) fn applications(&self) -> Applications {
+        self.snapshot(Document::Apps).to_applications()
+    }
+
+    /// Whether self-preservation is on (the registry settled now).
+    pub(crate) fn preserving(&self) -> bool {
+        self.settled(|state, _| state.preserving)
     }
 
     /// One application, if it has instances.
@@ -79,13 +86,15 @@ impl Store {
         })
     }
 
-    /// The override map (`GET serverinfo/statusoverrides`).
+    /// The override map (`GET serverinfo/statusoverrides`), by instance id as Eureka shows
+    /// it; of two applications' instances under one id, the later application's is shown.
     pub(crate) fn overrides(&self) -> BTreeMap<String, Status> {
         self.settled(|state, _| {
-            state
-                .overrides
-                .iter()
-                .map(|(k, v)| (k.clone(), *v))
+            let mut by_key: Vec<_> = state.overrides.iter().collect();
+            by_key.sort();
+            by_key
+                .into_iter()
+                .map(|((_, id), v)| (id.clone(), *v))
                 .collect()
         })
     }
@@ -93,13 +102,8 @@ impl Store {
     /// The registry's state at a glance.
     pub(crate) fn health(&self) -> Health {
         self.settled(|state, now| Health {
-            instances: state.apps.values().map(BTreeMap::len).sum(),
-            quiet: state
-                .apps
-                .values()
-                .flat_map(BTreeMap::values)
-                .filter(|l| l.quiet(now))
-                .count(),
+            instances: state.deadlines.len(),
+            quiet: state.deadlines.quiet(now),
             recently_expired: state.expired_until.len(),
             self_preservation: state.preserving,
             renewals: state.renewals,

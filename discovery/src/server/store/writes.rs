@@ -1,9 +1,10 @@
 //! Writes to the instance table: registrations, heartbeats, cancellations, status overrides and
 //! metadata, each recorded in the delta window.
 
-use std::collections::BTreeMap;
+use super::deadlines::Deadlines;
+use std::sync::Arc;
 
-use super::lease::{Lease, delta_copy};
+use super::lease::{Change, Lease};
 use super::{RegisterError, Renewed, State, Store};
 use crate::model::{self, ActionType, Instance, Status};
 use crate::server::Limits;
@@ -35,7 +36,7 @@ fn check_size(i: &Instance, limits: &Limits) -> Result<(), RegisterError> {
 /// Refuses a new instance of `app` when the registry, or the application, is full.
 fn check_room(state: &State, app: &str, limits: &Limits) -> Result<(), RegisterError> {
     let full = |what, limit, flag| Err(RegisterError::Full { what, limit, flag });
-    let total: usize = state.apps.values().map(BTreeMap::len).sum();
+    let total = state.deadlines.len();
     if total >= limits.max_instances {
         return full("instances", limits.max_instances, "--max-instances");
     }
@@ -54,7 +55,7 @@ fn check_room(state: &State, app: &str, limits: &Limits) -> Result<(), RegisterE
 
 impl Store {
     fn changed(state: &mut State, now: u64, lease: &Lease, action: ActionType) {
-        state.deltas.push(now, delta_copy(lease, action));
+        state.deltas.push(now, Change::new(lease, action));
         state.version = state.version.wrapping_add(1);
     }
 
@@ -85,6 +86,10 @@ impl Store {
         }
         if let Some((field, found)) = model::instance_unrepresentable(&instance) {
             return Err(RegisterError::Unrepresentable { field, found });
+        }
+        if let Some((map, key)) = model::instance_bad_key(&instance) {
+            let key = key.to_owned();
+            return Err(RegisterError::MetadataKey { map, key });
         }
         let limits = &self.config.limits;
         check_size(&instance, limits)?;
@@ -118,16 +123,17 @@ impl Store {
                 service_up_ms = old.service_up_ms;
                 // The newer copy wins; on a tie the incoming one (as Eureka).
                 if old.instance.last_dirty_timestamp > instance.last_dirty_timestamp {
-                    instance = old.instance.clone();
+                    instance = (*old.instance).clone();
                 }
             }
+            let key = (instance.app.clone(), id.clone());
             if instance.overridden_status != Status::Unknown {
                 state
                     .overrides
-                    .entry(id.clone())
+                    .entry(key.clone())
                     .or_insert(instance.overridden_status);
             }
-            if let Some(o) = state.overrides.get(&id) {
+            if let Some(o) = state.overrides.get(&key) {
                 instance.overridden_status = *o;
                 instance.status = *o;
             }
@@ -138,7 +144,7 @@ impl Store {
             instance.last_updated_timestamp = now;
             let lease = Lease {
                 duration_ms: instance.lease.duration_secs.saturating_mul(1000),
-                instance,
+                instance: Arc::new(instance),
                 registered_ms: now,
                 last_seen_ms: now,
                 service_up_ms,
@@ -146,7 +152,10 @@ impl Store {
             };
             let view = lease.view();
             let leases = state.apps.entry(lease.instance.app.clone()).or_default();
-            leases.insert(id, lease.clone());
+            if let Some(old) = leases.insert(id, lease.clone()) {
+                state.deadlines.remove(old.deadline());
+            }
+            state.deadlines.add(lease.deadline());
             Self::changed(state, now, &lease, ActionType::Added);
             Ok(view)
         })
@@ -154,6 +163,16 @@ impl Store {
 
     fn lease_mut<'a>(state: &'a mut State, app: &str, id: &str) -> Option<&'a mut Lease> {
         state.apps.get_mut(&app.to_ascii_uppercase())?.get_mut(id)
+    }
+
+    /// The lease and the deadlines it is counted in, borrowed together.
+    fn lease_and_deadlines<'a>(
+        state: &'a mut State,
+        app: &str,
+        id: &str,
+    ) -> Option<(&'a mut Lease, &'a mut Deadlines)> {
+        let lease = state.apps.get_mut(&app.to_ascii_uppercase())?.get_mut(id)?;
+        Some((lease, &mut state.deadlines))
     }
 
     /// A heartbeat. `last_dirty` is the client's `lastDirtyTimestamp`, if it sent one.
@@ -165,24 +184,29 @@ impl Store {
         replication: bool,
     ) -> Renewed {
         self.settled(|state, now| {
-            let override_status = state.overrides.get(id).copied();
-            let Some(lease) = Self::lease_mut(state, app, id) else {
+            let key = (app.to_ascii_uppercase(), id.to_owned());
+            let override_status = state.overrides.get(&key).copied();
+            let Some((lease, deadlines)) = Self::lease_and_deadlines(state, app, id) else {
                 return Renewed::NotFound;
             };
             let effective = override_status.unwrap_or(lease.instance.status);
             if effective == Status::Unknown {
                 return Renewed::NotFound;
             }
-            lease.instance.status = effective;
-            lease.last_seen_ms = now;
-            let stored = lease.instance.last_dirty_timestamp;
-            let view = lease.view();
-            state.renewals = state.renewals.saturating_add(1);
-            match last_dirty {
-                Some(theirs) if theirs > stored => Renewed::NotFound,
-                Some(theirs) if theirs < stored && replication => Renewed::Conflict(Box::new(view)),
-                _ => Renewed::Ok,
+            if lease.instance.status != effective {
+                lease.instance_mut().status = effective;
             }
+            lease.update(deadlines, |l| l.last_seen_ms = now);
+            let stored = lease.instance.last_dirty_timestamp;
+            let outcome = match last_dirty {
+                Some(theirs) if theirs > stored => Renewed::NotFound,
+                Some(theirs) if theirs < stored && replication => {
+                    Renewed::Conflict(Box::new(lease.view()))
+                }
+                _ => Renewed::Ok,
+            };
+            state.renewals = state.renewals.saturating_add(1);
+            outcome
         })
     }
 
@@ -196,12 +220,12 @@ impl Store {
             let Some(lease) = leases.remove(id) else {
                 return false;
             };
+            state.deadlines.remove(lease.deadline());
             if leases.is_empty() {
                 state.apps.remove(&app);
             }
-            state.overrides.remove(id);
-            let mut gone = delta_copy(&lease, ActionType::Deleted);
-            gone.lease.eviction_timestamp = now;
+            state.overrides.remove(&(app, id.to_owned()));
+            let gone = Change::new(&lease, ActionType::Deleted).evicted(now);
             state.deltas.push(now, gone);
             state.version = state.version.wrapping_add(1);
             true
@@ -219,25 +243,26 @@ impl Store {
         last_dirty: Option<u64>,
     ) -> bool {
         self.settled(|state, now| {
-            // The override map is keyed by id alone: a 404 (say, a typo in the application)
-            // must not touch the override of the instance that does have this id.
+            // An unknown instance (say, a typo in the application) gets no override.
             if Self::lease_mut(state, app, id).is_none() {
                 return false;
             }
+            let key = (app.to_ascii_uppercase(), id.to_owned());
             match set {
-                Some(s) => state.overrides.insert(id.to_owned(), s),
-                None => state.overrides.remove(id),
+                Some(s) => state.overrides.insert(key, s),
+                None => state.overrides.remove(&key),
             };
-            let Some(lease) = Self::lease_mut(state, app, id) else {
+            let Some((lease, deadlines)) = Self::lease_and_deadlines(state, app, id) else {
                 return false;
             };
-            lease.last_seen_ms = now;
-            lease.instance.overridden_status = set.unwrap_or(Status::Unknown);
-            lease.instance.status = set.unwrap_or(fallback);
-            lease.instance.action_type = Some(ActionType::Modified);
-            lease.instance.last_updated_timestamp = now;
-            if let Some(d) = last_dirty.filter(|d| *d > lease.instance.last_dirty_timestamp) {
-                lease.instance.last_dirty_timestamp = d;
+            lease.update(deadlines, |l| l.last_seen_ms = now);
+            let i = lease.instance_mut();
+            i.overridden_status = set.unwrap_or(Status::Unknown);
+            i.status = set.unwrap_or(fallback);
+            i.action_type = Some(ActionType::Modified);
+            i.last_updated_timestamp = now;
+            if let Some(d) = last_dirty.filter(|d| *d > i.last_dirty_timestamp) {
+                i.last_dirty_timestamp = d;
             }
             let lease = lease.clone();
             Self::changed(state, now, &lease, ActionType::Modified);
@@ -262,21 +287,28 @@ impl Store {
             if let Some((field, found)) = bad {
                 return Err(RegisterError::Unrepresentable { field, found });
             }
+            if !crate::model::xml::valid_name(k) {
+                let key = k.clone();
+                return Err(RegisterError::MetadataKey {
+                    map: "metadata",
+                    key,
+                });
+            }
         }
         let limits = &self.config.limits;
         self.settled(|state, now| {
-            let Some(lease) = Self::lease_mut(state, app, id) else {
+            let Some((lease, deadlines)) = Self::lease_and_deadlines(state, app, id) else {
                 return Ok(None);
             };
             // Checked on a copy: a refused update changes nothing.
-            let mut updated = lease.instance.clone();
+            let mut updated = (*lease.instance).clone();
             updated.metadata.extend(pairs);
             check_size(&updated, limits)?;
-            lease.instance = updated;
+            updated.action_type = Some(ActionType::Added);
+            updated.last_updated_timestamp = now;
+            lease.instance = Arc::new(updated);
             lease.registered_ms = now;
-            lease.last_seen_ms = now;
-            lease.instance.action_type = Some(ActionType::Added);
-            lease.instance.last_updated_timestamp = now;
+            lease.update(deadlines, |l| l.last_seen_ms = now);
             let lease = lease.clone();
             Self::changed(state, now, &lease, ActionType::Added);
             Ok(Some(lease.view()))
