@@ -10,6 +10,8 @@
 //! - [`backend`]: [`EurekaRegistry`](backend::EurekaRegistry), so that nodes of a cluster use
 //!   Eureka servers as their registry.
 //! - [`model`]: Eureka's instance and registry documents, in both formats.
+//! - [`balance`]: the [`Balancer`](balance::Balancer), choosing an instance of a service over any
+//!   resolver.
 //!
 //! See `docs/discovery.md` for which resolver to use when, running servers with peers, and
 //! what self-preservation does.
@@ -39,6 +41,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod balance;
 pub mod client;
 pub mod model;
 pub mod resolve;
