@@ -6,7 +6,7 @@ mod access;
 mod clock;
 mod config;
 mod dashboard;
-mod limits;
+pub(crate) mod limits;
 mod peers;
 mod routes;
 mod serve;
