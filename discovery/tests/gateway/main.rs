@@ -1,0 +1,8 @@
+//! The gateway on real loopback sockets: plain hyper upstreams (`support.rs`) behind it,
+//! resolved by `Static` or by `Discovery` over our registry server.
+
+mod failures;
+mod registry;
+mod routing;
+mod streams;
+mod support;
