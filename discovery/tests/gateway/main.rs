@@ -1,6 +1,7 @@
 //! The gateway on real loopback sockets: plain hyper upstreams (`support.rs`) behind it,
 //! resolved by `Static` or by `Discovery` over our registry server.
 
+mod binary;
 mod failures;
 mod registry;
 mod routing;
