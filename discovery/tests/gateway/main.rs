@@ -7,3 +7,4 @@ mod registry;
 mod routing;
 mod streams;
 mod support;
+mod tls;
