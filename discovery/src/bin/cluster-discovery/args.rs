@@ -23,7 +23,7 @@ Limits (see `Limits` in docs/discovery.md): counts are at least 1, seconds 1 to 
 Prints `listening on http://ADDR/eureka/` once it accepts requests, then serves until ctrl-c.
 Logs (RUST_LOG, info by default) go to stderr.";
 
-/// A Eureka-compatible registry server
+/// A Eureka-compatible registry server, and a gateway routing HTTP to services by name
 #[derive(Debug, Parser)]
 #[command(
     name = "cluster-discovery",
