@@ -3,6 +3,7 @@
 
 mod binary;
 mod failures;
+mod limits;
 mod registry;
 mod routing;
 mod streams;
