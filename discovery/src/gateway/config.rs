@@ -96,6 +96,7 @@ pub struct LimitsConfig {
     pub max_header_bytes: Option<usize>,
     pub max_headers: Option<usize>,
     pub max_body_bytes: Option<usize>,
+    pub max_replay_bytes: Option<usize>,
     pub write_timeout_secs: Option<u64>,
     pub connect_timeout_ms: Option<u64>,
     pub max_idle_per_instance: Option<usize>,
@@ -236,6 +237,7 @@ impl LimitsConfig {
         set!(max_header_bytes, max_header_bytes);
         set!(max_headers, max_headers);
         set!(max_body_bytes, max_body_bytes);
+        set!(max_replay_bytes, max_replay_bytes);
         set!(write_timeout, write_timeout_secs, secs);
         set!(connect_timeout, connect_timeout_ms, Duration::from_millis);
         set!(max_idle_per_instance, max_idle_per_instance);

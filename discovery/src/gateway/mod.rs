@@ -74,6 +74,11 @@ pub struct GatewayLimits {
     /// The largest request body, in bytes: 1 GiB. It is streamed, never held, so this bounds
     /// what a client can push through, not memory. More is `413`.
     pub max_body_bytes: usize,
+    /// The largest request body kept, while it is sent, so that an idempotent request whose
+    /// connection broke can be sent to another instance: 64 KiB (as Linkerd). A larger body is
+    /// streamed without a copy, and its request is not retried once an instance may have seen
+    /// it. At most this much per request in flight.
+    pub max_replay_bytes: usize,
     /// How long a response may wait for a client that does not read it: 30 s; then the
     /// connection is closed.
     pub write_timeout: Duration,
@@ -95,6 +100,7 @@ impl Default for GatewayLimits {
             max_header_bytes: 64 * 1024,
             max_headers: 100,
             max_body_bytes: 1 << 30,
+            max_replay_bytes: 64 * 1024,
             write_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(2),
             max_idle_per_instance: 32,
@@ -162,6 +168,7 @@ impl Gateway {
             client,
             budget: TpsBudget::default(),
             max_body_bytes: limits.max_body_bytes,
+            max_replay_bytes: limits.max_replay_bytes,
             proto: if self.tls.is_some() { "https" } else { "http" },
         });
         let (stop, stopped) = oneshot::channel::<()>();

@@ -12,7 +12,8 @@
 //! 6. no connection (refused, unreachable): the instance cools down and the request goes to
 //!    another, whatever its method: it never reached one. The connection broke after it was
 //!    made: the instance may have seen the request, so it is retried only if its method is
-//!    idempotent (RFC 9110 §9.2.2), its body can be sent again, the route has attempts left and
+//!    idempotent (RFC 9110 §9.2.2), its body can be sent again (none, or a copy of one read
+//!    whole within `max_replay_bytes`: `body.rs`), the route has attempts left and
 //!    the retry budget allows (Finagle's and Tower's: 20 % of requests, plus 10 a second); else
 //!    `502`;
 //! 7. the answer streams back, hop-by-hop headers removed; a `101` joins the two upgraded
@@ -41,6 +42,7 @@ pub(crate) struct Proxy {
     pub(crate) client: Client<HttpConnector, Body>,
     pub(crate) budget: TpsBudget,
     pub(crate) max_body_bytes: usize,
+    pub(crate) max_replay_bytes: usize,
     /// `http` or `https`: what the client spoke, for `X-Forwarded-Proto`.
     pub(crate) proto: &'static str,
 }
@@ -70,7 +72,7 @@ impl Proxy {
         }
         let client_upgrade = is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
-        let body = Once::new(body, self.max_body_bytes);
+        let body = Once::new(body, self.max_body_bytes, self.max_replay_bytes);
         let head = self.head(parts, &route, peer);
         self.budget.deposit();
         let deadline = after(route.timeout);

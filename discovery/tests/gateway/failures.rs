@@ -12,7 +12,10 @@ use cluster_discovery::balance::Balancer;
 use cluster_discovery::gateway::{Gateway, RunningGateway, Upstream as Route};
 use cluster_discovery::resolve::{Endpoint, Static};
 
-use crate::support::{Upstream, client, dead_port, get, post};
+use axum::body::Body;
+use axum::http::Request;
+
+use crate::support::{Breaker, Upstream, client, dead_port, get, post, send};
 
 async fn gateway(route: Route) -> RunningGateway {
     Gateway::new()
@@ -164,4 +167,44 @@ async fn shutdown_drains_a_request_in_flight() {
     up.seen.release.notify_waiters();
     assert_eq!(held.await.unwrap().status, StatusCode::OK);
     shutdown.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_idempotent_request_with_a_small_body_is_sent_again_and_a_large_one_is_not() {
+    let (breaker, good) = (Breaker::start().await, Upstream::start().await);
+    let gw = gateway(orders([breaker.endpoint(), good.endpoint()])).await;
+    let c = client();
+    let put = |body: Vec<u8>| {
+        Request::put(format!("{}/x", gw.url()))
+            .body(Body::from(body))
+            .unwrap()
+    };
+    // A small body is kept while it is sent (64 KiB by default): a PUT the breaker swallowed
+    // goes to the other instance, body and all.
+    for _ in 0..20 {
+        let a = send(&c, put(b"abc".to_vec())).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert_eq!(a.port(), Some(good.addr.port()));
+        assert!(a.text.contains("body=3\n"), "{}", a.text);
+    }
+    assert!(breaker.hits() > 0, "the breaker was never chosen");
+    // A POST it swallowed is not sent again: 502.
+    let before = breaker.hits();
+    let mut failed = 0;
+    for _ in 0..20 {
+        let a = post(&c, format!("{}/x", gw.url()), "abc").await;
+        assert!(a.status == StatusCode::OK || a.status == StatusCode::BAD_GATEWAY);
+        failed += usize::from(a.status == StatusCode::BAD_GATEWAY);
+    }
+    assert_eq!(failed, breaker.hits() - before);
+    // A PUT larger than the copy kept: not sent again either.
+    let before = breaker.hits();
+    let mut failed = 0;
+    for _ in 0..20 {
+        let a = send(&c, put(vec![1u8; 100 * 1024])).await;
+        assert!(a.status == StatusCode::OK || a.status == StatusCode::BAD_GATEWAY);
+        failed += usize::from(a.status == StatusCode::BAD_GATEWAY);
+    }
+    assert_eq!(failed, breaker.hits() - before);
+    gw.shutdown().await;
 }

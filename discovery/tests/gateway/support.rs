@@ -213,3 +213,66 @@ pub async fn dead_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     l.local_addr().unwrap().port()
 }
+
+/// An instance that reads each request whole (head and `content-length` body), then closes
+/// the connection without answering: it may have acted on the request.
+pub struct Breaker {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Breaker {
+    pub async fn start() -> Self {
+        use tokio::io::AsyncReadExt as _;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                let h = h.clone();
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = tcp.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        got.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&got).to_lowercase();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let length: usize = text
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse().ok())
+                                .unwrap_or(0);
+                            if got.len() >= end + 4 + length {
+                                h.fetch_add(1, Ordering::SeqCst);
+                                return; // dropped: closed without an answer
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, hits, task }
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new("127.0.0.1", self.addr.port())
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Breaker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
