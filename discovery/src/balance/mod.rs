@@ -5,7 +5,7 @@
 //!    offered, so never chosen).
 //! 2. Endpoints the caller has already tried for this request are set aside (a retry goes to
 //!    another instance), and so are those cooling down after a failed connection
-//!    ([`state`]: 2 s, doubling with each failure in a row up to 32 s, as the cluster's outlier
+//!    (`state.rs`: 2 s, doubling with each failure in a row up to 32 s, as the cluster's outlier
 //!    ejection does).
 //! 3. Of what is left, two at random, and the one with fewer requests in flight (power of two
 //!    choices: the load of the busiest instance stays within `ln ln n` of the mean, without
