@@ -101,7 +101,8 @@ impl Proxy {
             let out = match outgoing(&head, &route, pick.endpoint(), body.attempt()) {
                 Ok(out) => out,
                 Err(e) => {
-                    return bad_gateway(&route, &format!("instance {}: {e}", pick.endpoint()));
+                    tracing::warn!("no request can be made to {}: {e}", pick.endpoint());
+                    return bad_gateway(&route, "an instance's address is not usable");
                 }
             };
             let answered = tokio::time::timeout_at(deadline, self.client.request(out)).await;
@@ -117,20 +118,26 @@ impl Proxy {
             if let Some(limit) = body_too_large(&e, self.max_body_bytes) {
                 return limit;
             }
-            let what = format!(
+            // The details (the instance's address, the cause) go to the log, not to the
+            // client: an edge gateway does not tell the Internet where its instances are.
+            tracing::debug!(
                 "instance {} of `{}`: {}",
                 pick.endpoint(),
                 route.service,
                 chain(&e)
             );
-            tracing::debug!("{what}");
+            let what = if e.is_connect() {
+                "no connection to an instance could be made"
+            } else {
+                "the instance closed the connection without an answer"
+            };
             if e.is_connect() {
                 pick.connect_failed();
                 if body.can_resend() {
-                    failed = Some(bad_gateway(&route, &what));
+                    failed = Some(bad_gateway(&route, what));
                     continue;
                 }
-                return bad_gateway(&route, &what);
+                return bad_gateway(&route, what);
             }
             reached += 1;
             let retry = idempotent(&head.method)
@@ -138,9 +145,9 @@ impl Proxy {
                 && reached < route.attempts
                 && self.budget.withdraw();
             if !retry {
-                return bad_gateway(&route, &what);
+                return bad_gateway(&route, what);
             }
-            failed = Some(bad_gateway(&route, &what));
+            failed = Some(bad_gateway(&route, what));
         }
     }
 
