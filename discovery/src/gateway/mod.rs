@@ -170,6 +170,7 @@ impl Gateway {
             max_body_bytes: limits.max_body_bytes,
             max_replay_bytes: limits.max_replay_bytes,
             proto: if self.tls.is_some() { "https" } else { "http" },
+            warn: crate::server::limits::warn::Throttle::new(Duration::from_secs(10)),
         });
         let (stop, stopped) = oneshot::channel::<()>();
         let tls = self.tls.as_ref().map(ServerTls::acceptor);

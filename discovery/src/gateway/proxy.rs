@@ -35,6 +35,7 @@ use super::headers::{add_forwarded, is_upgrade, remove_hop_by_hop};
 use super::route::{Host, Routes, Upstream};
 use crate::balance::{Pick, PickError};
 use crate::resolve::Endpoint;
+use crate::server::limits::warn::{Throttle, throttled_warn};
 
 /// What every request shares.
 pub(crate) struct Proxy {
@@ -45,6 +46,7 @@ pub(crate) struct Proxy {
     pub(crate) max_replay_bytes: usize,
     /// `http` or `https`: what the client spoke, for `X-Forwarded-Proto`.
     pub(crate) proto: &'static str,
+    pub(crate) warn: Throttle,
 }
 
 /// The request's head, rewritten once for every attempt.
@@ -55,12 +57,32 @@ struct Head {
     client_host: Option<HeaderValue>,
 }
 
+/// Marks the answers the gateway made itself (not the instance's): the failures it logs.
+#[derive(Debug, Clone, Copy)]
+struct Ours;
+
 impl Proxy {
-    pub(crate) async fn handle(
-        &self,
-        mut req: Request<Incoming>,
-        peer: SocketAddr,
-    ) -> Response<Body> {
+    /// One request; a failure of the gateway's own (`502`, `503`, `504`) logged at WARN, at most
+    /// once per service and status every 10 s (with the count of those not logged), so that a
+    /// failing service cannot flood the log.
+    pub(crate) async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let path = req.uri().path().to_owned();
+        let response = self.forward(req, peer).await;
+        let status = response.status();
+        if response.extensions().get::<Ours>().is_some() && status.is_server_error() {
+            let service = self.routes.find(&path).map_or("-", |r| r.service.as_str());
+            let source = format!("{service} {}", status.as_u16());
+            throttled_warn!(
+                self.warn,
+                "gateway",
+                source,
+                "answered {status} for service `{service}`"
+            );
+        }
+        response
+    }
+
+    async fn forward(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let Some(route) = self.routes.find(req.uri().path()).cloned() else {
             return plain(
                 StatusCode::NOT_FOUND,
@@ -273,6 +295,7 @@ fn body_too_large(e: &(dyn std::error::Error + 'static), limit: usize) -> Option
 pub(crate) fn plain(status: StatusCode, text: String) -> Response<Body> {
     let mut r = Response::new(Body::from(text));
     *r.status_mut() = status;
+    r.extensions_mut().insert(Ours);
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
