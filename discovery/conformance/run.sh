@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the real Eureka clients against our server: py-eureka-client (PyPI) and
-# eureka-js-client (npm), then two peered servers. Installs both clients here (git-ignored).
+# eureka-js-client (npm), then two peered servers, then the gateway (gateway.sh) in front of
+# instances py-eureka-client registered. Installs both clients here (git-ignored).
 # The servers run with credentials (--user, --peer-user; passwords from the environment): the
 # clients send HTTP Basic from the `user:password@` in their server URL, and the checks show
 # that a write without credentials is 401 and changes nothing.
@@ -57,3 +58,6 @@ print(*[x.getsockname()[1] for x in s])
 start peer-a --port "$pa" --peer "http://127.0.0.1:$pb/eureka/" "${secured[@]}"
 start peer-b --port "$pb" --peer "http://127.0.0.1:$pa/eureka/" "${secured[@]}"
 .venv/bin/python peers.py "$(with_credentials "$DIR/peer-a.url")" "$(with_credentials "$DIR/peer-b.url")" || { show_logs; exit 1; }
+
+echo "--- the gateway in front of instances py-eureka-client registered"
+./gateway.sh "$bin"

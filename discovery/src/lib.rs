@@ -10,6 +10,10 @@
 //! - [`backend`]: [`EurekaRegistry`](backend::EurekaRegistry), so that nodes of a cluster use
 //!   Eureka servers as their registry.
 //! - [`model`]: Eureka's instance and registry documents, in both formats.
+//! - [`gateway`]: HTTP routed by path to a service by name, balanced, `503` when nothing
+//!   resolves (`cluster-discovery gateway`).
+//! - [`balance`]: the [`Balancer`](balance::Balancer), choosing an instance of a service over any
+//!   resolver.
 //!
 //! See `docs/discovery.md` for which resolver to use when, running servers with peers, and
 //! what self-preservation does.
@@ -39,7 +43,9 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod balance;
 pub mod client;
+pub mod gateway;
 pub mod model;
 pub mod resolve;
 pub mod server;

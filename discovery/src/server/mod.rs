@@ -8,7 +8,7 @@ mod cache;
 mod clock;
 mod config;
 mod dashboard;
-mod limits;
+pub(crate) mod limits;
 mod peers;
 mod routes;
 mod serve;

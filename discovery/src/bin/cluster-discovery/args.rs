@@ -23,7 +23,7 @@ Limits (see `Limits` in docs/discovery.md): counts are at least 1, seconds 1 to 
 Prints `listening on http://ADDR/eureka/` once it accepts requests, then serves until ctrl-c.
 Logs (RUST_LOG, info by default) go to stderr.";
 
-/// A Eureka-compatible registry server
+/// A Eureka-compatible registry server, and a gateway routing HTTP to services by name
 #[derive(Debug, Parser)]
 #[command(
     name = "cluster-discovery",
@@ -48,7 +48,28 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Serve the registry
     #[command(after_help = NOTES)]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Route HTTP by path to services by name (docs/discovery.md, "The gateway")
+    #[command(after_help = GATEWAY_NOTES)]
+    Gateway(GatewayArgs),
+}
+
+/// Said after `gateway`'s options.
+const GATEWAY_NOTES: &str = "\
+The file (TOML) names the resolvers and the routes; see `The gateway` in docs/discovery.md.
+Prints `listening on http://ADDR` once it accepts requests. On SIGTERM or ctrl-c it stops
+accepting, lets the requests in flight finish (up to limits.drain_timeout_secs, 30 s by
+default), then exits 0. Logs (RUST_LOG, info by default) go to stderr.";
+
+/// `gateway`'s options.
+#[derive(Debug, Args)]
+pub(crate) struct GatewayArgs {
+    /// The gateway's configuration file (TOML)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: PathBuf,
+    /// Listen here instead of the file's `listen` (port 0: any free port)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<std::net::SocketAddr>,
 }
 
 /// `serve`'s options.

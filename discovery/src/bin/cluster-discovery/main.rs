@@ -3,6 +3,7 @@
 //! server of them.
 
 mod args;
+mod gateway;
 mod limits;
 mod server;
 
@@ -69,7 +70,10 @@ async fn report_dropped(dropped: ErrorCounter) {
 
 #[tokio::main]
 async fn main() {
-    let Command::Serve(args) = Cli::parse().command;
+    let args = match Cli::parse().command {
+        Command::Serve(args) => *args,
+        Command::Gateway(args) => return gateway::run(args).await,
+    };
     let options = Options::new(args);
     let (_flushed_at_exit, dropped) = logging(options.log_lines);
     tokio::spawn(report_dropped(dropped));

@@ -1,0 +1,69 @@
+//! `cluster-discovery gateway --config FILE`: the gateway from a file, until SIGTERM or ctrl-c,
+//! then drained.
+
+use cluster_discovery::gateway::GatewayConfig;
+
+use crate::args::GatewayArgs;
+use crate::unusable;
+
+/// Log lines waiting for stderr before they are dropped (as `serve`'s default).
+const LOG_LINES: usize = 10_000;
+
+pub(crate) async fn run(args: GatewayArgs) {
+    let text = match std::fs::read_to_string(&args.config) {
+        Ok(t) => t,
+        Err(e) => unusable(format!("--config {}: {e}", args.config.display())),
+    };
+    let config = match GatewayConfig::from_toml(&text) {
+        Ok(c) => c,
+        Err(e) => unusable(format!("--config {}: {}", args.config.display(), chain(&e))),
+    };
+    let gateway = match config.gateway() {
+        Ok(g) => g,
+        Err(e) => unusable(format!("--config {}: {}", args.config.display(), chain(&e))),
+    };
+    let (_flushed_at_exit, dropped) = crate::logging(LOG_LINES);
+    tokio::spawn(crate::report_dropped(dropped));
+    let addr = args.listen.unwrap_or(config.listen);
+    let running = match gateway.start(addr).await {
+        Ok(r) => r,
+        Err(e) => unusable(format!("cannot listen on {addr}: {e}")),
+    };
+    println!("listening on {}", running.url());
+    stopped().await;
+    tracing::info!("stopping: draining the requests in flight");
+    running.shutdown().await;
+}
+
+/// SIGTERM (what a service manager sends) or ctrl-c.
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// An error and its causes, on one line.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    s
+}

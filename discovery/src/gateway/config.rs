@@ -1,0 +1,292 @@
+//! The gateway from a file, so that an operator runs it without writing Rust
+//! (`cluster-discovery gateway --config FILE`). TOML; unknown keys are refused, so that a typo
+//! is an error at start, not a default silently taken.
+//!
+//! ```
+//! use cluster_discovery::gateway::GatewayConfig;
+//! let config = GatewayConfig::from_toml(r#"
+//!     listen = "127.0.0.1:8080"
+//!
+//!     [resolvers.eureka]
+//!     kind = "discovery"
+//!     servers = ["http://127.0.0.1:8761/eureka/"]
+//!     refresh_secs = 5
+//!
+//!     [[routes]]
+//!     path = "/api/orders/*"
+//!     service = "orders"
+//!     resolver = "eureka"
+//!     strip = "/api"
+//!     timeout_ms = 5000
+//! "#).unwrap();
+//! let gateway = config.gateway().unwrap(); // then gateway.start(config.listen)
+//! # let _ = gateway;
+//! ```
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Gateway, GatewayLimits, Host, Upstream};
+use crate::balance::Balancer;
+use crate::resolve::ResolverConfig;
+use crate::server::ServerTls;
+
+/// A gateway's file: where it listens, its resolvers by name, its routes, limits and TLS.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct GatewayConfig {
+    /// Where to listen (default `127.0.0.1:8080`).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Resolvers by name, each as [`ResolverConfig`] (`kind` = `static`, `dns`, `discovery`).
+    pub resolvers: HashMap<String, ResolverConfig>,
+    /// The routes.
+    pub routes: Vec<RouteConfig>,
+    /// How long an instance whose connection failed is passed over first, in milliseconds
+    /// (default 2,000).
+    #[serde(default)]
+    pub cool_down_ms: Option<u64>,
+    /// Limits; each unset one takes its default ([`GatewayLimits`]).
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// HTTPS on the listener: `{ cert = "FILE", key = "FILE" }` (PEM).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// One route.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RouteConfig {
+    /// The path pattern, e.g. `/api/orders/*`.
+    pub path: String,
+    /// The service's name, as the resolver knows it.
+    pub service: String,
+    /// The resolver's name in `resolvers`.
+    pub resolver: String,
+    /// A prefix removed from the path before forwarding.
+    #[serde(default)]
+    pub strip: Option<String>,
+    /// `instance` (default), `preserve`, or a host name to send.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The route's timeout in milliseconds, all attempts together (default 30,000).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Attempts per request, the first included (default 3, at most 5).
+    #[serde(default)]
+    pub attempts: Option<usize>,
+}
+
+/// [`GatewayLimits`] in a file; unset fields keep their defaults.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+#[allow(missing_docs)]
+pub struct LimitsConfig {
+    pub max_connections: Option<usize>,
+    pub header_read_timeout_secs: Option<u64>,
+    pub max_header_bytes: Option<usize>,
+    pub max_headers: Option<usize>,
+    pub max_body_bytes: Option<usize>,
+    pub max_replay_bytes: Option<usize>,
+    pub write_timeout_secs: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+    pub max_idle_per_instance: Option<usize>,
+    pub drain_timeout_secs: Option<u64>,
+}
+
+/// The listener's certificate and key, PEM files.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TlsConfig {
+    /// The certificate chain.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+}
+
+/// A file that does not describe a gateway.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Not TOML, or not this shape.
+    #[error("the configuration does not parse")]
+    Parse(#[source] toml::de::Error),
+    /// A route names a resolver that is not defined.
+    #[error("route `{route}` names resolver `{resolver}`, which is not defined")]
+    UnknownResolver {
+        /// The route's path.
+        route: String,
+        /// The name.
+        resolver: String,
+    },
+    /// A resolver's settings are wrong.
+    #[error("resolver `{name}`")]
+    Resolver {
+        /// Its name.
+        name: String,
+        /// Why.
+        #[source]
+        source: crate::resolve::ConfigError,
+    },
+    /// No routes: the gateway would answer 404 to everything.
+    #[error("no routes")]
+    NoRoutes,
+    /// The TLS files cannot be used.
+    #[error("TLS")]
+    Tls(#[source] std::io::Error),
+}
+
+fn default_listen() -> SocketAddr {
+    ([127, 0, 0, 1], 8080).into()
+}
+
+impl GatewayConfig {
+    /// Parses a TOML configuration.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: Self = toml::from_str(text).map_err(ConfigError::Parse)?;
+        if config.routes.is_empty() {
+            return Err(ConfigError::NoRoutes);
+        }
+        Ok(config)
+    }
+
+    /// The gateway it describes: one balancer per resolver, shared by its routes.
+    pub fn gateway(&self) -> Result<Gateway, ConfigError> {
+        let mut balancers: HashMap<&str, Arc<Balancer>> = HashMap::new();
+        let mut gateway = Gateway::new().limits(self.limits.limits());
+        for route in &self.routes {
+            let name = route.resolver.as_str();
+            let balancer = match balancers.get(name) {
+                Some(b) => b.clone(),
+                None => {
+                    let config =
+                        self.resolvers
+                            .get(name)
+                            .ok_or_else(|| ConfigError::UnknownResolver {
+                                route: route.path.clone(),
+                                resolver: name.to_owned(),
+                            })?;
+                    let resolver = config.build().map_err(|source| ConfigError::Resolver {
+                        name: name.to_owned(),
+                        source,
+                    })?;
+                    let mut b = Balancer::from_arc(resolver);
+                    if let Some(ms) = self.cool_down_ms {
+                        b = b.cool_down(Duration::from_millis(ms));
+                    }
+                    let b = Arc::new(b);
+                    balancers.insert(name, b.clone());
+                    b
+                }
+            };
+            let mut up = Upstream::service(route.service.clone(), balancer);
+            if let Some(p) = &route.strip {
+                up = up.strip(p.clone());
+            }
+            if let Some(h) = &route.host {
+                up = up.host(match h.as_str() {
+                    "instance" => Host::Instance,
+                    "preserve" => Host::Preserve,
+                    name => Host::Fixed(name.to_owned()),
+                });
+            }
+            if let Some(ms) = route.timeout_ms {
+                up = up.timeout(Duration::from_millis(ms));
+            }
+            if let Some(n) = route.attempts {
+                up = up.attempts(n);
+            }
+            gateway = gateway.route(&route.path, up);
+        }
+        if let Some(tls) = &self.tls {
+            gateway = gateway
+                .tls(ServerTls::from_pem_files(&tls.cert, &tls.key).map_err(ConfigError::Tls)?);
+        }
+        Ok(gateway)
+    }
+}
+
+impl LimitsConfig {
+    fn limits(&self) -> GatewayLimits {
+        let mut l = GatewayLimits::default();
+        let secs = Duration::from_secs;
+        macro_rules! set {
+            ($field:ident, $from:ident) => {
+                if let Some(v) = self.$from {
+                    l.$field = v;
+                }
+            };
+            ($field:ident, $from:ident, $conv:expr) => {
+                if let Some(v) = self.$from {
+                    l.$field = $conv(v);
+                }
+            };
+        }
+        set!(max_connections, max_connections);
+        set!(header_read_timeout, header_read_timeout_secs, secs);
+        set!(max_header_bytes, max_header_bytes);
+        set!(max_headers, max_headers);
+        set!(max_body_bytes, max_body_bytes);
+        set!(max_replay_bytes, max_replay_bytes);
+        set!(write_timeout, write_timeout_secs, secs);
+        set!(connect_timeout, connect_timeout_ms, Duration::from_millis);
+        set!(max_idle_per_instance, max_idle_per_instance);
+        set!(drain_timeout, drain_timeout_secs, secs);
+        l
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROUTE: &str = "[[routes]]\npath = \"/a/*\"\nservice = \"a\"\nresolver = \"r\"\n";
+
+    #[test]
+    fn a_route_naming_an_undefined_resolver_is_refused() {
+        let c = GatewayConfig::from_toml(&format!("[resolvers]\n{ROUTE}")).unwrap();
+        assert!(matches!(
+            c.gateway(),
+            Err(ConfigError::UnknownResolver { .. })
+        ));
+    }
+
+    #[test]
+    fn typos_and_empty_route_lists_are_refused() {
+        let typo =
+            format!("[resolvers.r]\nkind = \"static\"\nservices = {{}}\n{ROUTE}stirp = \"/a\"\n");
+        assert!(matches!(
+            GatewayConfig::from_toml(&typo),
+            Err(ConfigError::Parse(_))
+        ));
+        let none = "routes = []\n[resolvers.r]\nkind = \"static\"\nservices = {}\n";
+        assert!(matches!(
+            GatewayConfig::from_toml(none),
+            Err(ConfigError::NoRoutes)
+        ));
+    }
+
+    #[test]
+    fn limits_left_out_keep_their_defaults() {
+        let text = format!(
+            "[resolvers.r]\nkind = \"static\"\nservices = {{ a = [\"127.0.0.1:1\"] }}\n\
+             [limits]\nmax_connections = 7\nconnect_timeout_ms = 250\n{ROUTE}"
+        );
+        let c = GatewayConfig::from_toml(&text).unwrap();
+        let l = c.limits.limits();
+        assert_eq!(l.max_connections, 7);
+        assert_eq!(l.connect_timeout, Duration::from_millis(250));
+        assert_eq!(l.max_body_bytes, GatewayLimits::default().max_body_bytes);
+        let _ = c.gateway().unwrap();
+    }
+}

@@ -1,0 +1,230 @@
+//! The gateway: HTTP routed by path to a service *by name*, through a [`Balancer`] over any
+//! resolver, honest about what it cannot reach (the seed's "Routing a gateway by name").
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! use cluster_discovery::balance::Balancer;
+//! use cluster_discovery::client::EurekaClient;
+//! use cluster_discovery::gateway::{Gateway, Upstream};
+//! use cluster_discovery::resolve::Discovery;
+//!
+//! let registries = EurekaClient::new(["http://10.0.0.5:8761/eureka/"]);
+//! let balancer = Arc::new(Balancer::new(Discovery::new(registries)));
+//! let gateway = Gateway::new()
+//!     .route("/api/orders/*", Upstream::service("orders", balancer.clone()).strip("/api"))
+//!     .route("/api/billing/*", Upstream::service("billing", balancer).strip("/api"))
+//!     .start(([0, 0, 0, 0], 8080).into())
+//!     .await?;
+//! // … on SIGTERM:
+//! gateway.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! - `route.rs`: patterns, `strip`, the `Host` header, timeouts and attempts per route;
+//! - `proxy.rs`: one request, step by step: `503` when the service resolves to nothing, `502`
+//!   when the instance refused or broke the connection, `504` past the route's timeout, and
+//!   which failures are retried on another instance;
+//! - `headers.rs`: hop-by-hop headers removed, forwarded headers added;
+//! - `body.rs`: bodies streamed both ways, with a limit;
+//! - `upgrade.rs`: WebSocket (any upgrade) passed through;
+//! - `serve.rs`: the accept loop, its limits, and the drain on shutdown;
+//! - `config.rs`: the same, from a file (`cluster-discovery gateway --config FILE`).
+//!
+//! [`Balancer`]: crate::balance::Balancer
+
+mod body;
+mod config;
+mod headers;
+mod proxy;
+mod route;
+mod serve;
+mod upgrade;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tower::retry::budget::TpsBudget;
+
+pub use config::{ConfigError, GatewayConfig, RouteConfig};
+pub use route::{DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT, Host, Upstream};
+
+use crate::server::ServerTls;
+
+/// What a client (or an instance) can make the gateway hold, each with its default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct GatewayLimits {
+    /// Client connections open at once: 1,024 (WebSocket tunnels included). One past it is
+    /// answered 503 and closed.
+    pub max_connections: usize,
+    /// How long a client has to send a request's head, and how long an idle keep-alive
+    /// connection stays open: 10 s (slow-loris).
+    pub header_read_timeout: Duration,
+    /// The largest request head, in bytes: 64 KiB (hyper's floor is 8 KiB). More is `431`.
+    pub max_header_bytes: usize,
+    /// The most header fields in a request head: 100 (hyper's default). More is `431`.
+    pub max_headers: usize,
+    /// The largest request body, in bytes: 1 GiB. It is streamed, never held, so this bounds
+    /// what a client can push through, not memory. More is `413`.
+    pub max_body_bytes: usize,
+    /// The largest request body kept, while it is sent, so that an idempotent request whose
+    /// connection broke can be sent to another instance: 64 KiB (as Linkerd). A larger body is
+    /// streamed without a copy, and its request is not retried once an instance may have seen
+    /// it. At most this much per request in flight.
+    pub max_replay_bytes: usize,
+    /// How long a response may wait for a client that does not read it: 30 s; then the
+    /// connection is closed.
+    pub write_timeout: Duration,
+    /// How long a connection to an instance may take: 2 s. Past it, the instance is treated as
+    /// refusing (cooled down, the request sent to another).
+    pub connect_timeout: Duration,
+    /// Idle keep-alive connections kept per instance: 32, each closed after 90 s idle.
+    pub max_idle_per_instance: usize,
+    /// How long [`RunningGateway::shutdown`] waits for requests in flight (and tunnels) to
+    /// finish: 30 s.
+    pub drain_timeout: Duration,
+}
+
+impl Default for GatewayLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1_024,
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            max_body_bytes: 1 << 30,
+            max_replay_bytes: 64 * 1024,
+            write_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(2),
+            max_idle_per_instance: 32,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A gateway being configured: routes, limits, TLS. [`Gateway::start`] runs it.
+#[derive(Debug, Default)]
+#[must_use]
+pub struct Gateway {
+    routes: route::Routes,
+    limits: GatewayLimits,
+    tls: Option<ServerTls>,
+}
+
+impl Gateway {
+    /// No routes yet: every path is `404`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requests whose path matches `pattern` go to `upstream`. `/api/orders/*` matches
+    /// `/api/orders` and every path under it; a pattern without `*` matches its path only. The
+    /// most specific pattern wins, whatever the order of the calls.
+    pub fn route(mut self, pattern: &str, upstream: Upstream) -> Self {
+        self.routes.add(pattern, upstream);
+        self
+    }
+
+    /// The limits ([`GatewayLimits::default`] otherwise).
+    pub fn limits(mut self, limits: GatewayLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Serves HTTPS with this certificate (rustls on ring), instead of plain HTTP.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Listens on `addr` (port 0: one the OS picks) and serves.
+    pub async fn start(self, addr: SocketAddr) -> std::io::Result<RunningGateway> {
+        let listener = TcpListener::bind(addr).await?;
+        self.start_on(listener)
+    }
+
+    /// Serves on a listener already bound.
+    pub fn start_on(self, listener: TcpListener) -> std::io::Result<RunningGateway> {
+        let addr = listener.local_addr()?;
+        let limits = self.limits;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(limits.connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(limits.max_idle_per_instance)
+            .build(connector);
+        let proxy = Arc::new(proxy::Proxy {
+            routes: self.routes,
+            client,
+            budget: TpsBudget::default(),
+            max_body_bytes: limits.max_body_bytes,
+            max_replay_bytes: limits.max_replay_bytes,
+            proto: if self.tls.is_some() { "https" } else { "http" },
+            warn: crate::server::limits::warn::Throttle::new(Duration::from_secs(10)),
+        });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let tls = self.tls.as_ref().map(ServerTls::acceptor);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let drain = limits.drain_timeout;
+        let task = tokio::spawn(serve::serve(listener, tls, proxy, limits, async move {
+            let _ = stopped.await;
+        }));
+        Ok(RunningGateway {
+            addr,
+            scheme,
+            stop: Some(stop),
+            task,
+            drain,
+        })
+    }
+}
+
+/// A gateway serving; [`RunningGateway::shutdown`] drains it.
+#[derive(Debug)]
+pub struct RunningGateway {
+    addr: SocketAddr,
+    scheme: &'static str,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    drain: Duration,
+}
+
+impl RunningGateway {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its base URL, `http://ADDR` (or `https://`).
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme, self.addr)
+    }
+
+    /// Stops accepting, lets the requests in flight finish (each connection closes after its
+    /// response), and returns when all have, or after the drain timeout.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(self.drain, &mut self.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "connections still open after {:?}: closing them",
+                self.drain
+            );
+            self.task.abort();
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! One request through the gateway. In order:
+//!
+//! 1. the route: the most specific pattern matching the path, else `404`;
+//! 2. a body declared larger than the limit is `413` before anything is sent; one that grows
+//!    past it while streaming fails its request to the instance, and is `413` too;
+//! 3. the request's head is rewritten once (`headers.rs`: hop-by-hop headers out, forwarded
+//!    headers in; the prefix stripped), the `Host` per attempt;
+//! 4. an instance from the balancer, other than those already tried; nothing resolves: `503`
+//!    with the service's name;
+//! 5. the attempt, within what is left of the route's timeout (one clock for all attempts, as
+//!    Envoy's route timeout): past it, `504`, never retried (the instance may be working on it);
+//! 6. no connection (refused, unreachable): the instance cools down and the request goes to
+//!    another, whatever its method: it never reached one. The connection broke after it was
+//!    made: the instance may have seen the request, so it is retried only if its method is
+//!    idempotent (RFC 9110 §9.2.2), its body can be sent again (none, or a copy of one read
+//!    whole within `max_replay_bytes`: `body.rs`), the route has attempts left and
+//!    the retry budget allows (Finagle's and Tower's: 20 % of requests, plus 10 a second); else
+//!    `502`;
+//! 7. the answer streams back, hop-by-hop headers removed; a `101` joins the two upgraded
+//!    connections (`upgrade.rs`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::time::Instant;
+use tower::retry::budget::{Budget as _, TpsBudget};
+
+use super::body::{Held, Once};
+use super::headers::{add_forwarded, is_upgrade, remove_hop_by_hop};
+use super::route::{Host, Routes, Upstream};
+use crate::balance::{Pick, PickError};
+use crate::resolve::Endpoint;
+use crate::server::limits::warn::{Throttle, throttled_warn};
+
+/// What every request shares.
+pub(crate) struct Proxy {
+    pub(crate) routes: Routes,
+    pub(crate) client: Client<HttpConnector, Body>,
+    pub(crate) budget: TpsBudget,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) max_replay_bytes: usize,
+    /// `http` or `https`: what the client spoke, for `X-Forwarded-Proto`.
+    pub(crate) proto: &'static str,
+    pub(crate) warn: Throttle,
+}
+
+/// The request's head, rewritten once for every attempt.
+struct Head {
+    method: Method,
+    path_and_query: String,
+    headers: HeaderMap,
+    client_host: Option<HeaderValue>,
+}
+
+/// Marks the answers the gateway made itself (not the instance's): the failures it logs.
+#[derive(Debug, Clone, Copy)]
+struct Ours;
+
+impl Proxy {
+    /// One request; a failure of the gateway's own (`502`, `503`, `504`) logged at WARN, at most
+    /// once per service and status every 10 s (with the count of those not logged), so that a
+    /// failing service cannot flood the log.
+    pub(crate) async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let path = req.uri().path().to_owned();
+        let response = self.forward(req, peer).await;
+        let status = response.status();
+        if response.extensions().get::<Ours>().is_some() && status.is_server_error() {
+            let service = self.routes.find(&path).map_or("-", |r| r.service.as_str());
+            let source = format!("{service} {}", status.as_u16());
+            throttled_warn!(
+                self.warn,
+                "gateway",
+                source,
+                "answered {status} for service `{service}`"
+            );
+        }
+        response
+    }
+
+    async fn forward(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let Some(route) = self.routes.find(req.uri().path()).cloned() else {
+            return plain(
+                StatusCode::NOT_FOUND,
+                format!("no route for {}\n", req.uri().path()),
+            );
+        };
+        if declared_length(req.headers()).is_some_and(|n| n > self.max_body_bytes as u64) {
+            return too_large(self.max_body_bytes);
+        }
+        let client_upgrade = is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
+        let (parts, body) = req.into_parts();
+        let body = Once::new(body, self.max_body_bytes, self.max_replay_bytes);
+        let head = self.head(parts, &route, peer);
+        self.budget.deposit();
+        let deadline = after(route.timeout);
+        let mut tried: Vec<Endpoint> = Vec::new();
+        let mut reached = 0;
+        let mut failed: Option<Response<Body>> = None;
+        loop {
+            let pick = match tokio::time::timeout_at(
+                deadline,
+                route.balancer.pick(&route.service, &tried),
+            )
+            .await
+            {
+                Err(_) => return timed_out(&route),
+                Ok(Ok(p)) => p,
+                // Every instance was tried: the last failure says what happened.
+                Ok(Err(PickError::AllTried { .. })) => {
+                    return failed.unwrap_or_else(|| bad_gateway(&route, "no instance left"));
+                }
+                Ok(Err(PickError::Resolve(e))) => {
+                    return failed.unwrap_or_else(|| {
+                        plain(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"))
+                    });
+                }
+            };
+            let out = match outgoing(&head, &route, pick.endpoint(), body.attempt()) {
+                Ok(out) => out,
+                Err(e) => {
+                    tracing::warn!("no request can be made to {}: {e}", pick.endpoint());
+                    return bad_gateway(&route, "an instance's address is not usable");
+                }
+            };
+            let answered = tokio::time::timeout_at(deadline, self.client.request(out)).await;
+            let e = match answered {
+                Err(_) => return timed_out(&route),
+                Ok(Ok(response)) => {
+                    pick.reached();
+                    return respond(response, pick, client_upgrade);
+                }
+                Ok(Err(e)) => e,
+            };
+            tried.push(pick.endpoint().clone());
+            if let Some(limit) = body_too_large(&e, self.max_body_bytes) {
+                return limit;
+            }
+            // The details (the instance's address, the cause) go to the log, not to the
+            // client: an edge gateway does not tell the Internet where its instances are.
+            tracing::debug!(
+                "instance {} of `{}`: {}",
+                pick.endpoint(),
+                route.service,
+                chain(&e)
+            );
+            let what = if e.is_connect() {
+                "no connection to an instance could be made"
+            } else {
+                "the instance closed the connection without an answer"
+            };
+            if e.is_connect() {
+                pick.connect_failed();
+                if body.can_resend() {
+                    failed = Some(bad_gateway(&route, what));
+                    continue;
+                }
+                return bad_gateway(&route, what);
+            }
+            reached += 1;
+            let retry = idempotent(&head.method)
+                && body.can_resend()
+                && reached < route.attempts
+                && self.budget.withdraw();
+            if !retry {
+                return bad_gateway(&route, what);
+            }
+            failed = Some(bad_gateway(&route, what));
+        }
+    }
+
+    fn head(&self, parts: axum::http::request::Parts, route: &Upstream, peer: SocketAddr) -> Head {
+        let path = route.rewrite(parts.uri.path());
+        let path_and_query = match parts.uri.query() {
+            Some(q) => format!("{path}?{q}"),
+            None => path.into_owned(),
+        };
+        let mut headers = parts.headers;
+        let client_host = headers.remove(header::HOST);
+        remove_hop_by_hop(&mut headers);
+        add_forwarded(&mut headers, peer.ip(), self.proto, client_host.as_ref());
+        Head {
+            method: parts.method,
+            path_and_query,
+            headers,
+            client_host,
+        }
+    }
+}
+
+/// One attempt's request to `to`.
+fn outgoing(
+    head: &Head,
+    route: &Upstream,
+    to: &Endpoint,
+    body: Body,
+) -> Result<Request<Body>, axum::http::Error> {
+    let uri: Uri = format!("http://{to}{}", head.path_and_query).parse()?;
+    let mut req = Request::builder()
+        .method(head.method.clone())
+        .uri(uri)
+        .body(body)?;
+    *req.headers_mut() = head.headers.clone();
+    let host = match &route.host {
+        Host::Instance => HeaderValue::from_str(&to.to_string())?,
+        Host::Preserve => match &head.client_host {
+            Some(h) => h.clone(),
+            None => HeaderValue::from_str(&to.to_string())?,
+        },
+        Host::Fixed(name) => HeaderValue::from_str(name)?,
+    };
+    req.headers_mut().insert(header::HOST, host);
+    Ok(req)
+}
+
+/// The instance's answer, on its way back.
+fn respond(
+    mut response: Response<Incoming>,
+    pick: Pick,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+) -> Response<Body> {
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        match client_upgrade {
+            Some(client) => {
+                let instance = hyper::upgrade::on(&mut response);
+                super::upgrade::join(client, instance, pick);
+                return response.map(|_| Body::empty());
+            }
+            // A 101 nobody asked for cannot be passed on.
+            None => {
+                return plain(
+                    StatusCode::BAD_GATEWAY,
+                    "the instance switched protocols unasked\n".into(),
+                );
+            }
+        }
+    }
+    remove_hop_by_hop(response.headers_mut());
+    response.map(|body| Held::body(body, pick))
+}
+
+/// RFC 9110 §9.2.2: methods whose repetition has the effect of one.
+fn idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `Instant::now() + d`, saturating at a year.
+fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or(now + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// The error and its causes, on one line.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    s
+}
+
+/// A `413` if the attempt failed because the client's body grew past the limit.
+fn body_too_large(e: &(dyn std::error::Error + 'static), limit: usize) -> Option<Response<Body>> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = next {
+        if cause.is::<http_body_util::LengthLimitError>() {
+            return Some(too_large(limit));
+        }
+        next = cause.source();
+    }
+    None
+}
+
+pub(crate) fn plain(status: StatusCode, text: String) -> Response<Body> {
+    let mut r = Response::new(Body::from(text));
+    *r.status_mut() = status;
+    r.extensions_mut().insert(Ours);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn bad_gateway(route: &Upstream, what: &str) -> Response<Body> {
+    plain(
+        StatusCode::BAD_GATEWAY,
+        format!("service `{}`: {what}\n", route.service),
+    )
+}
+
+fn timed_out(route: &Upstream) -> Response<Body> {
+    plain(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!(
+            "service `{}` did not answer within {:?}\n",
+            route.service, route.timeout
+        ),
+    )
+}
+
+fn too_large(limit: usize) -> Response<Body> {
+    let mut r = plain(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the body is larger than {limit} bytes\n"),
+    );
+    // The rest of the body is not read: the connection cannot carry another request.
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}

@@ -1,0 +1,82 @@
+//! The gateway over `Discovery` and our registry server (on a socket): instances set
+//! `OUT_OF_SERVICE` receive nothing, and the registry going down does not stop routing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use cluster_discovery::balance::Balancer;
+use cluster_discovery::client::EurekaClient;
+use cluster_discovery::gateway::{Gateway, Upstream as Route};
+use cluster_discovery::model::Instance;
+use cluster_discovery::resolve::Discovery;
+use cluster_discovery::server::RegistryServer;
+
+use crate::support::{Upstream, client, get};
+
+#[tokio::test]
+async fn out_of_service_instances_get_nothing_and_a_registry_outage_keeps_routing() {
+    let registry = RegistryServer::new()
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let eureka = EurekaClient::new([registry.url()]);
+    let ups = [
+        Upstream::start().await,
+        Upstream::start().await,
+        Upstream::start().await,
+    ];
+    for u in &ups {
+        let port = u.addr.port();
+        let i = Instance::new("orders", "127.0.0.1", port).with_id(format!("orders-{port}"));
+        eureka.register(&i).await.unwrap();
+    }
+    let discovery = Arc::new(Discovery::new(eureka).refresh(Duration::from_secs(3600)));
+    let balancer = Arc::new(Balancer::from_arc(discovery.clone()));
+    let gw = Gateway::new()
+        .route("/orders/*", Route::service("orders", balancer))
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let c = client();
+    let round = |n: usize| {
+        let (c, url) = (c.clone(), format!("{}/orders/1", gw.url()));
+        async move {
+            for _ in 0..n {
+                assert_eq!(get(&c, url.clone()).await.status, StatusCode::OK);
+            }
+        }
+    };
+    round(60).await;
+    assert!(ups.iter().all(|u| u.hits() > 0), "every instance is used");
+
+    // OUT_OF_SERVICE, as an operator sets it through Eureka's API.
+    let out = ups[1].addr.port();
+    let status = reqwest::Client::new()
+        .put(format!(
+            "{}apps/ORDERS/orders-{out}/status?value=OUT_OF_SERVICE",
+            registry.url()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "{status}");
+    discovery.reload().await.unwrap();
+    let before = ups[1].hits();
+    round(60).await;
+    assert_eq!(
+        ups[1].hits(),
+        before,
+        "an instance out of service was chosen"
+    );
+
+    // The registry goes away: the cache keeps routing, and says it is stale.
+    registry.shutdown().await;
+    assert!(discovery.reload().await.is_err());
+    assert!(discovery.is_stale());
+    let before = ups[0].hits() + ups[2].hits();
+    round(30).await;
+    assert_eq!(ups[0].hits() + ups[2].hits(), before + 30);
+    gw.shutdown().await;
+}

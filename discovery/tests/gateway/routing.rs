@@ -1,0 +1,150 @@
+//! Routing by name: prefixes, `strip`, the `Host` and forwarded headers, hop-by-hop headers,
+//! the spread over instances, and `503` when a service resolves to nothing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use cluster_discovery::balance::Balancer;
+use cluster_discovery::gateway::{Gateway, Host, RunningGateway, Upstream as Route};
+use cluster_discovery::resolve::{Endpoint, Static};
+
+use crate::support::{Upstream, client, get, send};
+
+async fn gateway(routes: &[(&str, Route)]) -> RunningGateway {
+    let mut g = Gateway::new();
+    for (p, r) in routes {
+        g = g.route(p, r.clone());
+    }
+    g.start(([127, 0, 0, 1], 0).into()).await.unwrap()
+}
+
+fn balancer(service: &str, endpoints: impl IntoIterator<Item = Endpoint>) -> Arc<Balancer> {
+    Arc::new(Balancer::new(Static::new().service(service, endpoints)))
+}
+
+#[tokio::test]
+async fn paths_route_by_prefix_to_the_named_service_with_the_prefix_stripped() {
+    let (orders, billing) = (Upstream::start().await, Upstream::start().await);
+    let b = Arc::new(Balancer::new(
+        Static::new()
+            .service("orders", [orders.endpoint()])
+            .service("billing", [billing.endpoint()]),
+    ));
+    let gw = gateway(&[
+        (
+            "/api/orders/*",
+            Route::service("orders", b.clone()).strip("/api"),
+        ),
+        ("/api/billing/*", Route::service("billing", b.clone())),
+    ])
+    .await;
+    let c = client();
+    let a = get(&c, format!("{}/api/orders/7?expand=lines", gw.url())).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.port(), Some(orders.addr.port()));
+    assert!(
+        a.text.contains("GET /orders/7?expand=lines\n"),
+        "{}",
+        a.text
+    );
+    let a = get(&c, format!("{}/api/billing/inv/1", gw.url())).await;
+    assert_eq!(a.port(), Some(billing.addr.port()));
+    assert!(
+        a.text.contains("GET /api/billing/inv/1\n"),
+        "unstripped: {}",
+        a.text
+    );
+    let a = get(&c, format!("{}/api/ordersx", gw.url())).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_instance_sees_its_own_host_who_called_and_no_hop_by_hop_headers() {
+    let up = Upstream::start().await;
+    let b = balancer("orders", [up.endpoint()]);
+    let gw = gateway(&[
+        ("/a/*", Route::service("orders", b.clone())),
+        (
+            "/p/*",
+            Route::service("orders", b.clone()).host(Host::Preserve),
+        ),
+        (
+            "/f/*",
+            Route::service("orders", b).host(Host::Fixed("orders.internal".into())),
+        ),
+    ])
+    .await;
+    let c = client();
+    let req = |path: &str| {
+        Request::get(format!("{}{path}", gw.url()))
+            .header("host", "shop.example")
+            .header("connection", "keep-alive, x-secret")
+            .header("x-secret", "for this hop only")
+            .header("proxy-authorization", "Basic Zm9vOmJhcg==")
+            .header("te", "trailers")
+            .header("x-forwarded-for", "10.1.2.3")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let a = send(&c, req("/a/x")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.seen("host"), Some(up.addr.to_string().as_str()));
+    assert_eq!(a.seen("x-forwarded-for"), Some("10.1.2.3, 127.0.0.1"));
+    assert_eq!(a.seen("x-forwarded-proto"), Some("http"));
+    assert_eq!(a.seen("x-forwarded-host"), Some("shop.example"));
+    assert_eq!(
+        a.seen("forwarded"),
+        Some("for=127.0.0.1;proto=http;host=\"shop.example\"")
+    );
+    for gone in ["x-secret", "proxy-authorization", "te"] {
+        assert_eq!(a.seen(gone), None, "{gone} was forwarded: {}", a.text);
+    }
+    assert_eq!(
+        send(&c, req("/p/x")).await.seen("host"),
+        Some("shop.example")
+    );
+    assert_eq!(
+        send(&c, req("/f/x")).await.seen("host"),
+        Some("orders.internal")
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn requests_spread_over_three_instances() {
+    let ups = [
+        Upstream::start().await,
+        Upstream::start().await,
+        Upstream::start().await,
+    ];
+    let b = balancer("orders", ups.iter().map(Upstream::endpoint));
+    let gw = gateway(&[("/orders/*", Route::service("orders", b))]).await;
+    let c = client();
+    let mut per: HashMap<u16, usize> = HashMap::new();
+    // 16 at a time, so that requests in flight weigh in the choice.
+    for _ in 0..20 {
+        let round =
+            futures::future::join_all((0..16).map(|_| get(&c, format!("{}/orders/1", gw.url()))))
+                .await;
+        for a in round {
+            assert_eq!(a.status, StatusCode::OK);
+            *per.entry(a.port().unwrap()).or_default() += 1;
+        }
+    }
+    assert_eq!(per.len(), 3, "{per:?}");
+    assert!(per.values().all(|n| *n >= 50), "uneven: {per:?}");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_service_that_resolves_to_nothing_is_503_with_its_name() {
+    let b = balancer("orders", [Endpoint::new("127.0.0.1", 1)]);
+    let gw = gateway(&[("/billing/*", Route::service("billing", b))]).await;
+    let a = get(&client(), format!("{}/billing/1", gw.url())).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(a.text.contains("billing"), "{}", a.text);
+    gw.shutdown().await;
+}
