@@ -9,3 +9,4 @@ mod routing;
 mod streams;
 mod support;
 mod tls;
+mod websocket;
