@@ -144,6 +144,14 @@ pub enum ConfigError {
     /// The TLS files cannot be used.
     #[error("TLS")]
     Tls(#[source] std::io::Error),
+    /// A route's settings cannot work: said at start, not as every request failing.
+    #[error("route `{route}`: {why}")]
+    Route {
+        /// The route's path.
+        route: String,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 fn default_listen() -> SocketAddr {
@@ -156,6 +164,37 @@ impl GatewayConfig {
         let config: Self = toml::from_str(text).map_err(ConfigError::Parse)?;
         if config.routes.is_empty() {
             return Err(ConfigError::NoRoutes);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for route in &config.routes {
+            let bad = |why: &str| ConfigError::Route {
+                route: route.path.clone(),
+                why: why.to_owned(),
+            };
+            if !route.path.starts_with('/') {
+                return Err(bad("a path starts with `/`: this one would never match"));
+            }
+            if !seen.insert(route.path.as_str()) {
+                return Err(bad(
+                    "a second route with the same path (the first would win)",
+                ));
+            }
+            let prefix = route.path.trim_end_matches('*');
+            if let Some(strip) = &route.strip
+                && !prefix.starts_with(strip.as_str())
+            {
+                return Err(bad(
+                    "`strip` is not a prefix of the path: nothing would be stripped",
+                ));
+            }
+            if route.timeout_ms == Some(0) {
+                return Err(bad("`timeout_ms = 0` would answer every request 504"));
+            }
+            if let Some(n) = route.attempts
+                && !(1..=5).contains(&n)
+            {
+                return Err(bad("`attempts` is 1 to 5"));
+            }
         }
         Ok(config)
     }
@@ -274,6 +313,35 @@ mod tests {
             GatewayConfig::from_toml(none),
             Err(ConfigError::NoRoutes)
         ));
+    }
+
+    #[test]
+    fn routes_that_cannot_work_are_refused_at_start() {
+        let with = |extra: &str| {
+            format!(
+                "[resolvers.r]\nkind = \"static\"\nservices = {{}}\n[[routes]]\nservice = \"a\"\nresolver = \"r\"\n{extra}"
+            )
+        };
+        for (extra, said) in [
+            ("path = \"a/*\"", "starts with"),
+            ("path = \"/a/*\"\ntimeout_ms = 0", "timeout_ms"),
+            ("path = \"/a/*\"\nattempts = 9", "attempts"),
+            ("path = \"/a/*\"\nstrip = \"/b\"", "strip"),
+        ] {
+            let e = GatewayConfig::from_toml(&with(extra)).unwrap_err();
+            assert!(e.to_string().contains(said), "{extra}: {e}");
+        }
+        let twice = format!(
+            "{}\n{}",
+            with("path = \"/a/*\""),
+            "[[routes]]\npath = \"/a/*\"\nservice = \"b\"\nresolver = \"r\""
+        );
+        assert!(
+            GatewayConfig::from_toml(&twice)
+                .unwrap_err()
+                .to_string()
+                .contains("same path")
+        );
     }
 
     #[test]

@@ -83,6 +83,9 @@ impl Proxy {
     }
 
     async fn forward(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        if let Some(why) = unsafe_path(req.uri().path()) {
+            return plain(StatusCode::BAD_REQUEST, format!("{why}\n"));
+        }
         let Some(route) = self.routes.find(req.uri().path()).cloned() else {
             return plain(
                 StatusCode::NOT_FOUND,
@@ -123,8 +126,11 @@ impl Proxy {
             let out = match outgoing(&head, &route, pick.endpoint(), body.attempt()) {
                 Ok(out) => out,
                 Err(e) => {
+                    // Nothing was sent: another instance is tried, as for a refused connection.
                     tracing::warn!("no request can be made to {}: {e}", pick.endpoint());
-                    return bad_gateway(&route, "an instance's address is not usable");
+                    tried.push(pick.endpoint().clone());
+                    failed = Some(bad_gateway(&route, "an instance's address is not usable"));
+                    continue;
                 }
             };
             let answered = tokio::time::timeout_at(deadline, self.client.request(out)).await;
@@ -239,8 +245,28 @@ fn respond(
             }
         }
     }
+    // RFC 9112 §6.3: a message with both is framed by Transfer-Encoding, and a proxy must drop
+    // Content-Length; hyper read the body chunked, so the length would cut it short.
+    if response.headers().contains_key(header::TRANSFER_ENCODING) {
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+    }
     remove_hop_by_hop(response.headers_mut());
     response.map(|body| Held::body(body, pick))
+}
+
+/// Why a path cannot be routed, if it cannot: a `.` or `..` segment, raw or percent-encoded,
+/// or an encoded `/` or `\`. A route's prefix must bound what a client reaches: the instance
+/// (or a server behind it) would resolve `/orders/../admin` to `/admin`. Refused rather than
+/// normalised, as no client of a route needs them.
+fn unsafe_path(path: &str) -> Option<&'static str> {
+    let lower = path.to_ascii_lowercase();
+    if lower.contains("%2f") || lower.contains("%5c") || lower.contains('\\') {
+        return Some("an encoded slash or a backslash in the path");
+    }
+    let dots = lower
+        .split('/')
+        .any(|segment| matches!(segment.replace("%2e", ".").as_str(), "." | ".."));
+    dots.then_some("a `.` or `..` segment in the path")
 }
 
 /// RFC 9110 §9.2.2: methods whose repetition has the effect of one.
@@ -329,4 +355,31 @@ fn too_large(limit: usize) -> Response<Body> {
     r.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dot_segments_and_encoded_slashes_are_refused() {
+        for bad in [
+            "/orders/../admin",
+            "/orders/%2e%2e/admin",
+            "/orders/%2E./admin",
+            "/orders/./x",
+            "/orders/..%2fadmin",
+            "/orders/%5c..",
+            "/..",
+        ] {
+            assert!(super::unsafe_path(bad).is_some(), "{bad}");
+        }
+        for good in [
+            "/orders/a..b",
+            "/orders/.well-known",
+            "/",
+            "/orders/x%20y",
+            "/orders/...",
+        ] {
+            assert!(super::unsafe_path(good).is_none(), "{good}");
+        }
+    }
 }

@@ -148,3 +148,60 @@ async fn a_service_that_resolves_to_nothing_is_503_with_its_name() {
     assert!(a.text.contains("billing"), "{}", a.text);
     gw.shutdown().await;
 }
+
+/// What the gateway answers to a raw request line (the path sent as is, as `curl
+/// --path-as-is` would).
+async fn raw(gw: &RunningGateway, path: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+#[tokio::test]
+async fn a_path_that_climbs_out_of_its_route_is_refused_before_any_instance_sees_it() {
+    let up = Upstream::start().await;
+    let gw = gateway(&[(
+        "/public/orders/*",
+        Route::service("orders", balancer("orders", [up.endpoint()])).strip("/public"),
+    )])
+    .await;
+    for path in [
+        "/public/orders/../admin",
+        "/public/orders/%2e%2e/admin",
+        "/public/orders/..%2fadmin",
+        "/public/orders/./x",
+    ] {
+        let answer = raw(&gw, path).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
+    }
+    assert_eq!(up.hits(), 0, "no instance saw them");
+    assert!(
+        raw(&gw, "/public/orders/a..b")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_instance_with_an_unusable_address_is_passed_over_for_the_next() {
+    let up = Upstream::start().await;
+    let unusable = Endpoint::new("a b", 80);
+    let gw = gateway(&[(
+        "/*",
+        Route::service("weird", balancer("weird", [unusable, up.endpoint()])),
+    )])
+    .await;
+    let c = client();
+    for _ in 0..6 {
+        assert_eq!(
+            get(&c, format!("{}/x", gw.url())).await.status,
+            StatusCode::OK
+        );
+    }
+    gw.shutdown().await;
+}

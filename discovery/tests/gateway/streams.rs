@@ -126,3 +126,37 @@ async fn an_upgrade_passes_through_and_echoes() {
     drop(tcp);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_answer_framed_both_ways_is_read_as_chunked_and_sent_on_whole() {
+    // An instance that says both Content-Length: 3 and chunked (RFC 9112 §6.3: chunked wins,
+    // and a proxy drops the length).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = tcp.read(&mut buf).await;
+            let _ = tcp
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n\
+                      5\r\nhello\r\n0\r\n\r\n",
+                )
+                .await;
+        }
+    });
+    let b = Arc::new(Balancer::new(Static::new().service(
+        "ambiguous",
+        [cluster_discovery::resolve::Endpoint::new("127.0.0.1", port)],
+    )));
+    let gw = Gateway::new()
+        .route("/*", Route::service("ambiguous", b))
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let answer = crate::support::get(&client(), format!("{}/x", gw.url())).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.text, "hello");
+    gw.shutdown().await;
+    server.abort();
+}

@@ -11,11 +11,13 @@
 //! 2. Otherwise one reader rebuilds it: the leases are copied under the store's lock (they
 //!    share their instances: `store/snapshot.rs`), and serialised outside it (on the blocking pool when the registry is large, so that the
 //!    runtime's threads go on answering heartbeats).
-//! 3. Readers that come while a rebuild is running get the previous payload. **That is the
-//!    bound on staleness: a read may miss the writes made during one rebuild** (a few
-//!    milliseconds at 1,000 instances, about a second at 100,000: `docs/benchmarks.md`).
-//!    A read that finds no payload at all waits for the rebuild. Eureka's read-only cache
-//!    is refreshed every 30 s instead.
+//! 3. Readers that come while a rebuild is running get the previous payload, if it was
+//!    found current at most [`STALE_AT_MOST`] (1 s) ago; otherwise they wait for the rebuild.
+//!    **That is the bound on staleness: a read may miss the writes of the last second and of
+//!    one rebuild** (a few milliseconds at 1,000 instances, about a second at 100,000:
+//!    `docs/benchmarks.md`). A payload nobody read for a while is not served once writes have
+//!    changed the registry under it. A read that finds no payload at all waits for the
+//!    rebuild. Eureka's read-only cache is refreshed every 30 s instead.
 //! 4. A payload is made gzipped or plain, as the reader that builds it asks; the other is
 //!    made from it for the first reader that asks for it, then kept (see [`Payload`]).
 //!
@@ -104,9 +106,15 @@ impl Payload {
     }
 }
 
+/// How long ago a payload must have been found current for a read to get it while another
+/// reader rebuilds it.
+const STALE_AT_MOST: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Debug, Default)]
 struct Slot {
     current: Mutex<Option<Arc<Payload>>>,
+    /// When the payload held was last found current (built, or read at its version).
+    current_at: Mutex<Option<tokio::time::Instant>>,
     /// Held by the one reader rebuilding the payload.
     building: tokio::sync::Mutex<()>,
 }
@@ -120,7 +128,23 @@ impl Slot {
     }
 
     fn fresh(&self, version: (u64, u64)) -> Option<Arc<Payload>> {
-        self.current().filter(|p| p.version == version)
+        let fresh = self.current().filter(|p| p.version == version);
+        if fresh.is_some() {
+            self.found_current();
+        }
+        fresh
+    }
+
+    fn found_current(&self) {
+        *self.current_at.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(tokio::time::Instant::now());
+    }
+
+    /// The payload held, if it was current at most [`STALE_AT_MOST`] ago.
+    fn recent(&self) -> Option<Arc<Payload>> {
+        let at = *self.current_at.lock().unwrap_or_else(|p| p.into_inner());
+        at.filter(|at| at.elapsed() <= STALE_AT_MOST)
+            .and_then(|_| self.current())
     }
 }
 
@@ -156,8 +180,9 @@ impl ResponseCache {
         }
         let _building = match slot.building.try_lock() {
             Ok(guard) => guard,
-            Err(_) => match slot.current() {
-                // Another reader is rebuilding it: this one is at most a rebuild behind.
+            Err(_) => match slot.recent() {
+                // Another reader is rebuilding it: this one is at most a second and a rebuild
+                // behind.
                 Some(previous) => return previous,
                 None => slot.building.lock().await,
             },
@@ -179,6 +204,7 @@ impl ResponseCache {
             build()
         });
         *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(payload.clone());
+        slot.found_current();
         payload
     }
 }
@@ -230,6 +256,28 @@ mod tests {
         );
         let text = String::from_utf8(after.plain().await.to_vec()).unwrap();
         assert!(!text.contains(r#""i-0""#) && text.contains(r#""i-1""#));
+    }
+
+    /// A payload nobody found current for more than a second is not served while a rebuild
+    /// runs: the read waits for the new one (the review's payload 20 s stale).
+    #[tokio::test(start_paused = true)]
+    async fn a_payload_long_out_of_date_is_not_served_during_a_rebuild() {
+        let store = Arc::new(store(3));
+        let cache = Arc::new(ResponseCache::default());
+        let first = cache.get(&store, Document::Apps, Format::Json, true).await;
+        tokio::time::advance(std::time::Duration::from_secs(20)).await;
+        store.cancel("A0", "i-0");
+        let slot = &cache.slots[index(Document::Apps, Format::Json)];
+        let rebuilding = slot.building.lock().await;
+        let waiting = {
+            let (cache, store) = (cache.clone(), store.clone());
+            tokio::spawn(async move { cache.get(&store, Document::Apps, Format::Json, true).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "it waits for the rebuild");
+        drop(rebuilding);
+        let p = waiting.await.unwrap();
+        assert_ne!(p.version, first.version);
     }
 
     /// With no payload at all, a read waits for the rebuild rather than answer nothing.
