@@ -228,3 +228,16 @@ impl RunningGateway {
         }
     }
 }
+
+/// An error and its causes, on one line: what the binary prints for a configuration it cannot
+/// use, and what the log says of a failed attempt.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    s
+}

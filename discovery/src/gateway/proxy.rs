@@ -152,7 +152,7 @@ impl Proxy {
                 "instance {} of `{}`: {}",
                 pick.endpoint(),
                 route.service,
-                chain(&e)
+                super::error_chain(&e)
             );
             let what = if e.is_connect() {
                 "no connection to an instance could be made"
@@ -292,18 +292,6 @@ fn after(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d)
         .unwrap_or(now + Duration::from_secs(365 * 24 * 3600))
-}
-
-/// The error and its causes, on one line.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    s
 }
 
 /// A `413` if the attempt failed because the client's body grew past the limit.

@@ -1,7 +1,7 @@
 //! `cluster-discovery gateway --config FILE`: the gateway from a file, until SIGTERM or ctrl-c,
 //! then drained.
 
-use cluster_discovery::gateway::GatewayConfig;
+use cluster_discovery::gateway::{GatewayConfig, error_chain};
 
 use crate::args::GatewayArgs;
 use crate::unusable;
@@ -16,11 +16,19 @@ pub(crate) async fn run(args: GatewayArgs) {
     };
     let config = match GatewayConfig::from_toml(&text) {
         Ok(c) => c,
-        Err(e) => unusable(format!("--config {}: {}", args.config.display(), chain(&e))),
+        Err(e) => unusable(format!(
+            "--config {}: {}",
+            args.config.display(),
+            error_chain(&e)
+        )),
     };
     let gateway = match config.gateway() {
         Ok(g) => g,
-        Err(e) => unusable(format!("--config {}: {}", args.config.display(), chain(&e))),
+        Err(e) => unusable(format!(
+            "--config {}: {}",
+            args.config.display(),
+            error_chain(&e)
+        )),
     };
     let (_flushed_at_exit, dropped) = crate::logging(LOG_LINES);
     tokio::spawn(crate::report_dropped(dropped));
@@ -54,16 +62,4 @@ async fn stopped() {
     }
     #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
-}
-
-/// An error and its causes, on one line.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    s
 }
