@@ -16,9 +16,11 @@
 
 mod state;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 pub use state::Pick;
 use state::Slot;
@@ -89,41 +91,53 @@ impl Balancer {
     /// in flight to it until dropped.
     pub async fn pick(&self, service: &str, tried: &[Endpoint]) -> Result<Pick, PickError> {
         let endpoints = self.resolver.resolve(service).await?;
-        let slots: Vec<(Endpoint, Arc<Slot>)> = {
-            let mut services = self.services.lock().unwrap_or_else(|p| p.into_inner());
-            let known = services.entry(service.to_owned()).or_default();
-            // Forget endpoints the resolver no longer answers: a departed instance's record
-            // must not outlive it, nor the map grow with every deploy.
-            known.retain(|e, _| endpoints.contains(e));
-            endpoints
-                .iter()
-                .filter(|e| !tried.contains(e))
-                .map(|e| (e.clone(), known.entry(e.clone()).or_default().clone()))
-                .collect()
-        };
-        if slots.is_empty() {
+        let now = Instant::now();
+        let mut services = self.services.lock().unwrap_or_else(|p| p.into_inner());
+        if !services.contains_key(service) {
+            services.insert(service.to_owned(), HashMap::new());
+        }
+        let known = services.get_mut(service).expect("inserted above");
+        for e in &endpoints {
+            if !known.contains_key(e) {
+                known.insert(e.clone(), Arc::default());
+            }
+        }
+        // Forget endpoints the resolver no longer answers: a departed instance's record
+        // must not outlive it, nor the map grow with every deploy.
+        if known.len() > endpoints.len() {
+            let current: HashSet<&Endpoint> = endpoints.iter().collect();
+            known.retain(|e, _| current.contains(e));
+        }
+        let open: Vec<(&Endpoint, &Arc<Slot>)> = endpoints
+            .iter()
+            .filter(|e| !tried.contains(e))
+            .filter_map(|e| known.get_key_value(e))
+            .collect();
+        if open.is_empty() {
             return Err(PickError::AllTried {
                 service: service.to_owned(),
             });
         }
-        let ready: Vec<&(Endpoint, Arc<Slot>)> =
-            slots.iter().filter(|(_, s)| !s.cooling()).collect();
-        let chosen = if ready.is_empty() {
+        let ready = open.iter().filter(|(_, s)| !s.cooling(now)).count();
+        let (endpoint, slot) = if ready == open.len() {
+            two_choices(&open)
+        } else if ready == 0 {
             tracing::debug!("every instance of {service} left is cooling down: trying one anyway");
-            two_choices(&slots.iter().collect::<Vec<_>>())
+            two_choices(&open)
         } else {
+            let ready: Vec<_> = open
+                .iter()
+                .filter(|(_, s)| !s.cooling(now))
+                .copied()
+                .collect();
             two_choices(&ready)
         };
-        Ok(Pick::new(
-            chosen.0.clone(),
-            chosen.1.clone(),
-            self.cool_down,
-        ))
+        Ok(Pick::new(endpoint.clone(), slot.clone(), self.cool_down))
     }
 }
 
 /// Two at random, the one with fewer requests in flight (`from` is not empty).
-fn two_choices<'a>(from: &[&'a (Endpoint, Arc<Slot>)]) -> &'a (Endpoint, Arc<Slot>) {
+fn two_choices<'a>(from: &[(&'a Endpoint, &'a Arc<Slot>)]) -> (&'a Endpoint, &'a Arc<Slot>) {
     if from.len() == 1 {
         return from[0];
     }

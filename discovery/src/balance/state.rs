@@ -35,9 +35,9 @@ impl Slot {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Whether the endpoint is being passed over.
-    pub(super) fn cooling(&self) -> bool {
-        self.lock().until.is_some_and(|u| Instant::now() < u)
+    /// Whether the endpoint is being passed over at `now`.
+    pub(super) fn cooling(&self, now: Instant) -> bool {
+        self.lock().until.is_some_and(|u| now < u)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cooling> {

@@ -139,7 +139,11 @@ async fn when_every_instance_cools_down_one_is_chosen_anyway() {
     }
     {
         let map = b.services.lock().unwrap();
-        assert!(map["orders"].values().all(|s| s.cooling()));
+        assert!(
+            map["orders"]
+                .values()
+                .all(|s| s.cooling(tokio::time::Instant::now()))
+        );
     }
     // Every one is cooling, yet picks are made, still spread by load (two choices of three:
     // the third may land on a busy one).

@@ -4,20 +4,24 @@
 
 use std::net::IpAddr;
 
+use axum::body::Bytes;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Headers that describe one connection, not the message: never forwarded (RFC 9110 §7.6.1),
 /// with `Proxy-Connection` and `Keep-Alive` that old clients still send.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+    )
+}
 
 /// Whether the message asks for a protocol upgrade (`Connection: upgrade` with `Upgrade`).
 pub(crate) fn is_upgrade(headers: &HeaderMap) -> bool {
@@ -33,17 +37,36 @@ pub(crate) fn is_upgrade(headers: &HeaderMap) -> bool {
 /// Removes the hop-by-hop headers, those the `Connection` header names among them. An upgrade
 /// keeps `Connection: upgrade` and `Upgrade`: the next hop must see the request for it.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages have none: one pass over the names, nothing hashed.
+    if !headers
+        .keys()
+        .any(|n| n == header::UPGRADE || is_hop_by_hop(n))
+    {
+        return;
+    }
     let upgrade = is_upgrade(headers);
+    // Names `Connection` lists beyond the fixed ones (`keep-alive`, `close`, `upgrade` are the
+    // usual tokens, and cost nothing here).
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().to_ascii_lowercase().as_bytes()).ok())
-        // `Connection: upgrade` names the header an upgrade must keep.
-        .filter(|n| !(upgrade && n == header::UPGRADE))
+        .map(str::trim)
+        .filter(|t| {
+            !["close", "keep-alive", "upgrade"]
+                .iter()
+                .any(|usual| t.eq_ignore_ascii_case(usual))
+        })
+        // `from_bytes` takes any case.
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    let present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_hop_by_hop(n))
+        .cloned()
+        .collect();
+    for name in named.iter().chain(&present) {
         headers.remove(name);
     }
     if upgrade {
@@ -53,44 +76,81 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// What the forwarded headers say of one client connection, written once when it opens
+/// rather than for each of its requests.
+#[derive(Debug)]
+pub(crate) struct Caller {
+    /// `X-Forwarded-For`'s element: `192.0.2.9`, `::1`.
+    address: HeaderValue,
+    /// `Forwarded`'s element, without the host (RFC 7239: an IPv6 address is quoted and
+    /// bracketed): `for=192.0.2.9;proto=https`.
+    forwarded: String,
+}
+
+impl Caller {
+    pub(crate) fn new(peer: IpAddr, proto: &'static str) -> Self {
+        let address = HeaderValue::from_maybe_shared(Bytes::from(peer.to_string()))
+            .expect("an IP address is a valid header value");
+        let forwarded = match peer {
+            IpAddr::V4(a) => format!("for={a};proto={proto}"),
+            IpAddr::V6(a) => format!("for=\"[{a}]\";proto={proto}"),
+        };
+        Self { address, forwarded }
+    }
+}
+
 /// Adds who called, over what and by which name: `X-Forwarded-For` (appended, as nginx's
 /// `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`
-/// (appended). `host` is the `Host` the client sent, if any.
+/// (appended). `host` is the `Host` the client sent, if any. A list the client sent on several
+/// lines is joined into one before it (RFC 9110 §5.3), so no hop is lost.
 pub(crate) fn add_forwarded(
     headers: &mut HeaderMap,
-    peer: IpAddr,
+    caller: &Caller,
     proto: &'static str,
     host: Option<&HeaderValue>,
 ) {
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(before) => format!("{before}, {peer}"),
-        None => peer.to_string(),
-    };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
-        headers.insert("x-forwarded-for", v);
+    if headers.contains_key(&X_FORWARDED_FOR) {
+        let mut xff = joined(headers, &X_FORWARDED_FOR);
+        xff.push_str(caller.address.to_str().unwrap_or_default());
+        set(headers, X_FORWARDED_FOR, xff);
+    } else {
+        headers.insert(X_FORWARDED_FOR, caller.address.clone());
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     if let Some(h) = host {
-        headers.insert("x-forwarded-host", h.clone());
+        headers.insert(X_FORWARDED_HOST, h.clone());
     }
-    // RFC 7239: an IPv6 address is quoted and bracketed, a host a quoted-string when needed.
-    let node = match peer {
-        IpAddr::V4(a) => a.to_string(),
-        IpAddr::V6(a) => format!("\"[{a}]\""),
-    };
-    let mut element = format!("for={node};proto={proto}");
+    let mut forwarded = joined(headers, &header::FORWARDED);
+    forwarded.push_str(&caller.forwarded);
     if let Some(h) = host.and_then(|h| h.to_str().ok())
         && h.bytes()
             .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
     {
-        element.push_str(&format!(";host=\"{h}\""));
+        forwarded.push_str(";host=\"");
+        forwarded.push_str(h);
+        forwarded.push('"');
     }
-    let forwarded = match headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
-        Some(before) => format!("{before}, {element}"),
-        None => element,
-    };
-    if let Ok(v) = HeaderValue::from_str(&forwarded) {
-        headers.insert(header::FORWARDED, v);
+    set(headers, header::FORWARDED, forwarded);
+}
+
+/// The values of `name` that read as text, joined by `, ` and followed by `, ` (empty if none).
+fn joined(headers: &HeaderMap, name: &HeaderName) -> String {
+    let mut s = String::with_capacity(64);
+    for v in headers.get_all(name).iter().filter_map(|v| v.to_str().ok()) {
+        s.push_str(v);
+        s.push_str(", ");
+    }
+    s
+}
+
+/// `name: value`, replacing every line before; nothing if the value cannot be a header.
+fn set(headers: &mut HeaderMap, name: HeaderName, value: String) {
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
+        headers.insert(name, v);
     }
 }
 
@@ -144,13 +204,36 @@ mod tests {
             ("forwarded", "for=10.0.0.1"),
         ]);
         let host = HeaderValue::from_static("shop.example:8080");
-        add_forwarded(&mut h, "::1".parse().unwrap(), "https", Some(&host));
+        let caller = Caller::new("::1".parse().unwrap(), "https");
+        add_forwarded(&mut h, &caller, "https", Some(&host));
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, ::1");
         assert_eq!(h["x-forwarded-proto"], "https");
         assert_eq!(h["x-forwarded-host"], "shop.example:8080");
         assert_eq!(
             h["forwarded"],
             "for=10.0.0.1, for=\"[::1]\";proto=https;host=\"shop.example:8080\""
+        );
+    }
+
+    #[test]
+    fn lists_sent_on_several_lines_keep_every_hop() {
+        let mut h = map(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2, 10.0.0.3"),
+            ("forwarded", "for=10.0.0.1"),
+            ("forwarded", "for=10.0.0.2"),
+        ]);
+        let caller = Caller::new("192.0.2.9".parse().unwrap(), "http");
+        add_forwarded(&mut h, &caller, "http", None);
+        let all = |name: &str| h.get_all(name).iter().count();
+        assert_eq!((all("x-forwarded-for"), all("forwarded")), (1, 1));
+        assert_eq!(
+            h["x-forwarded-for"],
+            "10.0.0.1, 10.0.0.2, 10.0.0.3, 192.0.2.9"
+        );
+        assert_eq!(
+            h["forwarded"],
+            "for=10.0.0.1, for=10.0.0.2, for=192.0.2.9;proto=http"
         );
     }
 }

@@ -49,7 +49,6 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tower::retry::budget::TpsBudget;
 
 pub use config::{ConfigError, GatewayConfig, RouteConfig};
@@ -116,6 +115,7 @@ pub struct Gateway {
     routes: route::Routes,
     limits: GatewayLimits,
     tls: Option<ServerTls>,
+    workers: Option<usize>,
 }
 
 impl Gateway {
@@ -144,6 +144,13 @@ impl Gateway {
         self
     }
 
+    /// How many threads serve (one per core by default, at least 1): each accepts connections
+    /// and serves them whole, with its own connections to instances (`serve.rs`).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = Some(workers.max(1));
+        self
+    }
+
     /// Listens on `addr` (port 0: one the OS picks) and serves.
     pub async fn start(self, addr: SocketAddr) -> std::io::Result<RunningGateway> {
         let listener = TcpListener::bind(addr).await?;
@@ -154,48 +161,49 @@ impl Gateway {
     pub fn start_on(self, listener: TcpListener) -> std::io::Result<RunningGateway> {
         let addr = listener.local_addr()?;
         let limits = self.limits;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(limits.connect_timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(limits.max_idle_per_instance)
-            .build(connector);
-        let proxy = Arc::new(proxy::Proxy {
+        let shared = Arc::new(proxy::Shared {
             routes: self.routes,
-            client,
             budget: TpsBudget::default(),
             max_body_bytes: limits.max_body_bytes,
             max_replay_bytes: limits.max_replay_bytes,
             proto: if self.tls.is_some() { "https" } else { "http" },
             warn: crate::server::limits::warn::Throttle::new(Duration::from_secs(10)),
         });
-        let (stop, stopped) = oneshot::channel::<()>();
         let tls = self.tls.as_ref().map(ServerTls::acceptor);
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let drain = limits.drain_timeout;
-        let task = tokio::spawn(serve::serve(listener, tls, proxy, limits, async move {
-            let _ = stopped.await;
-        }));
+        let workers = self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        });
+        let workers = serve::Workers::start(listener.into_std()?, workers, tls, shared, &limits)?;
         Ok(RunningGateway {
             addr,
             scheme,
-            stop: Some(stop),
-            task,
-            drain,
+            workers,
+            drain: limits.drain_timeout,
         })
     }
 }
 
-/// A gateway serving; [`RunningGateway::shutdown`] drains it.
+/// One worker's client to instances: pooled keep-alive connections, `TCP_NODELAY`.
+fn client(limits: &GatewayLimits) -> Client<HttpConnector, axum::body::Body> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(limits.connect_timeout));
+    Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(limits.max_idle_per_instance)
+        .build(connector)
+}
+
+/// A gateway serving; [`RunningGateway::shutdown`] drains it, and so does dropping it (in the
+/// background).
 #[derive(Debug)]
 pub struct RunningGateway {
     addr: SocketAddr,
     scheme: &'static str,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    workers: serve::Workers,
     drain: Duration,
 }
 
@@ -213,10 +221,8 @@ impl RunningGateway {
     /// Stops accepting, lets the requests in flight finish (each connection closes after its
     /// response), and returns when all have, or after the drain timeout.
     pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if tokio::time::timeout(self.drain, &mut self.task)
+        self.workers.drain();
+        if tokio::time::timeout(self.drain, self.workers.ended())
             .await
             .is_err()
         {
@@ -224,7 +230,8 @@ impl RunningGateway {
                 "connections still open after {:?}: closing them",
                 self.drain
             );
-            self.task.abort();
+            self.workers.stop();
+            self.workers.ended().await;
         }
     }
 }

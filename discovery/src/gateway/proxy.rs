@@ -19,10 +19,12 @@
 //! 7. the answer streams back, hop-by-hop headers removed; a `101` joins the two upgraded
 //!    connections (`upgrade.rs`).
 
-use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::body::Bytes;
+use axum::http::uri::{Authority, PathAndQuery, Scheme};
 use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -31,16 +33,15 @@ use tokio::time::Instant;
 use tower::retry::budget::{Budget as _, TpsBudget};
 
 use super::body::{Held, Once};
-use super::headers::{add_forwarded, is_upgrade, remove_hop_by_hop};
+use super::headers::{Caller, add_forwarded, is_upgrade, remove_hop_by_hop};
 use super::route::{Host, Routes, Upstream};
 use crate::balance::{Pick, PickError};
 use crate::resolve::Endpoint;
 use crate::server::limits::warn::{Throttle, throttled_warn};
 
-/// What every request shares.
-pub(crate) struct Proxy {
+/// What every worker shares: the routes, the retry budget, the limits, the log's throttle.
+pub(crate) struct Shared {
     pub(crate) routes: Routes,
-    pub(crate) client: Client<HttpConnector, Body>,
     pub(crate) budget: TpsBudget,
     pub(crate) max_body_bytes: usize,
     pub(crate) max_replay_bytes: usize,
@@ -49,10 +50,17 @@ pub(crate) struct Proxy {
     pub(crate) warn: Throttle,
 }
 
+/// One worker's proxy (`serve.rs`): what all share, and the worker's own pool of connections
+/// to instances, so that a request and the connection it goes out on stay on one thread.
+pub(crate) struct Proxy {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) client: Client<HttpConnector, Body>,
+}
+
 /// The request's head, rewritten once for every attempt.
 struct Head {
     method: Method,
-    path_and_query: String,
+    path_and_query: PathAndQuery,
     headers: HeaderMap,
     client_host: Option<HeaderValue>,
 }
@@ -65,15 +73,23 @@ impl Proxy {
     /// One request; a failure of the gateway's own (`502`, `503`, `504`) logged at WARN, at most
     /// once per service and status every 10 s (with the count of those not logged), so that a
     /// failing service cannot flood the log.
-    pub(crate) async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let path = req.uri().path().to_owned();
-        let response = self.forward(req, peer).await;
+    pub(crate) async fn handle(&self, req: Request<Incoming>, caller: &Caller) -> Response<Body> {
+        if let Some(why) = unsafe_path(req.uri().path()) {
+            return plain(StatusCode::BAD_REQUEST, format!("{why}\n"));
+        }
+        let Some(route) = self.shared.routes.find(req.uri().path()) else {
+            return plain(
+                StatusCode::NOT_FOUND,
+                format!("no route for {}\n", req.uri().path()),
+            );
+        };
+        let response = self.forward(req, caller, route).await;
         let status = response.status();
         if response.extensions().get::<Ours>().is_some() && status.is_server_error() {
-            let service = self.routes.find(&path).map_or("-", |r| r.service.as_str());
+            let service = &route.service;
             let source = format!("{service} {}", status.as_u16());
             throttled_warn!(
-                self.warn,
+                self.shared.warn,
                 "gateway",
                 source,
                 "answered {status} for service `{service}`"
@@ -82,24 +98,27 @@ impl Proxy {
         response
     }
 
-    async fn forward(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        if let Some(why) = unsafe_path(req.uri().path()) {
-            return plain(StatusCode::BAD_REQUEST, format!("{why}\n"));
-        }
-        let Some(route) = self.routes.find(req.uri().path()).cloned() else {
-            return plain(
-                StatusCode::NOT_FOUND,
-                format!("no route for {}\n", req.uri().path()),
-            );
-        };
-        if declared_length(req.headers()).is_some_and(|n| n > self.max_body_bytes as u64) {
-            return too_large(self.max_body_bytes);
+    async fn forward(
+        &self,
+        mut req: Request<Incoming>,
+        caller: &Caller,
+        route: &Upstream,
+    ) -> Response<Body> {
+        if declared_length(req.headers()).is_some_and(|n| n > self.shared.max_body_bytes as u64) {
+            return too_large(self.shared.max_body_bytes);
         }
         let client_upgrade = is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
-        let body = Once::new(body, self.max_body_bytes, self.max_replay_bytes);
-        let head = self.head(parts, &route, peer);
-        self.budget.deposit();
+        let body = Once::new(
+            body,
+            self.shared.max_body_bytes,
+            self.shared.max_replay_bytes,
+        );
+        let head = match self.head(parts, route, caller) {
+            Ok(head) => head,
+            Err(e) => return plain(StatusCode::BAD_REQUEST, format!("the path: {e}\n")),
+        };
+        self.shared.budget.deposit();
         let deadline = after(route.timeout);
         let mut tried: Vec<Endpoint> = Vec::new();
         let mut reached = 0;
@@ -111,11 +130,11 @@ impl Proxy {
             )
             .await
             {
-                Err(_) => return timed_out(&route),
+                Err(_) => return timed_out(route),
                 Ok(Ok(p)) => p,
                 // Every instance was tried: the last failure says what happened.
                 Ok(Err(PickError::AllTried { .. })) => {
-                    return failed.unwrap_or_else(|| bad_gateway(&route, "no instance left"));
+                    return failed.unwrap_or_else(|| bad_gateway(route, "no instance left"));
                 }
                 Ok(Err(PickError::Resolve(e))) => {
                     return failed.unwrap_or_else(|| {
@@ -123,19 +142,19 @@ impl Proxy {
                     });
                 }
             };
-            let out = match outgoing(&head, &route, pick.endpoint(), body.attempt()) {
+            let out = match outgoing(&head, route, pick.endpoint(), body.attempt()) {
                 Ok(out) => out,
                 Err(e) => {
                     // Nothing was sent: another instance is tried, as for a refused connection.
                     tracing::warn!("no request can be made to {}: {e}", pick.endpoint());
                     tried.push(pick.endpoint().clone());
-                    failed = Some(bad_gateway(&route, "an instance's address is not usable"));
+                    failed = Some(bad_gateway(route, "an instance's address is not usable"));
                     continue;
                 }
             };
             let answered = tokio::time::timeout_at(deadline, self.client.request(out)).await;
             let e = match answered {
-                Err(_) => return timed_out(&route),
+                Err(_) => return timed_out(route),
                 Ok(Ok(response)) => {
                     pick.reached();
                     return respond(response, pick, client_upgrade);
@@ -143,7 +162,7 @@ impl Proxy {
                 Ok(Err(e)) => e,
             };
             tried.push(pick.endpoint().clone());
-            if let Some(limit) = body_too_large(&e, self.max_body_bytes) {
+            if let Some(limit) = body_too_large(&e, self.shared.max_body_bytes) {
                 return limit;
             }
             // The details (the instance's address, the cause) go to the log, not to the
@@ -162,39 +181,51 @@ impl Proxy {
             if e.is_connect() {
                 pick.connect_failed();
                 if body.can_resend() {
-                    failed = Some(bad_gateway(&route, what));
+                    failed = Some(bad_gateway(route, what));
                     continue;
                 }
-                return bad_gateway(&route, what);
+                return bad_gateway(route, what);
             }
             reached += 1;
             let retry = idempotent(&head.method)
                 && body.can_resend()
                 && reached < route.attempts
-                && self.budget.withdraw();
+                && self.shared.budget.withdraw();
             if !retry {
-                return bad_gateway(&route, what);
+                return bad_gateway(route, what);
             }
-            failed = Some(bad_gateway(&route, what));
+            failed = Some(bad_gateway(route, what));
         }
     }
 
-    fn head(&self, parts: axum::http::request::Parts, route: &Upstream, peer: SocketAddr) -> Head {
+    fn head(
+        &self,
+        parts: axum::http::request::Parts,
+        route: &Upstream,
+        caller: &Caller,
+    ) -> Result<Head, axum::http::uri::InvalidUri> {
         let path = route.rewrite(parts.uri.path());
         let path_and_query = match parts.uri.query() {
             Some(q) => format!("{path}?{q}"),
             None => path.into_owned(),
         };
+        // Checked once here, shared (not copied) by every attempt's URI.
+        let path_and_query = PathAndQuery::from_maybe_shared(Bytes::from(path_and_query))?;
         let mut headers = parts.headers;
         let client_host = headers.remove(header::HOST);
         remove_hop_by_hop(&mut headers);
-        add_forwarded(&mut headers, peer.ip(), self.proto, client_host.as_ref());
-        Head {
+        add_forwarded(
+            &mut headers,
+            caller,
+            self.shared.proto,
+            client_host.as_ref(),
+        );
+        Ok(Head {
             method: parts.method,
             path_and_query,
             headers,
             client_host,
-        }
+        })
     }
 }
 
@@ -205,17 +236,23 @@ fn outgoing(
     to: &Endpoint,
     body: Body,
 ) -> Result<Request<Body>, axum::http::Error> {
-    let uri: Uri = format!("http://{to}{}", head.path_and_query).parse()?;
+    // One string for the URI's authority and the `Host` header both.
+    let authority = Bytes::from(to.to_string());
+    let uri = Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(Authority::from_maybe_shared(authority.clone())?)
+        .path_and_query(head.path_and_query.clone())
+        .build()?;
     let mut req = Request::builder()
         .method(head.method.clone())
         .uri(uri)
         .body(body)?;
     *req.headers_mut() = head.headers.clone();
     let host = match &route.host {
-        Host::Instance => HeaderValue::from_str(&to.to_string())?,
+        Host::Instance => HeaderValue::from_maybe_shared(authority)?,
         Host::Preserve => match &head.client_host {
             Some(h) => h.clone(),
-            None => HeaderValue::from_str(&to.to_string())?,
+            None => HeaderValue::from_maybe_shared(authority)?,
         },
         Host::Fixed(name) => HeaderValue::from_str(name)?,
     };
@@ -259,14 +296,34 @@ fn respond(
 /// (or a server behind it) would resolve `/orders/../admin` to `/admin`. Refused rather than
 /// normalised, as no client of a route needs them.
 fn unsafe_path(path: &str) -> Option<&'static str> {
-    let lower = path.to_ascii_lowercase();
-    if lower.contains("%2f") || lower.contains("%5c") || lower.contains('\\') {
+    let bytes = path.as_bytes();
+    let encoded_slash = bytes.windows(3).any(|w| {
+        w[0] == b'%'
+            && matches!(
+                (w[1], w[2].to_ascii_lowercase()),
+                (b'2', b'f') | (b'5', b'c')
+            )
+    });
+    if encoded_slash || bytes.contains(&b'\\') {
         return Some("an encoded slash or a backslash in the path");
     }
-    let dots = lower
-        .split('/')
-        .any(|segment| matches!(segment.replace("%2e", ".").as_str(), "." | ".."));
-    dots.then_some("a `.` or `..` segment in the path")
+    path.split('/')
+        .any(is_dot_segment)
+        .then_some("a `.` or `..` segment in the path")
+}
+
+/// `.` or `..`, each dot raw or as `%2e`.
+fn is_dot_segment(segment: &str) -> bool {
+    let (mut rest, mut dots) = (segment.as_bytes(), 0);
+    while !rest.is_empty() {
+        rest = match rest {
+            [b'.', tail @ ..] => tail,
+            [b'%', b'2', e, tail @ ..] if e.eq_ignore_ascii_case(&b'e') => tail,
+            _ => return false,
+        };
+        dots += 1;
+    }
+    matches!(dots, 1 | 2)
 }
 
 /// RFC 9110 §9.2.2: methods whose repetition has the effect of one.

@@ -1,12 +1,24 @@
-//! The gateway's accept loop, on the registry server's pieces (`server/limits/connections.rs`):
-//! at most `max_connections` at once (one past it is answered 503 and closed), a response the
-//! client does not read fails its connection after `write_timeout`. Per connection: the TLS
-//! handshake if any, within `header_read_timeout`; hyper's HTTP/1 with upgrades, a head that
-//! must arrive within `header_read_timeout` and fit `max_header_bytes`.
+//! The gateway's workers and their accept loops.
 //!
-//! On shutdown the loop stops accepting, asks each connection to finish its request in flight
-//! (hyper's graceful shutdown: the response is sent, then the connection closed), and returns
-//! once every connection has closed.
+//! The gateway runs `workers` threads (one per core by default), each a single-threaded tokio
+//! runtime that accepts on the one listening socket and serves the connections it accepted,
+//! with its own pool of connections to instances: a request is read, forwarded, answered and
+//! its response written back on one thread, never handed to another (nginx's workers, Envoy's
+//! worker threads). A work-stealing runtime moves tasks between threads and wakes parked ones;
+//! on this path that cost 40 % more CPU per request (`docs/benchmarks.md`, "The gateway").
+//! What the workers share — routes, balancers, the retry budget, the connection limit — is
+//! behind locks held for a few instructions.
+//!
+//! Each accept loop is on the registry server's pieces (`server/limits/connections.rs`): at
+//! most `max_connections` at once over all workers (one past it is answered 503 and closed), a
+//! response the client does not read fails its connection after `write_timeout`. Per
+//! connection: the TLS handshake if any, within `header_read_timeout`; hyper's HTTP/1 with
+//! upgrades, a head that must arrive within `header_read_timeout` and fit `max_header_bytes`.
+//!
+//! On shutdown the loops stop accepting, ask each connection to finish its request in flight
+//! (hyper's graceful shutdown: the response is sent, then the connection closed), and the
+//! workers end once every connection has closed; past the drain timeout they are stopped,
+//! their runtimes dropped with what was left on them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,25 +28,139 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 
 use super::GatewayLimits;
-use super::proxy::Proxy;
+use super::headers::Caller;
+use super::proxy::{Proxy, Shared};
 use crate::server::limits::connections::{Guarded, Places, refuse};
 
 /// The longest header timeout taken: a year (hyper adds it to an `Instant` unchecked).
 const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// Serves `listener` until `stopped` completes, then waits for the connections to finish.
-pub(super) async fn serve(
+/// hyper's default bound on header fields (`proto::h1::DEFAULT_MAX_HEADERS`, not exported).
+const HYPER_MAX_HEADERS: usize = 100;
+
+/// What the workers are asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Serving,
+    /// Stop accepting; finish the requests in flight.
+    Draining,
+    /// End now.
+    Stopping,
+}
+
+/// The running workers. Dropped, they drain (as [`Workers::drain`]) in the background.
+#[derive(Debug)]
+pub(super) struct Workers {
+    phase: watch::Sender<Phase>,
+    /// Closed when every worker has ended: each holds a sender until its runtime is dropped.
+    ended: mpsc::Receiver<()>,
+}
+
+impl Workers {
+    /// Starts `count` workers on `listener`.
+    pub(super) fn start(
+        listener: std::net::TcpListener,
+        count: usize,
+        tls: Option<TlsAcceptor>,
+        shared: Arc<Shared>,
+        limits: &GatewayLimits,
+    ) -> std::io::Result<Self> {
+        let (phase, watching) = watch::channel(Phase::Serving);
+        let (ended_tx, ended) = mpsc::channel(1);
+        let places = Places::new(limits.max_connections);
+        for i in 0..count.max(1) {
+            let listener = listener.try_clone()?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (tls, shared, limits, places, watching, ended_tx) = (
+                tls.clone(),
+                shared.clone(),
+                limits.clone(),
+                places.clone(),
+                watching.clone(),
+                ended_tx.clone(),
+            );
+            std::thread::Builder::new()
+                .name(format!("gateway-{i}"))
+                .spawn(move || {
+                    runtime.block_on(worker(listener, tls, shared, limits, places, watching));
+                    // The connections left (past the drain timeout) go with the runtime.
+                    drop(runtime);
+                    drop(ended_tx);
+                })?;
+        }
+        Ok(Self { phase, ended })
+    }
+
+    /// Stops accepting; the requests in flight finish.
+    pub(super) fn drain(&self) {
+        self.phase.send_replace(Phase::Draining);
+    }
+
+    /// Ends every worker now, with whatever it still serves.
+    pub(super) fn stop(&self) {
+        self.phase.send_replace(Phase::Stopping);
+    }
+
+    /// Waits until every worker has ended.
+    pub(super) async fn ended(&mut self) {
+        while self.ended.recv().await.is_some() {}
+    }
+}
+
+/// One worker: its accept loop until asked to drain (or the handle is gone), or until asked
+/// to stop.
+async fn worker(
+    listener: std::net::TcpListener,
+    tls: Option<TlsAcceptor>,
+    shared: Arc<Shared>,
+    limits: GatewayLimits,
+    places: Places,
+    phase: watch::Receiver<Phase>,
+) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("a gateway worker cannot listen: {e}");
+            return;
+        }
+    };
+    let proxy = Arc::new(Proxy {
+        shared,
+        client: super::client(&limits),
+    });
+    let mut draining = phase.clone();
+    let drain = async move {
+        // A handle dropped (the sender gone) drains too.
+        let _ = draining.wait_for(|p| *p != Phase::Serving).await;
+    };
+    let mut stopping = phase;
+    let stop = async move {
+        if stopping.wait_for(|p| *p == Phase::Stopping).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = serve(listener, tls, proxy, limits, places, drain) => {}
+        () = stop => {}
+    }
+}
+
+/// Serves `listener` until `stopped` completes, then waits for the connections to finish
+/// (those of every worker: `places` is shared).
+async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     proxy: Arc<Proxy>,
     limits: GatewayLimits,
+    places: Places,
     stopped: impl Future<Output = ()>,
 ) {
-    let places = Places::new(limits.max_connections);
     let (close, closing) = watch::channel(false);
     tokio::pin!(stopped);
     loop {
@@ -105,16 +231,21 @@ async fn connection<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let caller = Arc::new(Caller::new(peer.ip(), proxy.shared.proto));
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-        let proxy = proxy.clone();
-        async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, peer).await) }
+        let (proxy, caller) = (proxy.clone(), caller.clone());
+        async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, &caller).await) }
     });
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout.min(LONGEST))
         // hyper's floor is 8 KiB; the head must fit the read buffer.
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .max_headers(limits.max_headers);
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    // Left unset at hyper's own default (100), its parser keeps the header slots on the stack
+    // instead of allocating and filling them for every request.
+    if limits.max_headers != HYPER_MAX_HEADERS {
+        http.max_headers(limits.max_headers);
+    }
     let conn = http
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
