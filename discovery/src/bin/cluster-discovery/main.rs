@@ -13,6 +13,11 @@ use clap::{CommandFactory, Parser, error::ErrorKind};
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 
 use args::{Cli, Command};
+
+/// mimalloc rather than glibc's malloc: the gateway allocates a few dozen small blocks per
+/// request, and glibc's allocator took a tenth of its instructions (`docs/benchmarks.md`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use server::Options;
 
 /// A misuse that clap cannot see in the options alone: said as clap says its own (the message,
