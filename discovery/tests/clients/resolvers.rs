@@ -5,7 +5,7 @@ use std::time::Duration;
 use cluster_discovery::client::EurekaClient;
 use cluster_discovery::model::{Instance, Status};
 use cluster_discovery::resolve::{Discovery, Dns, Endpoint, Resolve, ResolverConfig, Static};
-use cluster_discovery::server::RegistryServer;
+use cluster_discovery::server::{RegistryServer, RunningServer, ServerConfig};
 
 #[tokio::test]
 async fn static_answers_its_list_and_no_service_for_anything_else() {
@@ -52,6 +52,17 @@ async fn the_resolver_is_chosen_by_configuration() {
     assert!(none.build().is_err());
 }
 
+/// A server that answers reads at once (no warm-up: nothing registered with it before).
+async fn server() -> RunningServer {
+    let mut config = ServerConfig::default();
+    config.warm_up = false;
+    RegistryServer::new()
+        .config(config)
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap()
+}
+
 async fn register(client: &EurekaClient, app: &str, id: &str, port: u16, status: Status) {
     let mut i = Instance::new(app, "127.0.0.1", port).with_id(id);
     i.status = status;
@@ -60,10 +71,7 @@ async fn register(client: &EurekaClient, app: &str, id: &str, port: u16, status:
 
 #[tokio::test]
 async fn discovery_serves_its_last_read_when_no_server_answers_and_says_it_is_stale() {
-    let server = RegistryServer::new()
-        .start(([127, 0, 0, 1], 0).into())
-        .await
-        .unwrap();
+    let server = server().await;
     let client = EurekaClient::new([server.url()]).timeout(Duration::from_secs(2));
     register(&client, "orders", "o-1", 8081, Status::Up).await;
     register(&client, "orders", "o-2", 8082, Status::Down).await;
