@@ -1,6 +1,6 @@
 //! The `cluster-discovery` binary's command line: `--help` names every option; a misuse exits 2
 //! and says what was wrong; a command line with options of each kind still starts a server
-//! that does as they say.
+//! that does as they say; SIGTERM stops it as ctrl-c does, after the request in flight.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
@@ -259,4 +259,64 @@ async fn warm_up_sets_the_window_and_no_warm_up_switches_it_off() {
         let read = http.get(format!("{url}apps/")).send().await.unwrap();
         assert_eq!(read.status(), status, "{args:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_serve_after_the_request_in_flight_and_exits_0() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let (mut server, url) = serve(&[]).await;
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/eureka/"))
+        .unwrap()
+        .to_owned();
+    // A registration in flight: its head and half its body sent, the rest held back.
+    let body = crate::support::js_body("orders", "o-1", 8080);
+    let (first, rest) = body.split_at(body.len() / 2);
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /eureka/apps/ORDERS HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(first.as_bytes()).await.unwrap();
+    tcp.flush().await.unwrap();
+
+    let term = Command::new("kill")
+        .args(["-TERM", &server.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    // It stops accepting, and waits for the registration to finish.
+    crate::until("new connections are refused", || async {
+        tokio::net::TcpStream::connect(&addr).await.is_err()
+    })
+    .await;
+    assert!(
+        server.0.try_wait().unwrap().is_none(),
+        "exited with a request in flight"
+    );
+    tcp.write_all(rest.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "no exit within 10 s of its last request"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "a graceful stop, not death by signal"
+    );
 }

@@ -23,8 +23,9 @@ command line (where `ps` shows them), so --password and --peer-password are refu
 
 Limits (see `Limits` in docs/discovery.md): counts are at least 1, seconds 1 to 31536000.
 
-Prints `listening on http://ADDR/eureka/` once it accepts requests, then serves until ctrl-c.
-Logs (RUST_LOG, info by default) go to stderr.";
+Prints `listening on http://ADDR/eureka/` once it accepts requests. On SIGTERM or ctrl-c it
+stops accepting, lets the requests in flight finish, then exits 0. Logs (RUST_LOG, info by
+default) go to stderr.";
 
 /// A Eureka-compatible registry server, and a gateway routing HTTP to services by name
 #[derive(Debug, Parser)]
