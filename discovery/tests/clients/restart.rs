@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cluster::Registry as _;
 use cluster::registry::NodeInfo;
 use cluster_discovery::backend::{EurekaRegistry, EurekaRegistryConfig};
-use cluster_discovery::client::EurekaClient;
+use cluster_discovery::client::{EurekaClient, Heartbeat};
 use cluster_discovery::model::Instance;
 use cluster_discovery::resolve::{Discovery, Endpoint, Resolve};
 use cluster_discovery::server::{Clock, RegistryServer, RunningServer, ServerConfig};
@@ -100,7 +100,17 @@ async fn a_server_started_empty_answers_reads_503_for_its_whole_window_while_ins
         .register(&o1)
         .await
         .expect("writes are accepted while warming up");
-    client.heartbeat(&o1).await.expect("and heartbeats");
+    assert_eq!(
+        client.heartbeat(&o1).await.unwrap(),
+        Heartbeat::Renewed,
+        "and heartbeats"
+    );
+    let unknown = Instance::new("catalog", "127.0.0.1", 7070).with_id("c-1");
+    assert_eq!(
+        client.heartbeat(&unknown).await.unwrap(),
+        Heartbeat::Unknown,
+        "an instance not registered again yet is told to (404)"
+    );
     for path in READS {
         let r = get(&format!("{}{path}", s.url())).await;
         assert_eq!(r.status(), 503, "{path}: a registration does not end it");
