@@ -7,10 +7,14 @@ Starts, each in a process of its own: a registry server, three upstream HTTP ser
 (upstream.py), and the gateway with a `discovery` resolver. Registers the three with
 py-eureka-client's EurekaClient (heartbeats every second), then checks through the gateway:
 routing and stripping, the spread over three instances, an instance set OUT_OF_SERVICE
-receiving nothing, a service with no instance answering 503 with its name, a slow instance
-504, one instance killed under load (no GET fails; a POST either succeeds or is a 502), and
-the registry stopped (the gateway's cache keeps routing). Exits non-zero on the first failed
-check; tears everything down in any case.
+receiving nothing, a service with no instance answering 503 with its name, one whose only
+instance serves HTTPS alone (plain port disabled) answering 503 too, a slow instance 504, one
+instance killed under load (no GET fails; a POST either succeeds or is a 502), and the
+registry stopped by SIGTERM (it exits 0; the gateway's cache keeps routing). Exits non-zero
+on the first failed check; tears everything down in any case.
+
+The registry runs with --no-warm-up: it is new, not restarted (run.sh's first server shows
+the warm-up to py-eureka-client).
 """
 
 import asyncio
@@ -96,6 +100,19 @@ async def main():
         await c.start()
         clients.append(c)
     check(True, "three upstreams registered by py-eureka-client")
+    # An instance serving HTTPS only: its plain port disabled, its securePort enabled. Its plain
+    # port is a live upstream's, so an address resolved from it would answer 200.
+    tls_only = eureka_client.EurekaClient(
+        eureka_server=server, app_name="vault", instance_id="vault-1",
+        instance_host="127.0.0.1", instance_ip="127.0.0.1", instance_port=ports[2],
+        instance_unsecure_port_enabled=False, instance_secure_port=8443,
+        instance_secure_port_enabled=True, renewal_interval_in_secs=1, duration_in_secs=30)
+    await tls_only.start()
+    clients.append(tls_only)
+    status, text = request("GET", f"{server}apps/VAULT/vault-1")
+    check(status == 200 and f'<port enabled="false">{ports[2]}</port>' in text
+          and '<securePort enabled="true">8443</securePort>' in text,
+          f"py-eureka-client registered vault-1 with its plain port disabled ({status})")
 
     config = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     config.write(f"""
@@ -124,6 +141,11 @@ timeout_ms = 500
 path = "/api/billing/*"
 service = "billing"
 resolver = "eureka"
+
+[[routes]]
+path = "/api/vault/*"
+service = "vault"
+resolver = "eureka"
 """)
     config.close()
     gateway = spawn([BIN, "gateway", "--config", config.name], stderr=subprocess.DEVNULL)
@@ -145,6 +167,10 @@ resolver = "eureka"
 
     status, text = await run(request, "GET", f"{url}/api/billing/1")
     check(status == 503 and "billing" in text, f"no instance of billing: 503 naming it ({status})")
+
+    status, text = await run(request, "GET", f"{url}/api/vault/1")
+    check(status == 503 and "vault" in text,
+          f"an instance registered with its secure port only is not routed to: 503 ({status})")
 
     status, _ = await run(request, "GET", f"{url}/api/slow/1")
     check(status == 504, f"an instance slower than the route's timeout: 504 ({status})")
@@ -178,8 +204,8 @@ resolver = "eureka"
           f"each POST succeeded or was a 502 ({post_status.count(502)} of 300 were 502)")
 
     # The registry goes away: the gateway's copy keeps routing to the instances it knew.
-    registry.send_signal(signal.SIGINT)
-    registry.wait(timeout=10)
+    registry.send_signal(signal.SIGTERM)
+    check(registry.wait(timeout=10) == 0, "SIGTERM: the registry server stops and exits 0")
     time.sleep(2.5)  # a few refresh intervals: each read now fails
     results = [(await run(request, "GET", f"{url}/api/orders/1"))[0] for _ in range(30)]
     check(all(s == 200 for s in results), "the registry down: the gateway's cache keeps routing")

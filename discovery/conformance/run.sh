@@ -38,7 +38,9 @@ with_credentials() { sed "s#://#://app:$DISCOVERY_PASSWORD@#" "$1"; }
 show_logs() { for f in "$DIR"/*.log; do echo "--- $f"; tail -40 "$f"; done; }
 
 echo "--- py-eureka-client"
-start single "${secured[@]}"
+# A short warm-up (the default is 30 s): py_client.py checks it first, then works on a served
+# registry.
+start single "${secured[@]}" --warm-up 3
 grep -q 'the passwords cross the network in clear' "$DIR/single.log" \
   || { echo "no WARN about credentials without TLS"; show_logs; exit 1; }
 echo "ok - credentials without TLS: the server WARNs that the passwords cross the network in clear"
@@ -55,8 +57,11 @@ s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]
 print(*[x.getsockname()[1] for x in s])
 [x.close() for x in s]')
-start peer-a --port "$pa" --peer "http://127.0.0.1:$pb/eureka/" "${secured[@]}"
-start peer-b --port "$pb" --peer "http://127.0.0.1:$pa/eureka/" "${secured[@]}"
+# Started together, neither gets a registry from the other (a's peer is not up yet, b's is
+# warming up and answers 503): both warm up, briefly here, and the first registration, on a,
+# reaches b during its warm-up.
+start peer-a --port "$pa" --peer "http://127.0.0.1:$pb/eureka/" "${secured[@]}" --warm-up 2
+start peer-b --port "$pb" --peer "http://127.0.0.1:$pa/eureka/" "${secured[@]}" --warm-up 2
 .venv/bin/python peers.py "$(with_credentials "$DIR/peer-a.url")" "$(with_credentials "$DIR/peer-b.url")" || { show_logs; exit 1; }
 
 echo "--- the gateway in front of instances py-eureka-client registered"

@@ -23,9 +23,15 @@
 //! use cluster_discovery::client::{EurekaClient, Registrar};
 //! use cluster_discovery::model::Instance;
 //! use cluster_discovery::resolve::{Discovery, Resolve};
-//! use cluster_discovery::server::{Dashboard, RegistryServer};
+//! use cluster_discovery::server::{Dashboard, RegistryServer, ServerConfig};
 //!
+//! // A server that starts with nothing to take from a peer answers reads 503 for one renewal
+//! // interval while its instances register again after a restart (its warm-up). This one is
+//! // new, with nobody to wait for.
+//! let mut config = ServerConfig::default();
+//! config.warm_up = false;
 //! let server = RegistryServer::new()
+//!     .config(config)
 //!     .dashboard(Dashboard::token("s3cret"))
 //!     .start(([127, 0, 0, 1], 0).into())
 //!     .await?;

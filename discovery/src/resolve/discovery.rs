@@ -18,6 +18,11 @@ use crate::client::EurekaClient;
 use crate::model::{Applications, Status};
 
 /// Resolves through registry servers, with a cache that never expires.
+///
+/// A service's endpoints are its `UP` instances (by application name or VIP), at `ipAddr` and
+/// the plain `port`. An instance whose plain port is disabled (`port.@enabled = false`, one
+/// that serves TLS on `securePort` only) is not among them: an [`Endpoint`] carries no scheme,
+/// and is spoken to in plain HTTP.
 #[derive(Debug)]
 pub struct Discovery {
     shared: Arc<Shared>,
@@ -96,10 +101,15 @@ impl Discovery {
         });
     }
 
+    /// The `UP` instances of `service` (by application or VIP) at their plain port. One whose
+    /// plain port is disabled (`port.@enabled = false`: it serves TLS on `securePort` only, or
+    /// nothing) is not offered: an [`Endpoint`] has no scheme, and its users (the gateway)
+    /// speak plain HTTP to it, which the port that is enabled would not answer. Each read
+    /// names them at DEBUG ([`Shared::reload`]).
     fn lookup(apps: &Applications, service: &str) -> Vec<Endpoint> {
         let mut out: Vec<Endpoint> = apps
             .instances()
-            .filter(|i| i.status == Status::Up)
+            .filter(|i| i.status == Status::Up && i.port.enabled)
             .filter(|i| i.app.eq_ignore_ascii_case(service) || i.serves_vip(service, false))
             .map(|i| Endpoint::new(i.ip_addr.clone(), i.port.port))
             .collect();
@@ -117,6 +127,21 @@ impl Shared {
     async fn reload(&self) -> Result<(), crate::client::ClientError> {
         match self.client.applications().await {
             Ok(apps) => {
+                for i in apps.instances().filter(|i| !i.port.enabled) {
+                    tracing::debug!(
+                        "instance {} of {} is not offered: its plain port {} is disabled \
+                         (securePort {}, {}), and resolved addresses are spoken to in plain HTTP",
+                        i.id(),
+                        i.app,
+                        i.port.port,
+                        i.secure_port.port,
+                        if i.secure_port.enabled {
+                            "enabled"
+                        } else {
+                            "disabled too"
+                        }
+                    );
+                }
                 let mut cache = self.lock();
                 if cache.as_ref().is_some_and(|c| c.stale_since.is_some()) {
                     tracing::info!("the registry answers again: resolving from fresh data");

@@ -29,13 +29,22 @@ pub struct ServerConfig {
     /// How long a peer has to answer a forwarded batch or a start-up fetch: 2 s.
     pub peer_timeout: Duration,
     /// Whether a server that starts on a port with an empty registry (no peer gave it one)
-    /// answers reads with 503 for one `renewal_interval`, or until an instance registers: on,
-    /// as Eureka (which answers 403 for 5 min). A restarted server is empty until its
-    /// instances' next heartbeats (404) make them register again; clients that read it
-    /// meanwhile would take "nothing is registered" for the truth and drop every address,
-    /// where a 503 makes them keep their copy or ask another server. Writes are accepted
-    /// throughout. An in-process [`Service`](super::Service) never warms up.
+    /// answers reads with 503 for [`warm_up_window`](Self::warm_up_window): on, as Eureka
+    /// (`waitTimeInMsWhenSyncEmpty`, whose reads answer 403 for 5 min). A restarted server is
+    /// empty until its instances' next heartbeats (404) make them register again; clients that
+    /// read it meanwhile would take "nothing is registered", or "only the instances that came
+    /// back so far are", for the truth and drop the other addresses, where a 503 makes them
+    /// keep their copy or ask another server. Writes are accepted throughout, and rebuild the
+    /// registry; none of them ends the window early. An in-process
+    /// [`Service`](super::Service) never warms up.
     pub warm_up: bool,
+    /// How long the warm-up lasts: `None` (the default) for one `renewal_interval`, within
+    /// which each instance that heartbeats at that interval sends its next heartbeat, is
+    /// answered 404 and registers again (one round trip past the window at worst). Make it
+    /// longer for instances that heartbeat less often. Taken as at most
+    /// [`Limits::max_lease`], the longest renewal interval an instance gets: a longer window
+    /// would wait for nobody.
+    pub warm_up_window: Option<Duration>,
     /// What a client or a peer can make the server hold, and the ranges of numbers from the
     /// wire: see [`Limits`].
     pub limits: Limits,
@@ -52,6 +61,7 @@ impl Default for ServerConfig {
             self_preservation_min_instances: 8,
             peer_timeout: Duration::from_secs(2),
             warm_up: true,
+            warm_up_window: None,
             limits: Limits::default(),
         }
     }

@@ -213,7 +213,8 @@ impl RegistryServer {
     /// [`RunningServer::shutdown`] (or the handle is dropped).
     ///
     /// When no peer gave it a registry, the server warms up (see [`ServerConfig::warm_up`]):
-    /// reads answer 503 for one renewal interval, or until an instance registers.
+    /// reads answer 503 for [`ServerConfig::warm_up_window`] (one renewal interval by
+    /// default), while registrations and heartbeats rebuild the registry.
     pub async fn start(self, addr: SocketAddr) -> std::io::Result<RunningServer> {
         self.start_on(tokio::net::TcpListener::bind(addr).await?)
             .await
@@ -233,14 +234,14 @@ impl RegistryServer {
         let shared = self.shared(&http);
         let synced = peers::sync_from_peers(&shared, &http, timeout).await;
         if synced == 0 && shared.config.warm_up {
-            let window = shared.config.renewal_interval;
+            let window = warm_up_window(&shared.config);
             let now = shared.store.clock().now_ms();
             shared
                 .store
                 .begin_warm_up(now.saturating_add(limits::numbers::millis(window)));
             tracing::info!(
-                "the registry is empty: reads answer 503 for {window:?}, or until an instance \
-                 registers (warm-up)"
+                "the registry is empty: reads answer 503 for {window:?} while instances \
+                 register again (warm-up)"
             );
         }
         let router = routes::router(shared.clone());
@@ -272,6 +273,15 @@ impl RegistryServer {
             expiry,
         })
     }
+}
+
+/// How long a server that starts empty answers reads with 503: the configured window, or one
+/// renewal interval, and never longer than the longest renewal interval an instance gets.
+fn warm_up_window(config: &ServerConfig) -> std::time::Duration {
+    config
+        .warm_up_window
+        .unwrap_or(config.renewal_interval)
+        .min(config.limits.max_lease)
 }
 
 /// How often a running server settles its registry with no request to do it: expiry and

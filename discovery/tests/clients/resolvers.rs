@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use cluster_discovery::client::EurekaClient;
-use cluster_discovery::model::{Instance, Status};
+use cluster_discovery::model::{Instance, Port, Status};
 use cluster_discovery::resolve::{Discovery, Dns, Endpoint, Resolve, ResolverConfig, Static};
-use cluster_discovery::server::RegistryServer;
+use cluster_discovery::server::{RegistryServer, RunningServer, ServerConfig};
 
 #[tokio::test]
 async fn static_answers_its_list_and_no_service_for_anything_else() {
@@ -52,6 +52,17 @@ async fn the_resolver_is_chosen_by_configuration() {
     assert!(none.build().is_err());
 }
 
+/// A server that answers reads at once (no warm-up: nothing registered with it before).
+async fn server() -> RunningServer {
+    let mut config = ServerConfig::default();
+    config.warm_up = false;
+    RegistryServer::new()
+        .config(config)
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap()
+}
+
 async fn register(client: &EurekaClient, app: &str, id: &str, port: u16, status: Status) {
     let mut i = Instance::new(app, "127.0.0.1", port).with_id(id);
     i.status = status;
@@ -60,10 +71,7 @@ async fn register(client: &EurekaClient, app: &str, id: &str, port: u16, status:
 
 #[tokio::test]
 async fn discovery_serves_its_last_read_when_no_server_answers_and_says_it_is_stale() {
-    let server = RegistryServer::new()
-        .start(([127, 0, 0, 1], 0).into())
-        .await
-        .unwrap();
+    let server = server().await;
     let client = EurekaClient::new([server.url()]).timeout(Duration::from_secs(2));
     register(&client, "orders", "o-1", 8081, Status::Up).await;
     register(&client, "orders", "o-2", 8082, Status::Down).await;
@@ -101,6 +109,43 @@ async fn discovery_serves_its_last_read_when_no_server_answers_and_says_it_is_st
     );
     assert!(d.is_stale());
     assert!(d.resolve("billing").await.unwrap_err().is_no_service());
+}
+
+#[tokio::test]
+async fn discovery_does_not_offer_an_instance_whose_plain_port_is_disabled() {
+    let server = server().await;
+    let client = EurekaClient::new([server.url()]);
+    // (app, id, plain port and whether it is enabled, secure port and whether it is enabled)
+    for (app, id, plain, secure) in [
+        ("orders", "o-plain", (8081, true), (443, false)),
+        ("orders", "o-tls-only", (8082, false), (8443, true)),
+        ("orders", "o-both", (8083, true), (8444, true)),
+        ("vault", "v-tls-only", (8084, false), (8445, true)),
+    ] {
+        let mut i = Instance::new(app, "127.0.0.1", plain.0).with_id(id);
+        i.port = Port {
+            port: plain.0,
+            enabled: plain.1,
+        };
+        i.secure_port = Port {
+            port: secure.0,
+            enabled: secure.1,
+        };
+        client.register(&i).await.unwrap();
+    }
+    let d = Discovery::new(client);
+    assert_eq!(
+        d.resolve("orders").await.unwrap(),
+        [
+            Endpoint::new("127.0.0.1", 8081),
+            Endpoint::new("127.0.0.1", 8083)
+        ],
+        "neither the disabled plain port nor the secure one: it is spoken to in plain HTTP"
+    );
+    assert!(
+        d.resolve("vault").await.unwrap_err().is_no_service(),
+        "a service served over TLS only resolves to nothing"
+    );
 }
 
 #[tokio::test]

@@ -10,13 +10,17 @@ use cluster_discovery::client::EurekaClient;
 use cluster_discovery::gateway::{Gateway, Upstream as Route};
 use cluster_discovery::model::Instance;
 use cluster_discovery::resolve::Discovery;
-use cluster_discovery::server::RegistryServer;
+use cluster_discovery::server::{RegistryServer, ServerConfig};
 
 use crate::support::{Upstream, client, get};
 
 #[tokio::test]
 async fn out_of_service_instances_get_nothing_and_a_registry_outage_keeps_routing() {
+    // No warm-up: nothing was registered with it before.
+    let mut config = ServerConfig::default();
+    config.warm_up = false;
     let registry = RegistryServer::new()
+        .config(config)
         .start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();

@@ -1,6 +1,6 @@
 //! The `cluster-discovery` binary's command line: `--help` names every option; a misuse exits 2
 //! and says what was wrong; a command line with options of each kind still starts a server
-//! that does as they say.
+//! that does as they say; SIGTERM stops it as ctrl-c does, after the request in flight.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
@@ -34,7 +34,7 @@ fn misuse(args: &[&str], named: &[&str]) {
 }
 
 /// Every option of `serve`, and the environment variables it reads.
-const OPTIONS: [&str; 38] = [
+const OPTIONS: [&str; 39] = [
     "--port",
     "--bind",
     "--peer",
@@ -46,6 +46,7 @@ const OPTIONS: [&str; 38] = [
     "--renewal-interval",
     "--no-self-preservation",
     "--no-warm-up",
+    "--warm-up",
     "--user",
     "--password-file",
     "--peer-user",
@@ -108,6 +109,11 @@ fn a_misuse_exits_2_and_names_the_problem() {
     misuse(
         &["--max-lease", "60"],
         &["--lease-duration 90", "--max-lease 60"],
+    );
+    misuse(&["--warm-up", "0"], &["--warm-up", "31536000"]);
+    misuse(
+        &["--warm-up", "600", "--max-lease", "300"],
+        &["--warm-up 600", "--max-lease 300"],
     );
     // Passwords go in files or the environment, never where `ps` shows them.
     misuse(&["--password", "secret"], &["--password", "ps"]);
@@ -192,4 +198,125 @@ async fn a_command_line_of_every_kind_starts_a_server_that_does_as_it_says() {
     let large = format!("{:<600}", crate::support::js_body("orders", "o-2", 8080));
     let refused = register(large).basic_auth("app", Some("app-pw"));
     assert_eq!(status(refused.send().await.unwrap()), 413);
+}
+
+/// `serve ARGS` started; its URL, from the `listening on URL` line it prints first.
+async fn serve(args: &[&str]) -> (Server, String) {
+    let mut server = Server(
+        Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .env("RUST_LOG", "off")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the binary starts"),
+    );
+    let stdout = server.0.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("`listening on URL` first: {line}"))
+        .to_owned();
+    (server, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_up_sets_the_window_and_no_warm_up_switches_it_off() {
+    let http = reqwest::Client::new();
+    let (_server, url) = serve(&["--warm-up", "1"]).await;
+    let registered = http
+        .post(format!("{url}apps/ORDERS"))
+        .header("content-type", "application/json")
+        .body(crate::support::js_body("orders", "o-1", 8080))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 204, "writes go through the warm-up");
+    let read = http.get(format!("{url}apps/ORDERS")).send().await.unwrap();
+    assert_eq!(read.status(), 503, "a registration does not end it");
+    assert_eq!(read.headers()["retry-after"], "1");
+    crate::until("the 1 s window is over", || async {
+        let read = http.get(format!("{url}apps/ORDERS")).send().await.unwrap();
+        read.status() == 200
+    })
+    .await;
+
+    // The last of the two wins.
+    for (args, status) in [
+        (&["--warm-up", "60", "--no-warm-up"][..], 200),
+        (&["--no-warm-up", "--warm-up", "60"], 503),
+    ] {
+        let (_server, url) = serve(args).await;
+        let read = http.get(format!("{url}apps/")).send().await.unwrap();
+        assert_eq!(read.status(), status, "{args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_serve_after_the_request_in_flight_and_exits_0() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let (mut server, url) = serve(&[]).await;
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/eureka/"))
+        .unwrap()
+        .to_owned();
+    // A registration in flight: its head and half its body sent, the rest held back.
+    let body = crate::support::js_body("orders", "o-1", 8080);
+    let (first, rest) = body.split_at(body.len() / 2);
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /eureka/apps/ORDERS HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(first.as_bytes()).await.unwrap();
+    tcp.flush().await.unwrap();
+
+    let term = Command::new("kill")
+        .args(["-TERM", &server.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    // It stops accepting, and waits for the registration to finish.
+    crate::until("new connections are refused", || async {
+        tokio::net::TcpStream::connect(&addr).await.is_err()
+    })
+    .await;
+    assert!(
+        server.0.try_wait().unwrap().is_none(),
+        "exited with a request in flight"
+    );
+    tcp.write_all(rest.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "no exit within 10 s of its last request"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "a graceful stop, not death by signal"
+    );
 }

@@ -28,6 +28,15 @@ async fn ids_on(server: &RunningServer) -> Vec<String> {
     crate::support::ids(&doc)
 }
 
+/// Eureka's defaults but the warm-up: these servers start together, and a server's reads (so a
+/// peer's start-up pull) answer 503 for 30 s when it warms up
+/// (`a_server_whose_peer_is_warming_up_warms_up_too`).
+fn no_warm_up() -> ServerConfig {
+    let mut config = ServerConfig::default();
+    config.warm_up = false;
+    config
+}
+
 /// A listener on a port the OS chose, held until a server takes it: a port number found free
 /// and then given up could be taken by anything before the server binds it again.
 async fn listener() -> (tokio::net::TcpListener, u16) {
@@ -42,7 +51,7 @@ async fn a_write_on_one_server_is_seen_on_the_other_and_not_echoed_back() {
     let ((la, pa), (lb, pb)) = (listener().await, listener().await);
     let url = |p: u16| format!("http://127.0.0.1:{p}/eureka/");
     // b's port is bound but not served yet: a's start-up fetch from it can only time out.
-    let mut quick = ServerConfig::default();
+    let mut quick = no_warm_up();
     quick.peer_timeout = Duration::from_millis(100);
     let a = RegistryServer::new()
         .config(quick)
@@ -52,6 +61,7 @@ async fn a_write_on_one_server_is_seen_on_the_other_and_not_echoed_back() {
         .await
         .unwrap();
     let b = RegistryServer::new()
+        .config(no_warm_up())
         .peers([url(pa), url(pb)])
         .own_url(&url(pb))
         .start_on(lb)
@@ -115,10 +125,12 @@ async fn a_write_on_one_server_is_seen_on_the_other_and_not_echoed_back() {
 #[tokio::test]
 async fn a_single_write_marked_as_a_replication_is_applied_and_not_forwarded() {
     let b = RegistryServer::new()
+        .config(no_warm_up())
         .start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
     let a = RegistryServer::new()
+        .config(no_warm_up())
         .peers([b.url()])
         .start(([127, 0, 0, 1], 0).into())
         .await
@@ -142,6 +154,7 @@ async fn a_single_write_marked_as_a_replication_is_applied_and_not_forwarded() {
 #[tokio::test]
 async fn a_starting_server_pulls_the_registry_from_a_peer() {
     let a = RegistryServer::new()
+        .config(no_warm_up())
         .start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
@@ -169,6 +182,34 @@ async fn a_starting_server_pulls_the_registry_from_a_peer() {
         0,
         "what it pulled is not forwarded back"
     );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_whose_peer_is_warming_up_warms_up_too() {
+    // a restarted empty: an instance registered with it again, which it does not serve yet.
+    let a = RegistryServer::new()
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let registered = reqwest::Client::new()
+        .post(format!("{}apps/ORDERS", a.url()))
+        .header("content-type", "application/json")
+        .body(crate::support::js_body("orders", "o-1", 8080))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 204);
+    // b starts meanwhile: a's 503 is no registry to take, so b warms up as well, rather than
+    // serve the one instance back so far as the whole registry.
+    let b = RegistryServer::new()
+        .peers([a.url()])
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    assert!(get(&format!("{}apps/", b.url())).await.is_null(), "503");
+    assert_eq!(get(&format!("{}status", b.url())).await["warmingUp"], true);
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -12,16 +12,20 @@ use crate::limits::{LimitArgs, secs};
 
 /// Said after the options (the help keeps each option to a line).
 const NOTES: &str = "\
-Warm-up: a server that starts with an empty registry answers reads 503 for one renewal
-interval, or until an instance registers, so that clients keep their copy.
+Warm-up: a server that starts with an empty registry (no peer gave it one) answers reads 503
+for --warm-up seconds (one renewal interval by default, at most --max-lease), however many
+instances register meanwhile, so that clients keep their copy until every instance has had a
+heartbeat to come back; registrations and heartbeats are accepted throughout. --no-warm-up
+answers reads at once (the last of the two given wins).
 
 Security (see `The server's security` in docs/discovery.md): passwords are never taken on the
 command line (where `ps` shows them), so --password and --peer-password are refused.
 
 Limits (see `Limits` in docs/discovery.md): counts are at least 1, seconds 1 to 31536000.
 
-Prints `listening on http://ADDR/eureka/` once it accepts requests, then serves until ctrl-c.
-Logs (RUST_LOG, info by default) go to stderr.";
+Prints `listening on http://ADDR/eureka/` once it accepts requests. On SIGTERM or ctrl-c it
+stops accepting, lets the requests in flight finish, then exits 0. Logs (RUST_LOG, info by
+default) go to stderr.";
 
 /// A Eureka-compatible registry server, and a gateway routing HTTP to services by name
 #[derive(Debug, Parser)]
@@ -117,8 +121,11 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) no_self_preservation: bool,
     /// Answer reads at once after starting with an empty registry
-    #[arg(long)]
+    #[arg(long, overrides_with = "warm_up")]
     pub(crate) no_warm_up: bool,
+    /// Answer reads 503 this long after starting empty [default: the renewal interval]
+    #[arg(long, value_name = "SECS", value_parser = secs, overrides_with = "no_warm_up")]
+    pub(crate) warm_up: Option<u64>,
     #[command(flatten)]
     pub(crate) security: SecurityArgs,
     #[command(flatten)]

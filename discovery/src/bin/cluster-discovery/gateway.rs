@@ -4,6 +4,7 @@
 use cluster_discovery::gateway::{GatewayConfig, error_chain};
 
 use crate::args::GatewayArgs;
+use crate::stop::Stop;
 use crate::unusable;
 
 /// Log lines waiting for stderr before they are dropped (as `serve`'s default).
@@ -33,33 +34,13 @@ pub(crate) async fn run(args: GatewayArgs) {
     let (_flushed_at_exit, dropped) = crate::logging(LOG_LINES);
     tokio::spawn(crate::report_dropped(dropped));
     let addr = args.listen.unwrap_or(config.listen);
+    let stop = Stop::install();
     let running = match gateway.start(addr).await {
         Ok(r) => r,
         Err(e) => unusable(format!("cannot listen on {addr}: {e}")),
     };
     println!("listening on {}", running.url());
-    stopped().await;
-    tracing::info!("stopping: draining the requests in flight");
+    stop.wait().await;
+    tracing::info!("draining the requests in flight");
     running.shutdown().await;
-}
-
-/// SIGTERM (what a service manager sends) or ctrl-c.
-async fn stopped() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }

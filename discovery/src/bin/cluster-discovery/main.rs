@@ -1,11 +1,12 @@
-//! `cluster-discovery serve`: a Eureka-compatible registry server. Its options are in `args.rs`
-//! and `limits.rs`, whose doc comments are `cluster-discovery --help`; `server.rs` makes a
-//! server of them.
+//! `cluster-discovery serve`: a Eureka-compatible registry server, until SIGTERM or ctrl-c
+//! (`stop.rs`, shared with `gateway`). Its options are in `args.rs` and `limits.rs`, whose doc
+//! comments are `cluster-discovery --help`; `server.rs` makes a server of them.
 
 mod args;
 mod gateway;
 mod limits;
 mod server;
+mod stop;
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use args::{Cli, Command};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use server::Options;
+use stop::Stop;
 
 /// A misuse that clap cannot see in the options alone: said as clap says its own (the message,
 /// the usage, a pointer to `--help`), with exit code 2.
@@ -82,11 +84,13 @@ async fn main() {
     let options = Options::new(args);
     let (_flushed_at_exit, dropped) = logging(options.log_lines);
     tokio::spawn(report_dropped(dropped));
+    let stop = Stop::install();
     let running = match options.server.start(options.addr).await {
         Ok(r) => r,
         Err(e) => unusable(format!("cannot start on {}: {e}", options.addr)),
     };
     println!("listening on {}", running.url());
-    let _ = tokio::signal::ctrl_c().await;
+    stop.wait().await;
+    tracing::info!("finishing the requests in flight");
     running.shutdown().await;
 }

@@ -33,9 +33,11 @@ impl Options {
         config.renewal_interval = Duration::from_secs(args.renewal_interval);
         config.self_preservation = !args.no_self_preservation;
         config.warm_up = !args.no_warm_up;
+        config.warm_up_window = args.warm_up.map(Duration::from_secs);
         for (flag, d) in [
             ("--lease-duration", config.lease_duration),
             ("--renewal-interval", config.renewal_interval),
+            ("--warm-up", config.warm_up_window.unwrap_or_default()),
         ] {
             if d > config.limits.max_lease {
                 misuse(

@@ -64,7 +64,9 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// Every registry read (a GET, but the server's own status) is answered with 503 while the
-/// server warms up; writes go through, and end the warm-up.
+/// server warms up; writes go through and rebuild the registry, but only time ends the
+/// warm-up: a read between the first registration and the last would show a registry missing
+/// every instance that had not heartbeaten yet.
 async fn warm_up_gate(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     if req.method() == Method::GET
         && req.uri().path() != "/eureka/status"

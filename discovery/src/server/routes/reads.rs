@@ -33,8 +33,8 @@ pub(super) fn warming_up(shared: &Shared) -> Option<Response> {
                 (header::RETRY_AFTER, secs.clone()),
             ],
             format!(
-                "warming up: this server started with an empty registry and waits up to {secs} \
-                 s more for instances to register again; keep your copy or ask another server\n"
+                "warming up: this server started with an empty registry and gives its instances \
+                 {secs} s more to register again; keep your copy or ask another server\n"
             ),
         )
             .into_response(),

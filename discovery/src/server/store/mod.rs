@@ -190,8 +190,10 @@ impl Store {
     }
 
     /// Starts the warm-up of a server that came up with an empty registry: until `until_ms`,
-    /// or until an instance registers, reads answer 503 rather than an empty registry that
-    /// clients would take for the truth.
+    /// reads answer 503 rather than a registry that clients would take for the truth while it
+    /// holds only the instances that registered again so far. Writes are not held back (they
+    /// rebuild the registry), and none of them ends the warm-up early: the first registration
+    /// would otherwise open the reads on a registry of one instance.
     pub(crate) fn begin_warm_up(&self, until_ms: u64) {
         self.state
             .lock()
@@ -204,7 +206,10 @@ impl Store {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.clock.now_ms();
         if state.warm_until != 0 && now >= state.warm_until {
-            tracing::info!("warm-up over: serving the registry as it is");
+            tracing::info!(
+                "warm-up over: serving the registry, {} instances registered again",
+                state.deadlines.len()
+            );
             state.warm_until = 0;
         }
         (state.warm_until != 0).then(|| std::time::Duration::from_millis(state.warm_until - now))

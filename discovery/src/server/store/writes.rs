@@ -114,8 +114,6 @@ impl Store {
             if !known {
                 check_room(state, &instance.app, limits)?;
             }
-            // The registry is being rebuilt: it no longer needs to hide that it is empty.
-            state.warm_until = 0;
             let leases = state.apps.entry(instance.app.clone()).or_default();
             let previous = leases.get(&id);
             let mut service_up_ms = 0;
