@@ -88,6 +88,11 @@ path = "/api/orders/*"
 service = "orders"
 resolver = "fixed"
 strip = "/api"
+[limits]
+# nginx keeps 64 idle connections to the upstream per worker (\`keepalive 64\` above): so does
+# the gateway, per worker. At its default (32) the 64-connection runs would close and reopen
+# connections to the upstream, which nginx does not.
+max_idle_per_instance = 64
 CONF
 RUST_LOG=warn "$bin" gateway --config "$dir/gateway.toml" >"$dir/gateway.out" 2>"$dir/gateway.log" &
 pids+=($!)

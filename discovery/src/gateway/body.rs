@@ -41,6 +41,9 @@ struct Shared {
     overflowed: bool,
     /// Set when the stream ended with everything kept.
     complete: bool,
+    /// Set when the client's stream failed (malformed chunks, the client gone): the attempt
+    /// failed through no fault of the instance's.
+    failed: bool,
 }
 
 impl Shared {
@@ -61,6 +64,7 @@ impl Once {
                 room: replay,
                 overflowed: false,
                 complete: false,
+                failed: false,
             })),
         }
     }
@@ -69,6 +73,12 @@ impl Once {
     pub(crate) fn can_resend(&self) -> bool {
         let s = Shared::lock(&self.shared);
         self.empty || s.stream.is_some() || s.complete
+    }
+
+    /// Whether the client's body failed while an attempt sent it (not for being too large:
+    /// that is `LengthLimitError`, answered 413).
+    pub(crate) fn client_failed(&self) -> bool {
+        Shared::lock(&self.shared).failed
     }
 
     /// The body for one attempt: the client's stream if no attempt read it yet (taken when
@@ -138,7 +148,8 @@ impl HttpBody for Attempt {
                 }
             }
             Poll::Ready(None) => s.complete = !s.overflowed,
-            _ => {}
+            Poll::Ready(Some(Err(e))) => s.failed = !e.is::<http_body_util::LengthLimitError>(),
+            Poll::Pending => {}
         }
         if ended {
             s.complete = !s.overflowed;

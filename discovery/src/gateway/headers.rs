@@ -23,15 +23,21 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-/// Whether the message asks for a protocol upgrade (`Connection: upgrade` with `Upgrade`).
+/// Whether the message asks for a protocol upgrade (`Connection: upgrade` with `Upgrade`)
+/// that the gateway passes through. `h2c` is not one: it would turn the connection to the
+/// instance into HTTP/2, which the gateway does not speak, and RFC 9113 retired it; such a
+/// request goes on as plain HTTP/1.1, its `Upgrade` removed, as nginx does.
 pub(crate) fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+    headers.get(header::UPGRADE).is_some_and(|u| {
+        !u.as_bytes()
+            .split(|b| *b == b',')
+            .any(|p| p.trim_ascii().eq_ignore_ascii_case(b"h2c"))
+    }) && headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
 /// Removes the hop-by-hop headers, those the `Connection` header names among them. An upgrade
@@ -180,6 +186,20 @@ mod tests {
             ("upgrade", "h2c"),
             ("accept", "*/*"),
         ]);
+        remove_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["accept"]);
+    }
+
+    #[test]
+    fn an_h2c_upgrade_is_not_passed_on() {
+        let mut h = map(&[
+            ("connection", "Upgrade, HTTP2-Settings"),
+            ("upgrade", "h2c"),
+            ("http2-settings", "AAMAAABkAARAAAAAAAIAAAAA"),
+            ("accept", "*/*"),
+        ]);
+        assert!(!is_upgrade(&h));
         remove_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, ["accept"]);

@@ -74,8 +74,21 @@ impl Proxy {
     /// once per service and status every 10 s (with the count of those not logged), so that a
     /// failing service cannot flood the log.
     pub(crate) async fn handle(&self, req: Request<Incoming>, caller: &Caller) -> Response<Body> {
-        if let Some(why) = unsafe_path(req.uri().path()) {
+        if let Some(why) = unsafe_path(req.uri().path()).or_else(|| bad_host(&req)) {
             return plain(StatusCode::BAD_REQUEST, format!("{why}\n"));
+        }
+        if req.method() == Method::TRACE {
+            // It echoes the request back, credentials the gateway or a proxy before it added
+            // included (cross-site tracing); nginx refuses it the same way.
+            let mut r = plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "TRACE is not forwarded\n".into(),
+            );
+            r.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS"),
+            );
+            return r;
         }
         let Some(route) = self.shared.routes.find(req.uri().path()) else {
             return plain(
@@ -164,6 +177,18 @@ impl Proxy {
             tried.push(pick.endpoint().clone());
             if let Some(limit) = body_too_large(&e, self.shared.max_body_bytes) {
                 return limit;
+            }
+            if body.client_failed() {
+                // The client's body broke (malformed chunks, or the client went away): not the
+                // instance's fault, nothing to retry or cool down.
+                tracing::debug!(
+                    "the request body from the client failed: {}",
+                    super::error_chain(&e)
+                );
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "the request body could not be read\n".into(),
+                );
             }
             // The details (the instance's address, the cause) go to the log, not to the
             // client: an edge gateway does not tell the Internet where its instances are.
@@ -326,11 +351,25 @@ fn is_dot_segment(segment: &str) -> bool {
     matches!(dots, 1 | 2)
 }
 
+/// Why the request's `Host` is unusable, if it is: RFC 9112 §3.2 has a server answer 400 to an
+/// HTTP/1.1 request without one, and to any request with more than one (which of the two an
+/// instance or a cache behind it believes is how requests are smuggled past a route).
+fn bad_host<B>(req: &Request<B>) -> Option<&'static str> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), Some(_)) => Some("more than one Host header"),
+        (None, _) if req.version() == axum::http::Version::HTTP_11 => {
+            Some("an HTTP/1.1 request without a Host header")
+        }
+        _ => None,
+    }
+}
+
 /// RFC 9110 §9.2.2: methods whose repetition has the effect of one.
 fn idempotent(m: &Method) -> bool {
     matches!(
         *m,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
     )
 }
 

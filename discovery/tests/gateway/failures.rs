@@ -210,3 +210,25 @@ async fn an_idempotent_request_with_a_small_body_is_sent_again_and_a_large_one_i
     assert_eq!(failed, breaker.hits() - before);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_malformed_body_from_the_client_is_400_and_not_the_instances_fault() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let up = Upstream::start().await;
+    let gw = gateway(orders([up.endpoint()])).await;
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    // A first chunk, then a chunk size that is not hexadecimal.
+    tcp.write_all(
+        b"POST /x HTTP/1.1\r\nhost: gw\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("request body"), "{answer}");
+    // The instance was not blamed: the next request goes to it.
+    let a = get(&client(), format!("{}/x", gw.url())).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    gw.shutdown().await;
+}

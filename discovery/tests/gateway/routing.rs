@@ -152,13 +152,69 @@ async fn a_service_that_resolves_to_nothing_is_503_with_its_name() {
 /// What the gateway answers to a raw request line (the path sent as is, as `curl
 /// --path-as-is` would).
 async fn raw(gw: &RunningGateway, path: &str) -> String {
+    raw_request(
+        gw,
+        &format!("GET {path} HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// What the gateway answers to `request`, sent byte for byte (it must ask to close).
+async fn raw_request(gw: &RunningGateway, request: &str) -> String {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n");
     tcp.write_all(request.as_bytes()).await.unwrap();
     let mut answer = String::new();
     tcp.read_to_string(&mut answer).await.unwrap();
     answer
+}
+
+#[tokio::test]
+async fn requests_a_server_must_refuse_are_refused_before_any_instance_sees_them() {
+    let up = Upstream::start().await;
+    let gw = gateway(&[("/*", Route::service("o", balancer("o", [up.endpoint()])))]).await;
+    for (request, status) in [
+        // RFC 9112 §3.2: an HTTP/1.1 request without Host, or any with two.
+        ("GET /a HTTP/1.1\r\nconnection: close\r\n\r\n", "400"),
+        (
+            "GET /a HTTP/1.1\r\nhost: a\r\nhost: b\r\nconnection: close\r\n\r\n",
+            "400",
+        ),
+        // TRACE would echo what the gateway adds: refused as nginx does.
+        (
+            "TRACE /a HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n",
+            "405",
+        ),
+    ] {
+        let answer = raw_request(&gw, request).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{request:?}: {answer}"
+        );
+    }
+    assert_eq!(up.hits(), 0, "no instance saw them");
+    // HTTP/1.0 has no Host requirement.
+    let answer = raw_request(&gw, "GET /a HTTP/1.0\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_h2c_upgrade_goes_on_as_plain_http() {
+    let up = Upstream::start().await;
+    let gw = gateway(&[("/*", Route::service("o", balancer("o", [up.endpoint()])))]).await;
+    let answer = raw_request(
+        &gw,
+        "GET /a HTTP/1.1\r\nhost: gw\r\nconnection: Upgrade, HTTP2-Settings, close\r\n\
+         upgrade: h2c\r\nhttp2-settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let seen = answer.to_ascii_lowercase();
+    for gone in ["upgrade:", "http2-settings:"] {
+        assert!(!seen.contains(gone), "the instance saw {gone} {answer}");
+    }
+    gw.shutdown().await;
 }
 
 #[tokio::test]
