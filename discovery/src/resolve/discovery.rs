@@ -7,6 +7,7 @@
 //! round trip (or its timeout, in an outage) on the caller's path, and every caller that found
 //! the cache due at once would start its own read.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,7 +43,7 @@ struct Shared {
 
 #[derive(Debug, Clone)]
 struct Cached {
-    apps: Applications,
+    services: Index,
     read_at: Instant,
     /// Set while the servers cannot be reached.
     stale_since: Option<Instant>,
@@ -101,22 +102,54 @@ impl Discovery {
         });
     }
 
-    /// The `UP` instances of `service` (by application or VIP) at their plain port. One whose
-    /// plain port is disabled (`port.@enabled = false`: it serves TLS on `securePort` only, or
-    /// nothing) is not offered: an [`Endpoint`] has no scheme, and its users (the gateway)
-    /// speak plain HTTP to it, which the port that is enabled would not answer. Each read
-    /// names them at DEBUG ([`Shared::reload`]).
-    fn lookup(apps: &Applications, service: &str) -> Vec<Endpoint> {
-        let mut out: Vec<Endpoint> = apps
-            .instances()
-            .filter(|i| i.status == Status::Up && i.port.enabled)
-            .filter(|i| i.app.eq_ignore_ascii_case(service) || i.serves_vip(service, false))
-            .map(|i| Endpoint::new(i.ip_addr.clone(), i.port.port))
-            .collect();
-        out.sort();
-        out.dedup();
-        out
+    /// The `UP` instances of `service` (by application or VIP) at their plain port, from the
+    /// index of the last read.
+    fn lookup(services: &Index, service: &str) -> Vec<Endpoint> {
+        let key: std::borrow::Cow<'_, str> = if service.bytes().any(|b| b.is_ascii_uppercase()) {
+            service.to_ascii_lowercase().into()
+        } else {
+            service.into()
+        };
+        services.get(&*key).cloned().unwrap_or_default()
     }
+}
+
+/// The registry as read, by service: each `UP` instance under its application's name and each
+/// VIP it serves, lower-cased (names match without regard to ASCII case, as Eureka's), so that
+/// a resolve is one lookup, not a scan of every instance: a gateway resolves for every request,
+/// and a registry may hold 100,000 instances.
+///
+/// An instance whose plain port is disabled (`port.@enabled = false`: it serves TLS on
+/// `securePort` only, or nothing) is left out: an [`Endpoint`] has no scheme, and its users
+/// (the gateway) speak plain HTTP to it, which the port that is enabled would not answer. Each
+/// read names them at DEBUG ([`Shared::reload`]).
+type Index = HashMap<String, Vec<Endpoint>>;
+
+fn index(apps: &Applications) -> Index {
+    let mut index = Index::new();
+    for i in apps
+        .instances()
+        .filter(|i| i.status == Status::Up && i.port.enabled)
+    {
+        let endpoint = Endpoint::new(i.ip_addr.clone(), i.port.port);
+        let vips = i.vip_address.as_deref().unwrap_or_default().split(',');
+        let mut names: Vec<String> = std::iter::once(i.app.as_str())
+            .chain(vips)
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            index.entry(name).or_default().push(endpoint.clone());
+        }
+    }
+    for endpoints in index.values_mut() {
+        endpoints.sort();
+        endpoints.dedup();
+    }
+    index
 }
 
 impl Shared {
@@ -147,7 +180,7 @@ impl Shared {
                     tracing::info!("the registry answers again: resolving from fresh data");
                 }
                 *cache = Some(Cached {
-                    apps,
+                    services: index(&apps),
                     read_at: Instant::now(),
                     stale_since: None,
                 });
@@ -196,13 +229,41 @@ impl Resolve for Discovery {
                 }
             }
             let cache = self.shared.lock();
-            let apps = &cache.as_ref().expect("read above").apps;
-            let found = Self::lookup(apps, service);
+            let services = &cache.as_ref().expect("read above").services;
+            let found = Self::lookup(services, service);
             if found.is_empty() {
                 Err(ResolveError::no_service(service))
             } else {
                 Ok(found)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Instance;
+
+    #[test]
+    fn the_index_answers_by_application_and_vip_whatever_the_case() {
+        let mut a = Instance::new("ORDERS", "10.0.0.1", 8080).with_id("a");
+        a.vip_address = Some("orders.internal, Shop ,,orders".into());
+        let mut b = Instance::new("orders", "10.0.0.2", 8080).with_id("b");
+        b.vip_address = Some("shop".into());
+        let mut down = Instance::new("orders", "10.0.0.3", 8080).with_id("c");
+        down.status = Status::Down;
+        let apps = Applications::group("1", "", [a, b, down]);
+        let services = index(&apps);
+        let both = [
+            Endpoint::new("10.0.0.1", 8080),
+            Endpoint::new("10.0.0.2", 8080),
+        ];
+        assert_eq!(Discovery::lookup(&services, "orders"), both);
+        assert_eq!(Discovery::lookup(&services, "Orders"), both);
+        assert_eq!(Discovery::lookup(&services, "SHOP"), both);
+        assert_eq!(Discovery::lookup(&services, "orders.internal"), both[..1]);
+        assert!(Discovery::lookup(&services, "").is_empty());
+        assert!(Discovery::lookup(&services, "billing").is_empty());
     }
 }
