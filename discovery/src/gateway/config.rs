@@ -52,6 +52,10 @@ pub struct GatewayConfig {
     /// (default 2,000).
     #[serde(default)]
     pub cool_down_ms: Option<u64>,
+    /// Threads that serve, each accepting connections and serving them whole (default: one per
+    /// core; see [`Gateway::workers`]).
+    #[serde(default)]
+    pub workers: Option<usize>,
     /// Limits; each unset one takes its default ([`GatewayLimits`]).
     #[serde(default)]
     pub limits: LimitsConfig,
@@ -144,6 +148,14 @@ pub enum ConfigError {
     /// The TLS files cannot be used.
     #[error("TLS")]
     Tls(#[source] std::io::Error),
+    /// A setting outside its range.
+    #[error("`{setting}` {why}")]
+    Setting {
+        /// The setting's name.
+        setting: &'static str,
+        /// Its range.
+        why: &'static str,
+    },
     /// A route's settings cannot work: said at start, not as every request failing.
     #[error("route `{route}`: {why}")]
     Route {
@@ -164,6 +176,15 @@ impl GatewayConfig {
         let config: Self = toml::from_str(text).map_err(ConfigError::Parse)?;
         if config.routes.is_empty() {
             return Err(ConfigError::NoRoutes);
+        }
+        if config
+            .workers
+            .is_some_and(|n| !(1..=super::MAX_WORKERS).contains(&n))
+        {
+            return Err(ConfigError::Setting {
+                setting: "workers",
+                why: "is 1 to 1024 threads",
+            });
         }
         let mut seen = std::collections::HashSet::new();
         for route in &config.routes {
@@ -203,6 +224,9 @@ impl GatewayConfig {
     pub fn gateway(&self) -> Result<Gateway, ConfigError> {
         let mut balancers: HashMap<&str, Arc<Balancer>> = HashMap::new();
         let mut gateway = Gateway::new().limits(self.limits.limits());
+        if let Some(n) = self.workers {
+            gateway = gateway.workers(n);
+        }
         for route in &self.routes {
             let name = route.resolver.as_str();
             let balancer = match balancers.get(name) {
@@ -342,6 +366,20 @@ mod tests {
                 .to_string()
                 .contains("same path")
         );
+    }
+
+    #[test]
+    fn workers_are_one_to_1024() {
+        let with = |n: usize| {
+            format!("workers = {n}\n[resolvers.r]\nkind = \"static\"\nservices = {{}}\n{ROUTE}")
+        };
+        for n in [0, 1025] {
+            let e = GatewayConfig::from_toml(&with(n)).unwrap_err();
+            assert!(e.to_string().contains("workers"), "{n}: {e}");
+        }
+        let c = GatewayConfig::from_toml(&with(3)).unwrap();
+        assert_eq!(c.workers, Some(3));
+        let _ = c.gateway().unwrap();
     }
 
     #[test]

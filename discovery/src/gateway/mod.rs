@@ -56,6 +56,9 @@ pub use route::{DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT, Host, Upstream};
 
 use crate::server::ServerTls;
 
+/// The most worker threads a gateway takes.
+const MAX_WORKERS: usize = 1024;
+
 /// What a client (or an instance) can make the gateway hold, each with its default.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -84,7 +87,8 @@ pub struct GatewayLimits {
     /// How long a connection to an instance may take: 2 s. Past it, the instance is treated as
     /// refusing (cooled down, the request sent to another).
     pub connect_timeout: Duration,
-    /// Idle keep-alive connections kept per instance: 32, each closed after 90 s idle.
+    /// Idle keep-alive connections kept per instance by each worker: 32, each closed after 90 s
+    /// idle (nginx's `keepalive` is per worker too).
     pub max_idle_per_instance: usize,
     /// How long [`RunningGateway::shutdown`] waits for requests in flight (and tunnels) to
     /// finish: 30 s.
@@ -144,10 +148,10 @@ impl Gateway {
         self
     }
 
-    /// How many threads serve (one per core by default, at least 1): each accepts connections
+    /// How many threads serve (one per core by default; 1 to 1,024): each accepts connections
     /// and serves them whole, with its own connections to instances (`serve.rs`).
     pub fn workers(mut self, workers: usize) -> Self {
-        self.workers = Some(workers.max(1));
+        self.workers = Some(workers.clamp(1, MAX_WORKERS));
         self
     }
 
