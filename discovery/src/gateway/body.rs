@@ -16,6 +16,7 @@ use axum::body::{Body, Bytes};
 use http_body_util::Limited;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 
+use super::pool::Lease;
 use crate::balance::Pick;
 
 /// Errors a body passes on (too large, the client went away).
@@ -174,18 +175,36 @@ impl HttpBody for Attempt {
     }
 }
 
-/// The instance's body, with the pick of the instance held until it ends.
+/// The instance's body, with the pick of the instance held until it ends, and the lease of
+/// its connection, which goes back to the pool once the body has been read to its end.
 pub(crate) struct Held {
     body: Incoming,
     pick: Option<Pick>,
+    lease: Option<Lease>,
 }
 
 impl Held {
-    pub(crate) fn body(body: Incoming, pick: Pick) -> Body {
-        Body::new(Self {
+    pub(crate) fn body(body: Incoming, pick: Pick, lease: Lease) -> Body {
+        let mut held = Self {
             body,
             pick: Some(pick),
-        })
+            lease: Some(lease),
+        };
+        // hyper may never poll a body that is empty (`HEAD`, `204`, `304`): done already.
+        if held.body.is_end_stream() {
+            held.done(true);
+        }
+        Body::new(held)
+    }
+
+    /// No longer in flight; the connection back to the pool if the body was read whole.
+    fn done(&mut self, whole: bool) {
+        self.pick = None;
+        if let Some(lease) = self.lease.take()
+            && whole
+        {
+            lease.release();
+        }
     }
 }
 
@@ -198,9 +217,13 @@ impl HttpBody for Held {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
-        if let Poll::Ready(None | Some(Err(_))) = &polled {
-            // Done: no longer in flight, before hyper drops the body.
-            self.pick = None;
+        match &polled {
+            // Done, before hyper drops the body. hyper stops polling a body of known length
+            // once it has all of it: the end is seen as `is_end_stream` too.
+            Poll::Ready(None) => self.done(true),
+            Poll::Ready(Some(Err(_))) => self.done(false),
+            Poll::Ready(Some(Ok(_))) if self.body.is_end_stream() => self.done(true),
+            _ => {}
         }
         polled
     }

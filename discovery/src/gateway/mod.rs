@@ -36,6 +36,7 @@
 mod body;
 mod config;
 mod headers;
+mod pool;
 mod proxy;
 mod route;
 mod serve;
@@ -45,9 +46,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::TcpListener;
 use tower::retry::budget::TpsBudget;
 
@@ -157,13 +155,28 @@ impl Gateway {
 
     /// Listens on `addr` (port 0: one the OS picks) and serves.
     pub async fn start(self, addr: SocketAddr) -> std::io::Result<RunningGateway> {
-        let listener = TcpListener::bind(addr).await?;
-        self.start_on(listener)
+        let listeners = serve::listeners(addr, self.worker_count()).await?;
+        self.start_listening(listeners)
     }
 
-    /// Serves on a listener already bound.
+    /// Serves on a listener already bound, shared by the workers (which then take connections
+    /// as they wake, less evenly than the sockets of their own [`Gateway::start`] binds).
     pub fn start_on(self, listener: TcpListener) -> std::io::Result<RunningGateway> {
-        let addr = listener.local_addr()?;
+        let listeners = serve::shared(listener.into_std()?, self.worker_count())?;
+        self.start_listening(listeners)
+    }
+
+    fn worker_count(&self) -> usize {
+        self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        })
+    }
+
+    fn start_listening(
+        self,
+        listeners: Vec<std::net::TcpListener>,
+    ) -> std::io::Result<RunningGateway> {
+        let addr = listeners[0].local_addr()?;
         let limits = self.limits;
         let shared = Arc::new(proxy::Shared {
             routes: self.routes,
@@ -175,10 +188,7 @@ impl Gateway {
         });
         let tls = self.tls.as_ref().map(ServerTls::acceptor);
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let workers = self.workers.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
-        });
-        let workers = serve::Workers::start(listener.into_std()?, workers, tls, shared, &limits)?;
+        let workers = serve::Workers::start(listeners, tls, shared, &limits)?;
         Ok(RunningGateway {
             addr,
             scheme,
@@ -186,19 +196,6 @@ impl Gateway {
             drain: limits.drain_timeout,
         })
     }
-}
-
-/// One worker's client to instances: pooled keep-alive connections, `TCP_NODELAY`.
-fn client(limits: &GatewayLimits) -> Client<HttpConnector, axum::body::Body> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(limits.connect_timeout));
-    Client::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(limits.max_idle_per_instance)
-        .build(connector)
 }
 
 /// A gateway serving; [`RunningGateway::shutdown`] drains it, and so does dropping it (in the

@@ -24,16 +24,15 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::body::Bytes;
-use axum::http::uri::{Authority, PathAndQuery, Scheme};
+use axum::http::uri::PathAndQuery;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::time::Instant;
 use tower::retry::budget::{Budget as _, TpsBudget};
 
 use super::body::{Held, Once};
 use super::headers::{Caller, add_forwarded, is_upgrade, remove_hop_by_hop};
+use super::pool::{Failure, Lease, Pool};
 use super::route::{Host, Routes, Upstream};
 use crate::balance::{Pick, PickError};
 use crate::resolve::Endpoint;
@@ -54,7 +53,7 @@ pub(crate) struct Shared {
 /// to instances, so that a request and the connection it goes out on stay on one thread.
 pub(crate) struct Proxy {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) client: Client<HttpConnector, Body>,
+    pub(crate) pool: Arc<Pool>,
 }
 
 /// The request's head, rewritten once for every attempt.
@@ -165,17 +164,20 @@ impl Proxy {
                     continue;
                 }
             };
-            let answered = tokio::time::timeout_at(deadline, self.client.request(out)).await;
+            let answered =
+                tokio::time::timeout_at(deadline, self.pool.send(pick.endpoint(), out)).await;
             let e = match answered {
                 Err(_) => return timed_out(route),
-                Ok(Ok(response)) => {
+                Ok(Ok((response, lease))) => {
                     pick.reached();
-                    return respond(response, pick, client_upgrade);
+                    return respond(response, pick, lease, client_upgrade);
                 }
                 Ok(Err(e)) => e,
             };
             tried.push(pick.endpoint().clone());
-            if let Some(limit) = body_too_large(&e, self.shared.max_body_bytes) {
+            let connect = matches!(e, Failure::Connect(_));
+            let e = e.error();
+            if let Some(limit) = body_too_large(e, self.shared.max_body_bytes) {
                 return limit;
             }
             if body.client_failed() {
@@ -183,7 +185,7 @@ impl Proxy {
                 // instance's fault, nothing to retry or cool down.
                 tracing::debug!(
                     "the request body from the client failed: {}",
-                    super::error_chain(&e)
+                    super::error_chain(e)
                 );
                 return plain(
                     StatusCode::BAD_REQUEST,
@@ -196,14 +198,14 @@ impl Proxy {
                 "instance {} of `{}`: {}",
                 pick.endpoint(),
                 route.service,
-                super::error_chain(&e)
+                super::error_chain(e)
             );
-            let what = if e.is_connect() {
+            let what = if connect {
                 "no connection to an instance could be made"
             } else {
                 "the instance closed the connection without an answer"
             };
-            if e.is_connect() {
+            if connect {
                 pick.connect_failed();
                 if body.can_resend() {
                     failed = Some(bad_gateway(route, what));
@@ -261,23 +263,19 @@ fn outgoing(
     to: &Endpoint,
     body: Body,
 ) -> Result<Request<Body>, axum::http::Error> {
-    // One string for the URI's authority and the `Host` header both.
-    let authority = Bytes::from(to.to_string());
-    let uri = Uri::builder()
-        .scheme(Scheme::HTTP)
-        .authority(Authority::from_maybe_shared(authority.clone())?)
-        .path_and_query(head.path_and_query.clone())
-        .build()?;
+    // Origin-form (`/path?query`), as HTTP/1.1 sends to a server; the instance is named by
+    // the connection and the `Host` header.
+    let uri = Uri::from(head.path_and_query.clone());
     let mut req = Request::builder()
         .method(head.method.clone())
         .uri(uri)
         .body(body)?;
     *req.headers_mut() = head.headers.clone();
     let host = match &route.host {
-        Host::Instance => HeaderValue::from_maybe_shared(authority)?,
+        Host::Instance => HeaderValue::from_maybe_shared(Bytes::from(to.to_string()))?,
         Host::Preserve => match &head.client_host {
             Some(h) => h.clone(),
-            None => HeaderValue::from_maybe_shared(authority)?,
+            None => HeaderValue::from_maybe_shared(Bytes::from(to.to_string()))?,
         },
         Host::Fixed(name) => HeaderValue::from_str(name)?,
     };
@@ -289,13 +287,14 @@ fn outgoing(
 fn respond(
     mut response: Response<Incoming>,
     pick: Pick,
+    lease: Lease,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response<Body> {
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         match client_upgrade {
             Some(client) => {
                 let instance = hyper::upgrade::on(&mut response);
-                super::upgrade::join(client, instance, pick);
+                super::upgrade::join(client, instance, pick, lease);
                 return response.map(|_| Body::empty());
             }
             // A 101 nobody asked for cannot be passed on.
@@ -313,7 +312,7 @@ fn respond(
         response.headers_mut().remove(header::CONTENT_LENGTH);
     }
     remove_hop_by_hop(response.headers_mut());
-    response.map(|body| Held::body(body, pick))
+    response.map(|body| Held::body(body, pick, lease))
 }
 
 /// Why a path cannot be routed, if it cannot: a `.` or `..` segment, raw or percent-encoded,

@@ -33,11 +33,52 @@ use tokio_rustls::TlsAcceptor;
 
 use super::GatewayLimits;
 use super::headers::Caller;
+use super::pool::Pool;
 use super::proxy::{Proxy, Shared};
 use crate::server::limits::connections::{Guarded, Places, refuse};
 
 /// The longest header timeout taken: a year (hyper adds it to an `Instant` unchecked).
 const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// One listening socket per worker on `addr`, with `SO_REUSEPORT` on Linux: the kernel spreads
+/// new connections over them evenly (by a hash of their addresses). Sharing one socket instead,
+/// the worker that wakes first accepts a whole burst (the 64 connections a load balancer or
+/// `wrk` opens at once) and the others sit idle. Before the group binds, a plain socket is
+/// bound to the address and closed: an address already in use is an error, as without the
+/// option, rather than a second gateway of the same user silently sharing the port.
+pub(super) async fn listeners(
+    addr: SocketAddr,
+    count: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    if !cfg!(target_os = "linux") || count == 1 {
+        let one = TcpListener::bind(addr).await?.into_std()?;
+        return shared(one, count);
+    }
+    let addr = std::net::TcpListener::bind(addr)?.local_addr()?;
+    (0..count)
+        .map(|_| {
+            let socket = match addr {
+                SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+            };
+            socket.set_reuseaddr(true)?;
+            socket.set_reuseport(true)?;
+            socket.bind(addr)?;
+            socket.listen(1024)?.into_std()
+        })
+        .collect()
+}
+
+/// `count` handles on one listening socket (a listener the caller bound).
+pub(super) fn shared(
+    listener: std::net::TcpListener,
+    count: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    (1..count).try_fold(vec![listener], |mut all, _| {
+        all.push(all[0].try_clone()?);
+        Ok(all)
+    })
+}
 
 /// hyper's default bound on header fields (`proto::h1::DEFAULT_MAX_HEADERS`, not exported).
 const HYPER_MAX_HEADERS: usize = 100;
@@ -61,10 +102,9 @@ pub(super) struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` workers on `listener`.
+    /// Starts a worker on each listener.
     pub(super) fn start(
-        listener: std::net::TcpListener,
-        count: usize,
+        listeners: Vec<std::net::TcpListener>,
         tls: Option<TlsAcceptor>,
         shared: Arc<Shared>,
         limits: &GatewayLimits,
@@ -72,8 +112,7 @@ impl Workers {
         let (phase, watching) = watch::channel(Phase::Serving);
         let (ended_tx, ended) = mpsc::channel(1);
         let places = Places::new(limits.max_connections);
-        for i in 0..count.max(1) {
-            let listener = listener.try_clone()?;
+        for (i, listener) in listeners.into_iter().enumerate() {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -132,7 +171,7 @@ async fn worker(
     };
     let proxy = Arc::new(Proxy {
         shared,
-        client: super::client(&limits),
+        pool: Pool::new(limits.max_idle_per_instance, limits.connect_timeout),
     });
     let mut draining = phase.clone();
     let drain = async move {

@@ -6,13 +6,17 @@
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
+use super::pool::Lease;
 use crate::balance::Pick;
 
 /// Joins the two sides in a task of their own; the pick counts the tunnel as a request in
-/// flight to the instance until it closes.
-pub(crate) fn join(client: OnUpgrade, instance: OnUpgrade, pick: Pick) {
+/// flight to the instance until it closes. The connection's lease is held until hyper has
+/// handed its socket over, and never goes back to the pool.
+pub(crate) fn join(client: OnUpgrade, instance: OnUpgrade, pick: Pick, lease: Lease) {
     tokio::spawn(async move {
-        let (client, instance) = match tokio::try_join!(client, instance) {
+        let joined = tokio::try_join!(client, instance);
+        drop(lease);
+        let (client, instance) = match joined {
             Ok(both) => both,
             Err(e) => {
                 tracing::debug!("upgrade to {} failed: {e}", pick.endpoint());

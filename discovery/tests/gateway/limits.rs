@@ -97,3 +97,37 @@ async fn a_head_too_large_is_431_and_a_head_too_slow_is_closed() {
     );
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_port_in_use_is_an_error_not_a_port_shared_with_another_gateway() {
+    let up = Upstream::start().await;
+    let route = || {
+        let b = Arc::new(Balancer::new(
+            Static::new().service("orders", [up.endpoint()]),
+        ));
+        Route::service("orders", b)
+    };
+    // Each worker listens on a socket of its own (SO_REUSEPORT on Linux), all on one port.
+    let first = Gateway::new()
+        .route("/*", route())
+        .workers(3)
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let second = Gateway::new()
+        .route("/*", route())
+        .workers(3)
+        .start(first.addr())
+        .await;
+    assert_eq!(
+        second.unwrap_err().kind(),
+        std::io::ErrorKind::AddrInUse,
+        "a second gateway must not join the first's sockets"
+    );
+    // And the first serves on every one of its sockets (a new connection each time).
+    for _ in 0..30 {
+        let a = crate::support::get(&crate::support::client(), format!("{}/x", first.url())).await;
+        assert_eq!(a.status, axum::http::StatusCode::OK);
+    }
+    first.shutdown().await;
+}

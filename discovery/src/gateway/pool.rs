@@ -1,0 +1,193 @@
+//! Each worker's connections to instances (`serve.rs`): HTTP/1.1 over TCP, kept alive and used
+//! again, never shared with another worker.
+//!
+//! 1. A request takes the newest idle connection to its instance (the one least likely to have
+//!    been closed by the instance meanwhile); those the instance closed, or idle longer than
+//!    `IDLE`, are dropped on the way. None: a new one, within `connect_timeout`.
+//! 2. hyper hands a request back when it was not written (the connection was found closed
+//!    first): it goes out on the next connection, as it never reached the instance.
+//! 3. The connection goes back to the pool when the response's body has been read to its end
+//!    ([`Lease::release`], by `body.rs`), if the instance has fewer than `max_idle` idle
+//!    ones. A body the client did not read whole closes its connection (it cannot carry
+//!    another response). An upgraded connection is the tunnel's, never back in the pool.
+//!
+//! This is what hyper-util's pooled client does, without its cost per request on this path:
+//! a task spawned to wait for each connection to be ready again, the pool's lock and SipHash,
+//! the absolute URI taken apart again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{Builder, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::resolve::Endpoint;
+
+/// How long a connection may stay idle in the pool: 90 s (hyper-util's default; nginx's
+/// upstreams close theirs after 60 s, so most are closed by the instance first).
+const IDLE: Duration = Duration::from_secs(90);
+
+/// How often idle connections of every instance are looked over, so that those of departed
+/// instances do not stay.
+const SWEEP: Duration = Duration::from_secs(10);
+
+/// Why an attempt failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// No connection could be made, or the new one closed before the request was written:
+    /// the instance did not see the request.
+    Connect(std::io::Error),
+    /// The connection failed after the request may have been written.
+    Broke(hyper::Error),
+}
+
+impl Failure {
+    pub(crate) fn error(&self) -> &(dyn std::error::Error + 'static) {
+        match self {
+            Self::Connect(e) => e,
+            Self::Broke(e) => e,
+        }
+    }
+}
+
+pub(crate) struct Pool {
+    idle: Mutex<Idle>,
+    max_idle: usize,
+    connect_timeout: Duration,
+}
+
+#[derive(Default)]
+struct Idle {
+    by_instance: HashMap<Endpoint, Vec<(SendRequest<Body>, Instant)>>,
+    swept: Option<Instant>,
+}
+
+/// A connection in use by one request, until its response's body has been read.
+pub(crate) struct Lease {
+    sender: SendRequest<Body>,
+    to: Endpoint,
+    pool: Arc<Pool>,
+}
+
+impl Lease {
+    /// The response was read whole: the connection can carry another request.
+    pub(crate) fn release(self) {
+        self.pool.put(self.to, self.sender);
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(max_idle: usize, connect_timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            idle: Mutex::default(),
+            max_idle,
+            connect_timeout,
+        })
+    }
+
+    /// Sends `req` (origin-form URI, `Host` set) to `to`.
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        to: &Endpoint,
+        mut req: Request<Body>,
+    ) -> Result<(Response<Incoming>, Lease), Failure> {
+        while let Some(mut sender) = self.take(to) {
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(req).await {
+                Ok(response) => return Ok((response, self.lease(sender, to))),
+                Err(mut e) => match e.take_message() {
+                    // Not written: the next connection takes it.
+                    Some(back) => req = back,
+                    None => return Err(Failure::Broke(e.into_error())),
+                },
+            }
+        }
+        let mut sender = self.connect(to).await?;
+        match sender.try_send_request(req).await {
+            Ok(response) => Ok((response, self.lease(sender, to))),
+            Err(mut e) => match e.take_message() {
+                Some(_) => Err(Failure::Connect(std::io::Error::other(e.into_error()))),
+                None => Err(Failure::Broke(e.into_error())),
+            },
+        }
+    }
+
+    fn lease(self: &Arc<Self>, sender: SendRequest<Body>, to: &Endpoint) -> Lease {
+        Lease {
+            sender,
+            to: to.clone(),
+            pool: self.clone(),
+        }
+    }
+
+    async fn connect(&self, to: &Endpoint) -> Result<SendRequest<Body>, Failure> {
+        let connect = TcpStream::connect((to.host.as_str(), to.port));
+        let tcp = match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(Ok(tcp)) => tcp,
+            Ok(Err(e)) => return Err(Failure::Connect(e)),
+            Err(_) => {
+                return Err(Failure::Connect(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within {:?}", self.connect_timeout),
+                )));
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let (sender, connection) = Builder::new()
+            .handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| Failure::Connect(std::io::Error::other(e)))?;
+        // Driven by a task of the worker's own, until the connection closes; an upgrade (101)
+        // hands the socket to the tunnel.
+        tokio::spawn(async move {
+            if let Err(e) = connection.with_upgrades().await {
+                tracing::debug!("a connection to an instance ended: {e}");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// The newest idle connection to `to` that is still open and young enough.
+    fn take(&self, to: &Endpoint) -> Option<SendRequest<Body>> {
+        let mut idle = self.lock();
+        let now = Instant::now();
+        let list = idle.by_instance.get_mut(to)?;
+        while let Some((sender, since)) = list.pop() {
+            if !sender.is_closed() && now.duration_since(since) < IDLE {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn put(&self, to: Endpoint, sender: SendRequest<Body>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.lock();
+        let now = Instant::now();
+        if idle.swept.is_none_or(|at| now.duration_since(at) >= SWEEP) {
+            idle.swept = Some(now);
+            idle.by_instance.retain(|_, list| {
+                list.retain(|(s, since)| !s.is_closed() && now.duration_since(*since) < IDLE);
+                !list.is_empty()
+            });
+        }
+        let list = idle.by_instance.entry(to).or_default();
+        if list.len() < self.max_idle {
+            list.push((sender, now));
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
