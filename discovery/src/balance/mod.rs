@@ -17,6 +17,9 @@
 mod state;
 
 use std::collections::{HashMap, HashSet};
+
+/// foldhash, seeded per map: looked up on every request (as the core's `fast_map.rs`).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,7 +40,7 @@ pub struct Balancer {
     /// Per service, per endpoint: requests in flight and cool-down. Only services that
     /// resolved are here, and only their current endpoints (pruned at each pick), so the map
     /// is bounded by what the resolver answers.
-    services: Mutex<HashMap<String, HashMap<Endpoint, Arc<Slot>>>>,
+    services: Mutex<FastMap<String, FastMap<Endpoint, Arc<Slot>>>>,
 }
 
 impl std::fmt::Debug for Balancer {
@@ -94,7 +97,7 @@ impl Balancer {
         let now = Instant::now();
         let mut services = self.services.lock().unwrap_or_else(|p| p.into_inner());
         if !services.contains_key(service) {
-            services.insert(service.to_owned(), HashMap::new());
+            services.insert(service.to_owned(), FastMap::default());
         }
         let known = services.get_mut(service).expect("inserted above");
         for e in &endpoints {

@@ -64,7 +64,8 @@ pub(crate) struct Pool {
 
 #[derive(Default)]
 struct Idle {
-    by_instance: HashMap<Endpoint, Vec<(SendRequest<Body>, Instant)>>,
+    /// foldhash, seeded per map: looked up twice per request (as the core's `fast_map.rs`).
+    by_instance: HashMap<Endpoint, Vec<(SendRequest<Body>, Instant)>, foldhash::fast::RandomState>,
     swept: Option<Instant>,
 }
 
