@@ -2,8 +2,9 @@
 //! again, never shared with another worker.
 //!
 //! 1. A request takes the newest idle connection to its instance (the one least likely to have
-//!    been closed by the instance meanwhile); those the instance closed, or idle longer than
-//!    `IDLE`, are dropped on the way. None: a new one, within `connect_timeout`.
+//!    been closed by the instance meanwhile); those the instance closed, idle longer than
+//!    `IDLE`, or not ready at once (still sending a body the instance answered before reading)
+//!    are dropped on the way. None: a new one, within `connect_timeout`.
 //! 2. hyper hands a request back when it was not written (the connection was found closed
 //!    first): it goes out on the next connection, as it never reached the instance.
 //! 3. The connection goes back to the pool when the response's body has been read to its end
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, Response};
+use futures::FutureExt as _;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{Builder, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -99,8 +101,11 @@ impl Pool {
         mut req: Request<Body>,
     ) -> Result<(Response<Incoming>, Lease), Failure> {
         while let Some(mut sender) = self.take(to) {
-            if sender.ready().await.is_err() {
-                continue;
+            // Ready at once, or not taken: one that is not is still busy (its request's body
+            // still going out after the instance answered) and would hold this request up.
+            match sender.ready().now_or_never() {
+                Some(Ok(())) => {}
+                Some(Err(_)) | None => continue,
             }
             match sender.try_send_request(req).await {
                 Ok(response) => return Ok((response, self.lease(sender, to))),

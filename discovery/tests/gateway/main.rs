@@ -4,6 +4,7 @@
 mod binary;
 mod failures;
 mod limits;
+mod pool;
 mod registry;
 mod routing;
 mod streams;

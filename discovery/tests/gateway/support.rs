@@ -27,6 +27,8 @@ use cluster_discovery::resolve::Endpoint;
 pub struct Seen {
     /// Requests that reached it.
     pub hits: AtomicUsize,
+    /// Connections it accepted.
+    pub connections: AtomicUsize,
     /// Request body bytes it read.
     pub bytes: AtomicU64,
     /// Released `/hold` requests wait on this.
@@ -55,6 +57,7 @@ impl Upstream {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
+                s.connections.fetch_add(1, Ordering::SeqCst);
                 let s = s.clone();
                 conns.spawn(async move {
                     let svc = hyper::service::service_fn(move |req| answer(req, addr, s.clone()));
@@ -103,6 +106,14 @@ async fn answer(
             seen.release.notified().await;
         }
         "/slow" => tokio::time::sleep(Duration::from_secs(60)).await,
+        // Answers at once, before (and without) reading the request's body.
+        "/early" => return Ok(Response::new(Body::from("early\n"))),
+        "/empty" => {
+            return Ok(Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .body(Body::empty())
+                .unwrap());
+        }
         "/break" => {
             let _ = req.into_body().collect().await;
             return Err(std::io::Error::other("broken on purpose"));
