@@ -20,6 +20,8 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
             | "te"
             | "trailer"
             | "transfer-encoding"
+            // HTTP/2's upgrade settings (RFC 7540 §3.2.1): only for the next hop.
+            | "http2-settings"
     )
 }
 
@@ -28,16 +30,19 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// instance into HTTP/2, which the gateway does not speak, and RFC 9113 retired it; such a
 /// request goes on as plain HTTP/1.1, its `Upgrade` removed, as nginx does.
 pub(crate) fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.get(header::UPGRADE).is_some_and(|u| {
-        !u.as_bytes()
-            .split(|b| *b == b',')
-            .any(|p| p.trim_ascii().eq_ignore_ascii_case(b"h2c"))
-    }) && headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+    let mut upgrades = headers.get_all(header::UPGRADE).iter().peekable();
+    upgrades.peek().is_some()
+        && !upgrades.any(|u| {
+            u.as_bytes()
+                .split(|b| *b == b',')
+                .any(|p| p.trim_ascii().eq_ignore_ascii_case(b"h2c"))
+        })
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
 /// Removes the hop-by-hop headers, those the `Connection` header names among them. An upgrade
@@ -127,8 +132,18 @@ pub(crate) fn add_forwarded(
         headers.insert(X_FORWARDED_FOR, caller.address.clone());
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-    if let Some(h) = host {
-        headers.insert(X_FORWARDED_HOST, h.clone());
+    match host {
+        Some(h) => headers.insert(X_FORWARDED_HOST, h.clone()),
+        None => headers.remove(X_FORWARDED_HOST),
+    };
+    // Forwarded headers the gateway does not set are not the client's to set either: an
+    // instance behind it (Spring's ForwardedHeaderFilter) would believe them.
+    for name in [
+        "x-forwarded-port",
+        "x-forwarded-prefix",
+        "x-forwarded-server",
+    ] {
+        headers.remove(name);
     }
     let mut forwarded = joined(headers, &header::FORWARDED);
     forwarded.push_str(&caller.forwarded);
@@ -203,6 +218,37 @@ mod tests {
         remove_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, ["accept"]);
+    }
+
+    #[test]
+    fn h2c_on_a_second_upgrade_line_is_seen_too() {
+        let mut h = map(&[
+            ("connection", "Upgrade"),
+            ("upgrade", "websocket"),
+            ("upgrade", "h2c"),
+            ("http2-settings", "AAMAAABkAARAAAAAAAIAAAAA"),
+        ]);
+        assert!(!is_upgrade(&h));
+        remove_hop_by_hop(&mut h);
+        assert!(h.is_empty(), "{h:?}");
+    }
+
+    #[test]
+    fn forwarded_headers_the_gateway_does_not_set_are_not_passed_on() {
+        let mut h = map(&[
+            ("x-forwarded-host", "evil.example"),
+            ("x-forwarded-prefix", "/admin"),
+            ("x-forwarded-port", "443"),
+        ]);
+        add_forwarded(
+            &mut h,
+            &Caller::new("192.0.2.9".parse().unwrap(), "http"),
+            "http",
+            None,
+        );
+        for gone in ["x-forwarded-host", "x-forwarded-prefix", "x-forwarded-port"] {
+            assert!(!h.contains_key(gone), "{gone}");
+        }
     }
 
     #[test]

@@ -35,9 +35,8 @@ use crate::resolve::Endpoint;
 /// upstreams close theirs after 60 s, so most are closed by the instance first).
 const IDLE: Duration = Duration::from_secs(90);
 
-/// How often idle connections of every instance are looked over, so that those of departed
-/// instances do not stay.
-const SWEEP: Duration = Duration::from_secs(10);
+/// How often idle connections of every instance are looked over ([`Pool::sweep`]).
+pub(crate) const SWEEP: Duration = Duration::from_secs(10);
 
 /// Why an attempt failed.
 #[derive(Debug)]
@@ -45,17 +44,29 @@ pub(crate) enum Failure {
     /// No connection could be made, or the new one closed before the request was written:
     /// the instance did not see the request.
     Connect(std::io::Error),
-    /// The connection failed after the request may have been written.
-    Broke(hyper::Error),
+    /// The gateway itself is out of file descriptors or memory: no fault of the instance's.
+    Local(std::io::Error),
+    /// The connection failed after the request may have been written. `reused`: it had
+    /// carried a request before, so the instance may just have closed it for being idle
+    /// (the race every keep-alive pool has).
+    Broke { error: hyper::Error, reused: bool },
 }
 
 impl Failure {
     pub(crate) fn error(&self) -> &(dyn std::error::Error + 'static) {
         match self {
-            Self::Connect(e) => e,
-            Self::Broke(e) => e,
+            Self::Connect(e) | Self::Local(e) => e,
+            Self::Broke { error, .. } => error,
         }
     }
+}
+
+/// An error of the gateway's own resources, not of the instance's.
+fn local(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
 }
 
 pub(crate) struct Pool {
@@ -68,7 +79,6 @@ pub(crate) struct Pool {
 struct Idle {
     /// foldhash, seeded per map: looked up twice per request (as the core's `fast_map.rs`).
     by_instance: HashMap<Endpoint, Vec<(SendRequest<Body>, Instant)>, foldhash::fast::RandomState>,
-    swept: Option<Instant>,
 }
 
 /// A connection in use by one request, until its response's body has been read.
@@ -112,7 +122,12 @@ impl Pool {
                 Err(mut e) => match e.take_message() {
                     // Not written: the next connection takes it.
                     Some(back) => req = back,
-                    None => return Err(Failure::Broke(e.into_error())),
+                    None => {
+                        return Err(Failure::Broke {
+                            error: e.into_error(),
+                            reused: true,
+                        });
+                    }
                 },
             }
         }
@@ -121,7 +136,10 @@ impl Pool {
             Ok(response) => Ok((response, self.lease(sender, to))),
             Err(mut e) => match e.take_message() {
                 Some(_) => Err(Failure::Connect(std::io::Error::other(e.into_error()))),
-                None => Err(Failure::Broke(e.into_error())),
+                None => Err(Failure::Broke {
+                    error: e.into_error(),
+                    reused: false,
+                }),
             },
         }
     }
@@ -138,6 +156,7 @@ impl Pool {
         let connect = TcpStream::connect((to.host.as_str(), to.port));
         let tcp = match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(tcp)) => tcp,
+            Ok(Err(e)) if local(&e) => return Err(Failure::Local(e)),
             Ok(Err(e)) => return Err(Failure::Connect(e)),
             Err(_) => {
                 return Err(Failure::Connect(std::io::Error::new(
@@ -174,19 +193,23 @@ impl Pool {
         None
     }
 
+    /// Drops the idle connections the instances closed or that idled past `IDLE`, and the
+    /// instances left without any: every `SWEEP`, by a task of the worker's (`serve.rs`), so
+    /// that a worker without traffic closes its idle connections too.
+    pub(crate) fn sweep(&self) {
+        let now = Instant::now();
+        self.lock().by_instance.retain(|_, list| {
+            list.retain(|(s, since)| !s.is_closed() && now.duration_since(*since) < IDLE);
+            !list.is_empty()
+        });
+    }
+
     fn put(&self, to: Endpoint, sender: SendRequest<Body>) {
         if sender.is_closed() {
             return;
         }
         let mut idle = self.lock();
         let now = Instant::now();
-        if idle.swept.is_none_or(|at| now.duration_since(at) >= SWEEP) {
-            idle.swept = Some(now);
-            idle.by_instance.retain(|_, list| {
-                list.retain(|(s, since)| !s.is_closed() && now.duration_since(*since) < IDLE);
-                !list.is_empty()
-            });
-        }
         let list = idle.by_instance.entry(to).or_default();
         if list.len() < self.max_idle {
             list.push((sender, now));

@@ -134,6 +134,7 @@ impl Proxy {
         let deadline = after(route.timeout);
         let mut tried: Vec<Endpoint> = Vec::new();
         let mut reached = 0;
+        let mut free_retry_used = false;
         let mut failed: Option<Response<Body>> = None;
         loop {
             let pick = match tokio::time::timeout_at(
@@ -174,8 +175,28 @@ impl Proxy {
                 }
                 Ok(Err(e)) => e,
             };
-            tried.push(pick.endpoint().clone());
             let connect = matches!(e, Failure::Connect(_));
+            let stale = matches!(e, Failure::Broke { reused: true, .. });
+            if let Failure::Local(e) = &e {
+                // The gateway's own lack (file descriptors, memory): no instance is blamed.
+                tracing::warn!("no connection to an instance could be opened: {e}");
+                return plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the gateway is out of resources; try again\n".into(),
+                );
+            }
+            // A kept-alive connection that broke under an idempotent request was most likely
+            // closed by the instance for being idle as the request went out: one more try,
+            // free (not counted, the instance not set aside), as nginx gives one.
+            if stale && !free_retry_used && idempotent(&head.method) && body.can_resend() {
+                free_retry_used = true;
+                tracing::debug!(
+                    "a kept-alive connection to {} broke: once more",
+                    pick.endpoint()
+                );
+                continue;
+            }
+            tried.push(pick.endpoint().clone());
             let e = e.error();
             if let Some(limit) = body_too_large(e, self.shared.max_body_bytes) {
                 return limit;
@@ -239,7 +260,13 @@ impl Proxy {
         // Checked once here, shared (not copied) by every attempt's URI.
         let path_and_query = PathAndQuery::from_maybe_shared(Bytes::from(path_and_query))?;
         let mut headers = parts.headers;
-        let client_host = headers.remove(header::HOST);
+        // RFC 9112 §3.2.2: with an absolute-form target, its authority is the host, not the
+        // Host header.
+        let sent_host = headers.remove(header::HOST);
+        let client_host = match parts.uri.authority() {
+            Some(a) => HeaderValue::from_str(a.as_str()).ok(),
+            None => sent_host,
+        };
         remove_hop_by_hop(&mut headers);
         add_forwarded(
             &mut headers,
@@ -336,9 +363,17 @@ fn unsafe_path(path: &str) -> Option<&'static str> {
         .then_some("a `.` or `..` segment in the path")
 }
 
-/// `.` or `..`, each dot raw or as `%2e`.
+/// `.` or `..`, each dot raw or as `%2e`, before any `;` parameters (raw or `%3b`): Tomcat
+/// (so Spring Boot) drops a segment's parameters before resolving dots, so `..;x` is `..`.
 fn is_dot_segment(segment: &str) -> bool {
-    let (mut rest, mut dots) = (segment.as_bytes(), 0);
+    let lower = segment.as_bytes();
+    let end = (0..lower.len())
+        .find(|&i| {
+            lower[i] == b';'
+                || lower[i..].len() >= 3 && lower[i..i + 3].eq_ignore_ascii_case(b"%3b")
+        })
+        .unwrap_or(lower.len());
+    let (mut rest, mut dots) = (&lower[..end], 0);
     while !rest.is_empty() {
         rest = match rest {
             [b'.', tail @ ..] => tail,
@@ -452,6 +487,10 @@ mod tests {
             "/orders/..%2fadmin",
             "/orders/%5c..",
             "/..",
+            "/orders/..;/admin",
+            "/orders/.;x=1/admin",
+            "/orders/%2e%2e;x/admin",
+            "/orders/..%3B/admin",
         ] {
             assert!(super::unsafe_path(bad).is_some(), "{bad}");
         }

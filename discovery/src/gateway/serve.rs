@@ -169,10 +169,16 @@ async fn worker(
             return;
         }
     };
-    let proxy = Arc::new(Proxy {
-        shared,
-        pool: Pool::new(limits.max_idle_per_instance, limits.connect_timeout),
+    let pool = Pool::new(limits.max_idle_per_instance, limits.connect_timeout);
+    let sweeping = pool.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(super::pool::SWEEP);
+        loop {
+            every.tick().await;
+            sweeping.sweep();
+        }
     });
+    let proxy = Arc::new(Proxy { shared, pool });
     let mut draining = phase.clone();
     let drain = async move {
         // A handle dropped (the sender gone) drains too.

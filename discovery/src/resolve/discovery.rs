@@ -30,6 +30,10 @@ pub struct Discovery {
     refresh: Duration,
     /// Held by the callers that wait for the first read, so that they make one between them.
     first: tokio::sync::Mutex<()>,
+    /// The runtime the resolver was made on, where background reads run: not on whichever
+    /// gateway worker found the cache due, whose connections would wait for the read and the
+    /// parse of the whole registry.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// What the background reads share with the resolver.
@@ -60,6 +64,7 @@ impl Discovery {
             }),
             refresh: Duration::from_secs(30),
             first: tokio::sync::Mutex::new(()),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -96,10 +101,14 @@ impl Discovery {
             }
         }
         let done = Done(self.shared.clone());
-        tokio::spawn(async move {
+        let read = async move {
             // A failure is logged and kept in the cache's staleness.
             let _ = done.0.reload().await;
-        });
+        };
+        match &self.runtime {
+            Some(runtime) => drop(runtime.spawn(read)),
+            None => drop(tokio::spawn(read)),
+        }
     }
 
     /// The `UP` instances of `service` (by application or VIP) at their plain port, from the
@@ -160,6 +169,8 @@ impl Shared {
     async fn reload(&self) -> Result<(), crate::client::ClientError> {
         match self.client.applications().await {
             Ok(apps) => {
+                // Built before the lock is taken: every resolve takes it.
+                let services = index(&apps);
                 for i in apps.instances().filter(|i| !i.port.enabled) {
                     tracing::debug!(
                         "instance {} of {} is not offered: its plain port {} is disabled \
@@ -180,7 +191,7 @@ impl Shared {
                     tracing::info!("the registry answers again: resolving from fresh data");
                 }
                 *cache = Some(Cached {
-                    services: index(&apps),
+                    services,
                     read_at: Instant::now(),
                     stale_since: None,
                 });

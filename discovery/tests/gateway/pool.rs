@@ -80,3 +80,72 @@ async fn a_connection_still_sending_a_body_the_instance_answered_early_is_not_us
     drop(tx);
     gw.shutdown().await;
 }
+
+/// An instance that answers the first request of each connection and closes the connection
+/// on the second without an answer: as one that closed an idle connection just as the next
+/// request went out on it.
+async fn closes_kept_alive_connections() -> (
+    cluster_discovery::resolve::Endpoint,
+    tokio::task::JoinHandle<()>,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                let mut answered = false;
+                while let Ok(n) = tcp.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    if !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        continue;
+                    }
+                    if answered {
+                        return; // closed without an answer
+                    }
+                    answered = true;
+                    seen.clear();
+                    let _ = tcp
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n")
+                        .await;
+                }
+            });
+        }
+    });
+    (
+        cluster_discovery::resolve::Endpoint::new("127.0.0.1", port),
+        task,
+    )
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_the_instance_closed_costs_an_idempotent_request_nothing() {
+    let (instance, task) = closes_kept_alive_connections().await;
+    let b = Arc::new(Balancer::new(Static::new().service("orders", [instance])));
+    let gw = Gateway::new()
+        .route("/*", Route::service("orders", b))
+        .workers(1)
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let c = client();
+    // Every GET after the first goes out on the kept-alive connection, which breaks: one
+    // free try more, on a new connection, and it is answered. One instance: no other to try.
+    for i in 0..5 {
+        let a = get(&c, format!("{}/x", gw.url())).await;
+        assert_eq!(a.status, StatusCode::OK, "GET {i}: {}", a.text);
+    }
+    // A POST may have been seen: not sent again.
+    let a = crate::support::post(&c, format!("{}/x", gw.url()), "pay").await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{}", a.text);
+    gw.shutdown().await;
+    task.abort();
+}

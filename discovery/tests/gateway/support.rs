@@ -106,8 +106,15 @@ async fn answer(
             seen.release.notified().await;
         }
         "/slow" => tokio::time::sleep(Duration::from_secs(60)).await,
-        // Answers at once, before (and without) reading the request's body.
-        "/early" => return Ok(Response::new(Body::from("early\n"))),
+        // Answers at once, then reads the request's body (as Tomcat does after an early 401):
+        // the connection stays busy sending it.
+        "/early" => {
+            let body = req.into_body();
+            tokio::spawn(async move {
+                let _ = body.collect().await;
+            });
+            return Ok(Response::new(Body::from("early\n")));
+        }
         "/empty" => {
             return Ok(Response::builder()
                 .status(StatusCode::NO_CONTENT)

@@ -68,7 +68,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 /// warm-up: a read between the first registration and the last would show a registry missing
 /// every instance that had not heartbeaten yet.
 async fn warm_up_gate(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    if req.method() == Method::GET
+    if (req.method() == Method::GET || req.method() == Method::HEAD)
         && req.uri().path() != "/eureka/status"
         && let Some(refusal) = reads::warming_up(&shared)
     {
