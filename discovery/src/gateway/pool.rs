@@ -69,16 +69,14 @@ fn local(e: &std::io::Error) -> bool {
     )
 }
 
+/// Idle connections by instance, newest last. foldhash, seeded per map: looked up twice per
+/// request (as the core's `fast_map.rs`).
+type Idle = HashMap<Endpoint, Vec<(SendRequest<Body>, Instant)>, foldhash::fast::RandomState>;
+
 pub(crate) struct Pool {
     idle: Mutex<Idle>,
     max_idle: usize,
     connect_timeout: Duration,
-}
-
-#[derive(Default)]
-struct Idle {
-    /// foldhash, seeded per map: looked up twice per request (as the core's `fast_map.rs`).
-    by_instance: HashMap<Endpoint, Vec<(SendRequest<Body>, Instant)>, foldhash::fast::RandomState>,
 }
 
 /// A connection in use by one request, until its response's body has been read.
@@ -110,37 +108,32 @@ impl Pool {
         to: &Endpoint,
         mut req: Request<Body>,
     ) -> Result<(Response<Incoming>, Lease), Failure> {
-        while let Some(mut sender) = self.take(to) {
-            // Ready at once, or not taken: one that is not is still busy (its request's body
-            // still going out after the instance answered) and would hold this request up.
-            match sender.ready().now_or_never() {
-                Some(Ok(())) => {}
-                Some(Err(_)) | None => continue,
-            }
+        loop {
+            let (mut sender, reused) = match self.take(to) {
+                // Ready at once, or not taken: one that is not is still busy (its request's
+                // body still going out after the instance answered) and would hold this
+                // request up.
+                Some(mut pooled) => match pooled.ready().now_or_never() {
+                    Some(Ok(())) => (pooled, true),
+                    Some(Err(_)) | None => continue,
+                },
+                None => (self.connect(to).await?, false),
+            };
             match sender.try_send_request(req).await {
                 Ok(response) => return Ok((response, self.lease(sender, to))),
                 Err(mut e) => match e.take_message() {
-                    // Not written: the next connection takes it.
-                    Some(back) => req = back,
+                    // Not written: a kept-alive connection found closed; the next takes it.
+                    Some(back) if reused => req = back,
+                    // Not written on a new connection: the instance did not see it.
+                    Some(_) => return Err(Failure::Connect(std::io::Error::other(e.into_error()))),
                     None => {
                         return Err(Failure::Broke {
                             error: e.into_error(),
-                            reused: true,
+                            reused,
                         });
                     }
                 },
             }
-        }
-        let mut sender = self.connect(to).await?;
-        match sender.try_send_request(req).await {
-            Ok(response) => Ok((response, self.lease(sender, to))),
-            Err(mut e) => match e.take_message() {
-                Some(_) => Err(Failure::Connect(std::io::Error::other(e.into_error()))),
-                None => Err(Failure::Broke {
-                    error: e.into_error(),
-                    reused: false,
-                }),
-            },
         }
     }
 
@@ -184,7 +177,7 @@ impl Pool {
     fn take(&self, to: &Endpoint) -> Option<SendRequest<Body>> {
         let mut idle = self.lock();
         let now = Instant::now();
-        let list = idle.by_instance.get_mut(to)?;
+        let list = idle.get_mut(to)?;
         while let Some((sender, since)) = list.pop() {
             if !sender.is_closed() && now.duration_since(since) < IDLE {
                 return Some(sender);
@@ -198,7 +191,7 @@ impl Pool {
     /// that a worker without traffic closes its idle connections too.
     pub(crate) fn sweep(&self) {
         let now = Instant::now();
-        self.lock().by_instance.retain(|_, list| {
+        self.lock().retain(|_, list| {
             list.retain(|(s, since)| !s.is_closed() && now.duration_since(*since) < IDLE);
             !list.is_empty()
         });
@@ -210,7 +203,7 @@ impl Pool {
         }
         let mut idle = self.lock();
         let now = Instant::now();
-        let list = idle.by_instance.entry(to).or_default();
+        let list = idle.entry(to).or_default();
         if list.len() < self.max_idle {
             list.push((sender, now));
         }

@@ -48,6 +48,15 @@ async fn the_backend_reads_deltas_after_one_full_read_and_reads_whole_on_a_misma
     // The background task reads once at start, then not within the test.
     config.fetch_interval = Duration::from_secs(3_600);
     let registry = EurekaRegistry::start(EurekaClient::new([url]), config).await;
+    // The background task's first read comes at a moment of its own: waited for, so that it
+    // does not fall after the change below (it would read whole once more).
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while fake.full.load(Ordering::SeqCst) + fake.deltas.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the background task reads at start");
     for _ in 0..3 {
         registry.refresh().await;
     }

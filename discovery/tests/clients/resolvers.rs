@@ -5,7 +5,7 @@ use std::time::Duration;
 use cluster_discovery::client::EurekaClient;
 use cluster_discovery::model::{Instance, Port, Status};
 use cluster_discovery::resolve::{Discovery, Dns, Endpoint, Resolve, ResolverConfig, Static};
-use cluster_discovery::server::{RegistryServer, RunningServer, ServerConfig};
+use cluster_discovery::server::RunningServer;
 
 #[tokio::test]
 async fn static_answers_its_list_and_no_service_for_anything_else() {
@@ -54,13 +54,7 @@ async fn the_resolver_is_chosen_by_configuration() {
 
 /// A server that answers reads at once (no warm-up: nothing registered with it before).
 async fn server() -> RunningServer {
-    let mut config = ServerConfig::default();
-    config.warm_up = false;
-    RegistryServer::new()
-        .config(config)
-        .start(([127, 0, 0, 1], 0).into())
-        .await
-        .unwrap()
+    crate::support::answering_server().await
 }
 
 async fn register(client: &EurekaClient, app: &str, id: &str, port: u16, status: Status) {

@@ -38,13 +38,7 @@ fn clock_now() -> Clock {
 
 /// A server that has been up for a while: it answers reads at once.
 async fn running() -> RunningServer {
-    let mut config = ServerConfig::default();
-    config.warm_up = false;
-    RegistryServer::new()
-        .config(config)
-        .start(([127, 0, 0, 1], 0).into())
-        .await
-        .unwrap()
+    crate::support::answering_server().await
 }
 
 /// Stops `server` and starts an empty one on the same address, as a restart does (with the

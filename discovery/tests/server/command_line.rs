@@ -129,51 +129,37 @@ fn a_misuse_exits_2_and_names_the_problem() {
 async fn a_command_line_of_every_kind_starts_a_server_that_does_as_it_says() {
     let password = std::env::temp_dir().join(format!("discovery-cli-{}.pw", std::process::id()));
     std::fs::write(&password, "app-pw\n").unwrap();
-    let mut server = Server(
-        Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))
-            .args([
-                "serve",
-                "--port",
-                "8761",
-                "--port",
-                "0",
-                "--bind",
-                "127.0.0.1",
-            ])
-            .args(["--peer", "http://127.0.0.1:9/eureka/"])
-            .args(["--own-url", "http://127.0.0.1:9/eureka/"])
-            .args(["--user", "app", "--password-file"])
-            .arg(&password)
-            .args(["--lease-duration", "60", "--max-lease", "3600"])
-            .args(["--max-body-bytes", "512", "--no-warm-up"])
-            // The last of the dashboard options wins.
-            .args([
-                "--dashboard-token",
-                "t",
-                "--no-dashboard",
-                "--open-dashboard",
-            ])
-            .env("RUST_LOG", "off")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the binary starts"),
-    );
-    let stdout = server.0.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        line
-    })
-    .await
-    .unwrap();
+    let password_file = password.to_str().unwrap();
+    let (_server, url) = serve(&[
+        "--port",
+        "8761",
+        "--port",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        "--peer",
+        "http://127.0.0.1:9/eureka/",
+        "--own-url",
+        "http://127.0.0.1:9/eureka/",
+        "--user",
+        "app",
+        "--password-file",
+        password_file,
+        "--lease-duration",
+        "60",
+        "--max-lease",
+        "3600",
+        "--max-body-bytes",
+        "512",
+        "--no-warm-up",
+        // The last of the dashboard options wins.
+        "--dashboard-token",
+        "t",
+        "--no-dashboard",
+        "--open-dashboard",
+    ])
+    .await;
     let _ = std::fs::remove_file(&password);
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("`listening on URL` first: {line}"))
-        .to_owned();
 
     let http = reqwest::Client::new();
     let dashboard = url.trim_end_matches("eureka/").to_owned() + "discovery";

@@ -117,3 +117,15 @@ pub fn ids(doc: &serde_json::Value) -> Vec<String> {
     out.sort();
     out
 }
+
+/// A server on a free loopback port that answers reads at once: no warm-up, as a server with
+/// nothing registered before it (or one up for a while) needs none.
+pub async fn answering_server() -> cluster_discovery::server::RunningServer {
+    let mut config = cluster_discovery::server::ServerConfig::default();
+    config.warm_up = false;
+    cluster_discovery::server::RegistryServer::new()
+        .config(config)
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap()
+}
