@@ -114,7 +114,17 @@ impl EurekaClient {
             };
             match self.transport.send(call).await {
                 Ok(answer) if !answer.0.is_server_error() => return Ok(answer),
-                Ok((status, _)) => tracing::debug!("registry server {server} answered {status}"),
+                Ok((status, body)) => {
+                    tracing::debug!("registry server {server} answered {status}");
+                    // Kept as the failure, so that an error says what the server answered (a
+                    // warming-up server's 503) rather than only that nothing was usable.
+                    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+                    let why = format!("answered {status}: {}", text.trim());
+                    last = Some(TransportError {
+                        url: format!("{server}{path}"),
+                        source: why.into(),
+                    });
+                }
                 Err(e) => {
                     tracing::debug!("registry server {server} did not answer: {e}");
                     last = Some(e);

@@ -22,9 +22,9 @@ impl Default for Transport {
     }
 }
 
-/// A request that got no answer.
+/// A request that got no answer, or an answer that says the server cannot serve (5xx).
 #[derive(Debug, thiserror::Error)]
-#[error("no answer from {url}")]
+#[error("asking {url}")]
 pub struct TransportError {
     /// The URL.
     pub url: String,

@@ -6,17 +6,29 @@
 //! answers from it and starts one read in the background. Reading inline would put a registry
 //! round trip (or its timeout, in an outage) on the caller's path, and every caller that found
 //! the cache due at once would start its own read.
+//!
+//! Before anything is cached, a resolve waits for the first read, which also runs detached:
+//! a caller that gives up (its route's timeout, a client gone) does not cancel it, so a
+//! registry slower than a route's timeout still fills the cache for the next request. A
+//! first read that failed is not tried again for [`FIRST_READ_RETRY`]: meanwhile resolves
+//! fail at once with its error, not one registry round trip each.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Endpoint, Resolve, ResolveError, ResolveFuture};
-use crate::client::EurekaClient;
+use crate::client::{ClientError, EurekaClient};
+use crate::gateway::error_chain;
 use crate::model::{Applications, Status};
+
+/// How long a failed first read stands before a resolve starts another: in an outage at
+/// start, the registry gets a read a second from each resolver, not one per request.
+pub const FIRST_READ_RETRY: Duration = Duration::from_secs(1);
 
 /// Resolves through registry servers, with a cache that never expires.
 ///
@@ -28,8 +40,6 @@ use crate::model::{Applications, Status};
 pub struct Discovery {
     shared: Arc<Shared>,
     refresh: Duration,
-    /// Held by the callers that wait for the first read, so that they make one between them.
-    first: tokio::sync::Mutex<()>,
     /// The runtime the resolver was made on, where background reads run: not on whichever
     /// gateway worker found the cache due, whose connections would wait for the read and the
     /// parse of the whole registry.
@@ -43,12 +53,21 @@ struct Shared {
     cache: Mutex<Option<Cached>>,
     /// Set while a background read is in flight: at most one at a time.
     refreshing: AtomicBool,
+    /// Counts the reads that ended, well or not: what the callers waiting for the first
+    /// read wait on.
+    reads: watch::Sender<u64>,
+    /// The last failed read while nothing was cached yet, and when it ended.
+    /// Kept as its message: every resolve until the next read fails with it.
+    first_failure: Mutex<Option<(Instant, String)>>,
 }
 
 #[derive(Debug, Clone)]
 struct Cached {
     services: Index,
+    /// When the servers last answered: the age of `services`.
     read_at: Instant,
+    /// When a read last ended, well or not: the next is due `refresh` after it.
+    tried_at: Instant,
     /// Set while the servers cannot be reached.
     stale_since: Option<Instant>,
 }
@@ -61,15 +80,17 @@ impl Discovery {
                 client,
                 cache: Mutex::new(None),
                 refreshing: AtomicBool::new(false),
+                reads: watch::Sender::new(0),
+                first_failure: Mutex::new(None),
             }),
             refresh: Duration::from_secs(30),
-            first: tokio::sync::Mutex::new(()),
             runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
     /// How old the cached registry may get before a resolve starts a background read of it
-    /// (30 s by default, Eureka's fetch interval). A failed read keeps the cache.
+    /// (30 s by default, Eureka's fetch interval; zero starts one for every resolve that finds
+    /// none in flight, which tests use). A failed read keeps the cache.
     pub fn refresh(mut self, every: Duration) -> Self {
         self.refresh = every;
         self
@@ -109,6 +130,44 @@ impl Discovery {
             Some(runtime) => drop(runtime.spawn(read)),
             None => drop(tokio::spawn(read)),
         }
+    }
+
+    /// Waits for a first read (the one in flight, or one started now) and answers from it; or
+    /// fails at once with the error of a first read that failed less than
+    /// [`FIRST_READ_RETRY`] ago.
+    async fn first_read(&self, service: &str) -> Result<Vec<Endpoint>, ResolveError> {
+        // Subscribed before the cache is looked at again, so that a read ending in between is
+        // seen either in the cache or as a change.
+        let mut reads = self.shared.reads.subscribe();
+        if let Some(answer) = self.cached(service) {
+            return answer;
+        }
+        let failed = self.shared.first_failure();
+        match failed {
+            Some((at, e)) if at.elapsed() < FIRST_READ_RETRY => {
+                return Err(unavailable(service, e));
+            }
+            _ => self.refresh_in_background(),
+        }
+        // The read runs detached: if this caller gives up, the read goes on for the next one.
+        let _ = reads.changed().await;
+        match self.cached(service) {
+            Some(answer) => answer,
+            None => Err(match self.shared.first_failure() {
+                Some((_, e)) => unavailable(service, e),
+                None => ResolveError::no_service(service),
+            }),
+        }
+    }
+
+    /// The answer from the cache, if anything was read.
+    fn cached(&self, service: &str) -> Option<Result<Vec<Endpoint>, ResolveError>> {
+        let found = Self::lookup(&self.shared.lock().as_ref()?.services, service);
+        Some(if found.is_empty() {
+            Err(ResolveError::no_service(service))
+        } else {
+            Ok(found)
+        })
     }
 
     /// The `UP` instances of `service` (by application or VIP) at their plain port, from the
@@ -161,12 +220,31 @@ fn index(apps: &Applications) -> Index {
     index
 }
 
+fn unavailable(service: &str, why: String) -> ResolveError {
+    ResolveError::Unavailable {
+        service: service.to_owned(),
+        source: why.into(),
+    }
+}
+
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Cached>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn reload(&self) -> Result<(), crate::client::ClientError> {
+    fn first_failure(&self) -> Option<(Instant, String)> {
+        let failure = self.first_failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.clone()
+    }
+
+    /// Reads the registry into the cache; then tells whoever waits for a read.
+    async fn reload(&self) -> Result<(), ClientError> {
+        let result = self.read().await;
+        self.reads.send_modify(|n| *n += 1);
+        result
+    }
+
+    async fn read(&self) -> Result<(), ClientError> {
         match self.client.applications().await {
             Ok(apps) => {
                 // Built before the lock is taken: every resolve takes it.
@@ -190,27 +268,47 @@ impl Shared {
                 if cache.as_ref().is_some_and(|c| c.stale_since.is_some()) {
                     tracing::info!("the registry answers again: resolving from fresh data");
                 }
+                let now = Instant::now();
                 *cache = Some(Cached {
                     services,
-                    read_at: Instant::now(),
+                    read_at: now,
+                    tried_at: now,
                     stale_since: None,
                 });
+                drop(cache);
+                *self.first_failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 Ok(())
             }
             Err(e) => {
                 let mut cache = self.lock();
-                if let Some(c) = cache.as_mut() {
-                    let since = *c.stale_since.get_or_insert_with(Instant::now);
-                    tracing::warn!(
-                        "no registry server answers ({e}); serving the registry as read {:?} ago \
-                         (stale for {:?})",
-                        c.read_at.elapsed(),
-                        since.elapsed()
-                    );
-                    // Try again after another refresh interval, not on every call.
-                    c.read_at = Instant::now();
+                match cache.as_mut() {
+                    Some(c) => {
+                        let since = *c.stale_since.get_or_insert_with(Instant::now);
+                        tracing::warn!(
+                            "no registry server answers ({}); serving the registry as read \
+                             {:.0?} ago (stale for {:.0?}) until a read succeeds",
+                            error_chain(&e),
+                            c.read_at.elapsed(),
+                            since.elapsed(),
+                        );
+                        // Try again after another refresh interval, not on every call.
+                        c.tried_at = Instant::now();
+                        Err(e)
+                    }
+                    None => {
+                        drop(cache);
+                        let why = error_chain(&e);
+                        tracing::warn!(
+                            "{why}, and nothing was read yet: the services resolved through \
+                             {} fail (a gateway answers 503) until a read succeeds; next read \
+                             in {FIRST_READ_RETRY:?} at the earliest",
+                            self.client.servers().join(", "),
+                        );
+                        *self.first_failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some((Instant::now(), why));
+                        Err(e)
+                    }
                 }
-                Err(e)
             }
         }
     }
@@ -223,30 +321,14 @@ impl Resolve for Discovery {
                 .shared
                 .lock()
                 .as_ref()
-                .map(|c| c.read_at.elapsed() >= self.refresh);
+                .map(|c| c.tried_at.elapsed() >= self.refresh);
             match due {
+                // Nothing to answer from yet.
+                None => return self.first_read(service).await,
                 Some(true) => self.refresh_in_background(),
                 Some(false) => {}
-                None => {
-                    // Nothing to answer from yet: wait for the first read (one for all callers).
-                    let _one = self.first.lock().await;
-                    let never_read = self.shared.lock().is_none();
-                    if never_read && let Err(e) = self.shared.reload().await {
-                        return Err(ResolveError::Unavailable {
-                            service: service.to_owned(),
-                            source: Box::new(e),
-                        });
-                    }
-                }
             }
-            let cache = self.shared.lock();
-            let services = &cache.as_ref().expect("read above").services;
-            let found = Self::lookup(services, service);
-            if found.is_empty() {
-                Err(ResolveError::no_service(service))
-            } else {
-                Ok(found)
-            }
+            self.cached(service).expect("a cache is never emptied")
         })
     }
 }

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use config::{ConfigError, ResolverConfig};
-pub use discovery::Discovery;
+pub use discovery::{Discovery, FIRST_READ_RETRY};
 pub use dns::Dns;
 pub use fixed::Static;
 

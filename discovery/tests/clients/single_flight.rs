@@ -95,3 +95,69 @@ async fn concurrent_resolves_of_a_due_cache_answer_at_once_and_start_one_read() 
     .await
     .expect("a new read once the first one completed");
 }
+
+#[tokio::test]
+async fn a_first_read_goes_on_when_its_caller_gives_up() {
+    let g = Arc::new(Gated {
+        reads: AtomicUsize::new(0),
+        gate: Semaphore::new(0), // the registry holds every read
+    });
+    let url = gated_server(g.clone()).await;
+    let d = Discovery::new(EurekaClient::new([url]));
+
+    // Callers give up (as a gateway's route timeout does) while the registry holds the read.
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), d.resolve("orders")).await;
+    assert!(gave_up.is_err(), "nothing to answer from before the read");
+    until("the first read reaches the server", || {
+        g.reads.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    let again = tokio::time::timeout(Duration::from_millis(50), d.resolve("orders")).await;
+    assert!(again.is_err());
+
+    // The read they started went on: the next caller is answered by it, with no second read.
+    g.gate.add_permits(1);
+    assert_eq!(
+        d.resolve("orders").await.unwrap(),
+        [Endpoint::new("10.0.0.1", 8080)]
+    );
+    assert_eq!(
+        g.reads.load(Ordering::SeqCst),
+        1,
+        "one read for all callers"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_first_read_is_not_repeated_by_every_caller() {
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = reads.clone();
+    let app = Router::new().route(
+        "/eureka/apps/",
+        get(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async {
+                (
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "registry broken",
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/eureka/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let d = Discovery::new(EurekaClient::new([url]));
+
+    for _ in 0..10 {
+        let e = d.resolve("orders").await.unwrap_err();
+        assert!(!e.is_no_service());
+        let said = cluster_discovery::gateway::error_chain(&e);
+        assert!(said.contains("registry broken"), "{said}");
+    }
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        1,
+        "within a second of a failed first read, resolves fail with its error"
+    );
+}
