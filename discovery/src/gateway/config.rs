@@ -192,20 +192,29 @@ impl GatewayConfig {
                 route: route.path.clone(),
                 why: why.to_owned(),
             };
-            if !route.path.starts_with('/') {
-                return Err(bad("a path starts with `/`: this one would never match"));
+            if let Err(why) = super::route::Pattern::check(&route.path) {
+                return Err(bad(why));
             }
             if !seen.insert(route.path.as_str()) {
                 return Err(bad(
                     "a second route with the same path (the first would win)",
                 ));
             }
-            let prefix = route.path.trim_end_matches('*');
+            let prefix = route.path.trim_end_matches('*').trim_end_matches('/');
             if let Some(strip) = &route.strip
-                && !prefix.starts_with(strip.as_str())
+                && super::route::under(prefix, strip.trim_end_matches('/')).is_none()
             {
                 return Err(bad(
-                    "`strip` is not a prefix of the path: nothing would be stripped",
+                    "`strip` is not whole segments at the start of the path: nothing would be \
+                     stripped",
+                ));
+            }
+            if let Some(host) = &route.host
+                && !matches!(host.as_str(), "instance" | "preserve")
+                && (host.contains('@') || host.parse::<axum::http::uri::Authority>().is_err())
+            {
+                return Err(bad(
+                    "`host` is `instance`, `preserve`, or a host name (with a port if need be)",
                 ));
             }
             if route.timeout_ms == Some(0) {
@@ -351,6 +360,11 @@ mod tests {
             ("path = \"/a/*\"\ntimeout_ms = 0", "timeout_ms"),
             ("path = \"/a/*\"\nattempts = 9", "attempts"),
             ("path = \"/a/*\"\nstrip = \"/b\"", "strip"),
+            ("path = \"/api/*\"\nstrip = \"/ap\"", "whole segments"),
+            ("path = \"/a/*/b\"", "`*`"),
+            ("path = \"/a*\"", "`*`"),
+            ("path = \"/a/*\"\nhost = \"a b\"", "host"),
+            ("path = \"/a/*\"\nhost = \"u@h\"", "host"),
         ] {
             let e = GatewayConfig::from_toml(&with(extra)).unwrap_err();
             assert!(e.to_string().contains(said), "{extra}: {e}");

@@ -129,7 +129,17 @@ impl Gateway {
     /// Requests whose path matches `pattern` go to `upstream`. `/api/orders/*` matches
     /// `/api/orders` and every path under it; a pattern without `*` matches its path only. The
     /// most specific pattern wins, whatever the order of the calls.
+    ///
+    /// # Panics
+    ///
+    /// If `pattern` does not start with `/`, or has a `*` anywhere but as its last segment
+    /// (`/api/*`): such a route would not match what it seems to, and a program that builds it
+    /// is wrong from the start, as with axum's routes. A configuration file's routes are
+    /// checked with an error instead ([`GatewayConfig::from_toml`]).
     pub fn route(mut self, pattern: &str, upstream: Upstream) -> Self {
+        if let Err(why) = route::Pattern::check(pattern) {
+            panic!("route `{pattern}`: {why}");
+        }
         self.routes.add(pattern, upstream);
         self
     }

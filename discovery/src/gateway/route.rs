@@ -88,7 +88,7 @@ impl Upstream {
 }
 
 /// The rest of `path` after `prefix`, if `prefix` is whole segments of it.
-fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+pub(crate) fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
     let rest = path.strip_prefix(prefix)?;
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
@@ -102,6 +102,21 @@ pub(crate) struct Pattern {
 }
 
 impl Pattern {
+    /// Why `pattern` cannot work as written, if it cannot: `*` stands for whole segments, and
+    /// only at the end (`/api/*`); a path starts with `/`.
+    pub(crate) fn check(pattern: &str) -> Result<(), &'static str> {
+        if !pattern.starts_with('/') {
+            return Err("a path starts with `/`: this one would never match");
+        }
+        match pattern.find('*') {
+            Some(at) if at + 1 != pattern.len() || !pattern[..at].ends_with('/') => Err(
+                "`*` stands for whole segments, and only as the last one (`/api/*`): this \
+                 pattern would not match what it seems to",
+            ),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn parse(pattern: &str) -> Self {
         match pattern.strip_suffix("/*").or(pattern.strip_suffix('*')) {
             Some(prefix) => Self {

@@ -40,9 +40,12 @@ pub enum ResolverConfig {
     Discovery {
         /// E.g. `["http://10.0.0.1:8761/eureka/"]`.
         servers: Vec<String>,
-        /// Seconds between reads of the registry (default 30).
+        /// Seconds between reads of the registry (default 30; at least 1).
         #[serde(default)]
         refresh_secs: Option<u64>,
+        /// Seconds each request to a registry server may take (default 5; 1 to 300).
+        #[serde(default)]
+        timeout_secs: Option<u64>,
     },
 }
 
@@ -56,6 +59,24 @@ pub enum ConfigError {
     /// `Discovery` without servers.
     #[error("discovery needs at least one registry server")]
     NoServers,
+    /// A registry server that is not an `http://` or `https://` URL with a host.
+    #[error("`{0}` is not a registry server's URL (http://host:port/eureka/)")]
+    BadServer(String),
+    /// A setting outside its range.
+    #[error("`{setting}` {why}")]
+    Setting {
+        /// The setting's name.
+        setting: &'static str,
+        /// Its range.
+        why: &'static str,
+    },
+}
+
+fn server(s: &str) -> Result<(), ConfigError> {
+    match reqwest::Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(()),
+        _ => Err(ConfigError::BadServer(s.to_owned())),
+    }
 }
 
 fn endpoint(s: &str) -> Result<Endpoint, ConfigError> {
@@ -91,16 +112,80 @@ impl ResolverConfig {
             ResolverConfig::Discovery {
                 servers,
                 refresh_secs,
+                timeout_secs,
             } => {
                 if servers.is_empty() {
                     return Err(ConfigError::NoServers);
                 }
-                let d = Discovery::new(EurekaClient::new(servers.clone()));
+                servers.iter().try_for_each(|s| server(s))?;
+                if *refresh_secs == Some(0) {
+                    return Err(ConfigError::Setting {
+                        setting: "refresh_secs",
+                        why: "is at least 1: 0 would read the registry for every request",
+                    });
+                }
+                if timeout_secs.is_some_and(|t| !(1..=300).contains(&t)) {
+                    return Err(ConfigError::Setting {
+                        setting: "timeout_secs",
+                        why: "is 1 to 300 seconds",
+                    });
+                }
+                let mut client = EurekaClient::new(servers.clone());
+                if let Some(t) = timeout_secs {
+                    client = client.timeout(Duration::from_secs(*t));
+                }
+                let d = Discovery::new(client);
                 Arc::new(match refresh_secs {
                     Some(s) => d.refresh(Duration::from_secs(*s)),
                     None => d,
                 })
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(json: &str) -> Result<Arc<dyn Resolve>, ConfigError> {
+        serde_json::from_str::<ResolverConfig>(json)
+            .unwrap()
+            .build()
+    }
+
+    #[test]
+    fn discovery_settings_that_cannot_work_are_refused() {
+        for (json, said) in [
+            (
+                r#"{"kind":"discovery","servers":["not a url"]}"#,
+                "not a registry",
+            ),
+            (
+                r#"{"kind":"discovery","servers":["ftp://h/eureka/"]}"#,
+                "not a registry",
+            ),
+            (
+                r#"{"kind":"discovery","servers":["10.0.0.1:8761"]}"#,
+                "not a registry",
+            ),
+            (r#"{"kind":"discovery","servers":[]}"#, "at least one"),
+            (
+                r#"{"kind":"discovery","servers":["http://h:8761/eureka/"],"refresh_secs":0}"#,
+                "refresh_secs",
+            ),
+            (
+                r#"{"kind":"discovery","servers":["http://h:8761/eureka/"],"timeout_secs":0}"#,
+                "timeout_secs",
+            ),
+            (
+                r#"{"kind":"discovery","servers":["http://h:8761/eureka/"],"timeout_secs":301}"#,
+                "timeout_secs",
+            ),
+        ] {
+            let e = build(json).err().expect(json).to_string();
+            assert!(e.contains(said), "{json}: {e}");
+        }
+        build(r#"{"kind":"discovery","servers":["https://h/eureka/"],"timeout_secs":2}"#).unwrap();
     }
 }

@@ -71,7 +71,7 @@ async fn discovery_serves_its_last_read_when_no_server_answers_and_says_it_is_st
     register(&client, "orders", "o-2", 8082, Status::Down).await;
 
     let config = format!(
-        r#"{{"kind": "discovery", "servers": ["{}"], "refresh_secs": 0}}"#,
+        r#"{{"kind": "discovery", "servers": ["{}"], "refresh_secs": 1}}"#,
         server.url()
     );
     let config: ResolverConfig = serde_json::from_str(&config).unwrap();
