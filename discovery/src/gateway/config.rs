@@ -186,6 +186,9 @@ impl GatewayConfig {
                 why: "is 1 to 1024 threads",
             });
         }
+        if let Err((setting, why)) = config.limits.limits().check() {
+            return Err(ConfigError::Setting { setting, why });
+        }
         let mut seen = std::collections::HashSet::new();
         for route in &config.routes {
             let bad = |why: &str| ConfigError::Route {
@@ -394,6 +397,31 @@ mod tests {
         let c = GatewayConfig::from_toml(&with(3)).unwrap();
         assert_eq!(c.workers, Some(3));
         let _ = c.gateway().unwrap();
+    }
+
+    #[test]
+    fn limits_outside_their_range_are_refused_at_start() {
+        for (line, said) in [
+            ("max_headers = 18446744073709551615", "max_headers"),
+            ("max_headers = 0", "max_headers"),
+            ("max_connections = 0", "max_connections"),
+            ("header_read_timeout_secs = 0", "header_read_timeout"),
+            (
+                "header_read_timeout_secs = 18446744073709551615",
+                "header_read_timeout",
+            ),
+            ("write_timeout_secs = 0", "write_timeout"),
+            ("connect_timeout_ms = 0", "connect_timeout"),
+            ("max_header_bytes = 0", "max_header_bytes"),
+            ("max_idle_per_instance = 1000000", "max_idle_per_instance"),
+            ("drain_timeout_secs = 18446744073709551615", "drain_timeout"),
+        ] {
+            let text = format!(
+                "[resolvers.r]\nkind = \"static\"\nservices = {{}}\n[limits]\n{line}\n{ROUTE}"
+            );
+            let e = GatewayConfig::from_toml(&text).unwrap_err().to_string();
+            assert!(e.contains(said), "{line}: {e}");
+        }
     }
 
     #[test]

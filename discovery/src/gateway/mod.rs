@@ -110,6 +110,67 @@ impl Default for GatewayLimits {
     }
 }
 
+/// The longest duration a limit takes: a year. Past it a deadline could overflow an `Instant`.
+const LONGEST_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl GatewayLimits {
+    /// The first limit outside its range, and the range: [`Gateway::start`] refuses such
+    /// limits, and a configuration file says so at start. A value past these would make
+    /// every request fail (a zero timeout), or make hyper allocate without bound (a header
+    /// count of billions: it reserves a slot for each, per request).
+    pub fn check(&self) -> Result<(), (&'static str, &'static str)> {
+        let within = |d: Duration| !d.is_zero() && d <= LONGEST_LIMIT;
+        let failed = [
+            (
+                (1..=1_000_000).contains(&self.max_connections),
+                "max_connections",
+                "is 1 to 1,000,000",
+            ),
+            (
+                within(self.header_read_timeout),
+                "header_read_timeout",
+                "is more than zero and at most a year",
+            ),
+            (
+                (1..=16 << 20).contains(&self.max_header_bytes),
+                "max_header_bytes",
+                "is 1 to 16 MiB",
+            ),
+            (
+                (1..=10_000).contains(&self.max_headers),
+                "max_headers",
+                "is 1 to 10,000",
+            ),
+            (
+                within(self.write_timeout),
+                "write_timeout",
+                "is more than zero and at most a year",
+            ),
+            (
+                within(self.connect_timeout),
+                "connect_timeout",
+                "is more than zero and at most a year",
+            ),
+            (
+                self.max_idle_per_instance <= 100_000,
+                "max_idle_per_instance",
+                "is 0 to 100,000",
+            ),
+            (
+                self.drain_timeout <= LONGEST_LIMIT,
+                "drain_timeout",
+                "is at most a year",
+            ),
+        ]
+        .into_iter()
+        .find(|(ok, _, _)| !ok);
+        match failed {
+            Some((_, setting, why)) => Err((setting, why)),
+            None => Ok(()),
+        }
+    }
+}
+
 /// A gateway being configured: routes, limits, TLS. [`Gateway::start`] runs it.
 #[derive(Debug, Default)]
 #[must_use]
@@ -186,6 +247,12 @@ impl Gateway {
         self,
         listeners: Vec<std::net::TcpListener>,
     ) -> std::io::Result<RunningGateway> {
+        if let Err((setting, why)) = self.limits.check() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("the gateway's limit `{setting}` {why}"),
+            ));
+        }
         let addr = listeners[0].local_addr()?;
         let limits = self.limits;
         let shared = Arc::new(proxy::Shared {

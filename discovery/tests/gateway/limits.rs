@@ -131,3 +131,20 @@ async fn a_port_in_use_is_an_error_not_a_port_shared_with_another_gateway() {
     }
     first.shutdown().await;
 }
+
+#[tokio::test]
+async fn limits_out_of_range_are_refused_by_start_not_met_by_a_worker_panicking() {
+    let b = Arc::new(Balancer::new(Static::new()));
+    let mut limits = GatewayLimits::default();
+    // hyper would reserve this many header slots for every request.
+    limits.max_headers = usize::MAX;
+    let e = Gateway::new()
+        .route("/*", Route::service("orders", b))
+        .limits(limits)
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("max_headers"), "{e}");
+}
