@@ -49,8 +49,13 @@ pub struct EurekaClient {
     servers: Vec<String>,
     transport: Transport,
     timeout: Duration,
+    max_answer_bytes: usize,
     clock: Clock,
 }
+
+/// The largest answer a client reads by default: 32 MiB, the whole registry of some 30,000
+/// instances as Eureka's JSON has them (the registry server holds at most 10,000 by default).
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 32 << 20;
 
 impl EurekaClient {
     /// A client of these servers, by base URL (`http://host:8761/eureka/`), over HTTP.
@@ -66,6 +71,7 @@ impl EurekaClient {
                 .collect(),
             transport: Transport::default(),
             timeout: Duration::from_secs(5),
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             clock: Clock::system(),
         }
     }
@@ -80,6 +86,14 @@ impl EurekaClient {
     /// The time each request may take: 5 s by default.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The largest answer read ([`DEFAULT_MAX_ANSWER_BYTES`] by default): a larger one is a
+    /// failure, so that a registry (or whatever answers at its address) cannot make this
+    /// process buffer and parse without bound. Parsing holds several times the answer's size.
+    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_answer_bytes = bytes;
         self
     }
 
@@ -111,6 +125,7 @@ impl EurekaClient {
                 url: format!("{server}{path}"),
                 json_body: body.clone(),
                 timeout: self.timeout,
+                max_body: self.max_answer_bytes,
             };
             match self.transport.send(call).await {
                 Ok(answer) if !answer.0.is_server_error() => return Ok(answer),
@@ -118,8 +133,7 @@ impl EurekaClient {
                     tracing::debug!("registry server {server} answered {status}");
                     // Kept as the failure, so that an error says what the server answered (a
                     // warming-up server's 503) rather than only that nothing was usable.
-                    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-                    let why = format!("answered {status}: {}", text.trim());
+                    let why = format!("answered {status}: {}", shown(&body));
                     last = Some(TransportError {
                         url: format!("{server}{path}"),
                         source: why.into(),
@@ -140,7 +154,7 @@ impl EurekaClient {
     fn refused(status: StatusCode, body: &[u8]) -> ClientError {
         ClientError::Refused {
             status: status.as_u16(),
-            body: String::from_utf8_lossy(body).into_owned(),
+            body: shown(body),
         }
     }
 
@@ -206,5 +220,38 @@ impl EurekaClient {
             return Err(Self::refused(status, &body));
         }
         json::read_applications(&body, self.now_ms()).map_err(ClientError::Malformed)
+    }
+}
+
+/// A server's answer body as an error shows it: its first 200 bytes, trimmed, with control
+/// characters escaped, so that a log line stays one line and a megabyte answer is not logged.
+fn shown(body: &[u8]) -> String {
+    const SHOWN: usize = 200;
+    let text = String::from_utf8_lossy(&body[..body.len().min(SHOWN)]);
+    let mut s = String::new();
+    for c in text.trim().chars() {
+        if c.is_control() {
+            s.extend(c.escape_default());
+        } else {
+            s.push(c);
+        }
+    }
+    if body.len() > SHOWN {
+        s.push_str(&format!(" … ({} bytes)", body.len()));
+    }
+    s
+}
+
+#[cfg(test)]
+mod shown_tests {
+    #[test]
+    fn an_answer_body_is_shown_short_and_on_one_line() {
+        assert_eq!(super::shown(b" not found\r\n"), "not found");
+        assert_eq!(super::shown(b"a\nFAKE LOG LINE"), "a\\nFAKE LOG LINE");
+        let long = super::shown(&[b'x'; 1 << 20]);
+        assert!(
+            long.len() < 250 && long.ends_with("(1048576 bytes)"),
+            "{long}"
+        );
     }
 }

@@ -4,6 +4,6 @@ mod eureka;
 mod registrar;
 mod transport;
 
-pub use eureka::{ClientError, EurekaClient, Heartbeat};
+pub use eureka::{ClientError, DEFAULT_MAX_ANSWER_BYTES, EurekaClient, Heartbeat};
 pub use registrar::{Registrar, RegistrarHandle};
-pub use transport::{Transport, TransportError};
+pub use transport::{TooLarge, Transport, TransportError};

@@ -40,7 +40,15 @@ pub(crate) struct Call {
     pub(crate) url: String,
     pub(crate) json_body: Option<Vec<u8>>,
     pub(crate) timeout: std::time::Duration,
+    /// The largest answer body read: past it the answer is a failure, not a buffer that grows
+    /// with whatever a server (or whoever answers at its address) sends.
+    pub(crate) max_body: usize,
 }
+
+/// An answer body larger than [`Call::max_body`].
+#[derive(Debug, thiserror::Error)]
+#[error("the answer is larger than {0} bytes")]
+pub struct TooLarge(pub usize);
 
 impl Transport {
     pub(crate) async fn send(&self, call: Call) -> Result<(StatusCode, Bytes), TransportError> {
@@ -60,10 +68,23 @@ impl Transport {
                         .header(header::CONTENT_TYPE.as_str(), "application/json")
                         .body(body);
                 }
-                let res = req.send().await.map_err(|e| err(Box::new(e)))?;
+                let mut res = req.send().await.map_err(|e| err(Box::new(e)))?;
                 let status = res.status();
-                let body = res.bytes().await.map_err(|e| err(Box::new(e)))?;
-                Ok((status, body))
+                let too_large = || err(Box::new(TooLarge(call.max_body)));
+                if res
+                    .content_length()
+                    .is_some_and(|n| n > call.max_body as u64)
+                {
+                    return Err(too_large());
+                }
+                let mut body = Vec::new();
+                while let Some(chunk) = res.chunk().await.map_err(|e| err(Box::new(e)))? {
+                    if body.len() + chunk.len() > call.max_body {
+                        return Err(too_large());
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok((status, Bytes::from(body)))
             }
             Transport::InProcess(service) => {
                 let path = match call.url.find("://") {

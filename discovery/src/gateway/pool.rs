@@ -77,6 +77,10 @@ pub(crate) struct Pool {
     idle: Mutex<Idle>,
     max_idle: usize,
     connect_timeout: Duration,
+    /// The most an instance's connection buffers while reading (hyper's read buffer): its
+    /// response head must fit. Left at hyper's ~400 KiB, a client that does not read a large
+    /// response pinned that much of the gateway's memory per connection until `write_timeout`.
+    max_buf: usize,
 }
 
 /// A connection in use by one request, until its response's body has been read.
@@ -94,11 +98,13 @@ impl Lease {
 }
 
 impl Pool {
-    pub(crate) fn new(max_idle: usize, connect_timeout: Duration) -> Arc<Self> {
+    /// `max_buf` is floored at hyper's least, 8 KiB.
+    pub(crate) fn new(max_idle: usize, connect_timeout: Duration, max_buf: usize) -> Arc<Self> {
         Arc::new(Self {
             idle: Mutex::default(),
             max_idle,
             connect_timeout,
+            max_buf: max_buf.max(8192),
         })
     }
 
@@ -160,6 +166,7 @@ impl Pool {
         };
         let _ = tcp.set_nodelay(true);
         let (sender, connection) = Builder::new()
+            .max_buf_size(self.max_buf)
             .handshake(TokioIo::new(tcp))
             .await
             .map_err(|e| Failure::Connect(std::io::Error::other(e)))?;

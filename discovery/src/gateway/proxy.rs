@@ -221,8 +221,13 @@ impl Proxy {
                 route.service,
                 super::error_chain(e)
             );
+            let unreadable = e
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_parse);
             let what = if connect {
                 "no connection to an instance could be made"
+            } else if unreadable {
+                "the instance's answer could not be read (malformed, or its head too large)"
             } else {
                 "the instance closed the connection without an answer"
             };
@@ -339,6 +344,10 @@ fn respond(
         response.headers_mut().remove(header::CONTENT_LENGTH);
     }
     remove_hop_by_hop(response.headers_mut());
+    // An HTTP/1.0 instance's answer goes to the client as HTTP/1.1 (the gateway's own
+    // version): hyper would otherwise write `HTTP/1.0` and close a client's keep-alive
+    // connection for an instance's choice. Its body, framed by the close, is sent chunked.
+    *response.version_mut() = axum::http::Version::HTTP_11;
     response.map(|body| Held::body(body, pick, lease))
 }
 

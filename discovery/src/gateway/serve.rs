@@ -169,7 +169,11 @@ async fn worker(
             return;
         }
     };
-    let pool = Pool::new(limits.max_idle_per_instance, limits.connect_timeout);
+    let pool = Pool::new(
+        limits.max_idle_per_instance,
+        limits.connect_timeout,
+        limits.max_header_bytes,
+    );
     let sweeping = pool.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(super::pool::SWEEP);

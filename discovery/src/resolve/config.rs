@@ -46,6 +46,9 @@ pub enum ResolverConfig {
         /// Seconds each request to a registry server may take (default 5; 1 to 300).
         #[serde(default)]
         timeout_secs: Option<u64>,
+        /// The largest registry answer read, in bytes (default 32 MiB; at least 1 KiB).
+        #[serde(default)]
+        max_answer_bytes: Option<usize>,
     },
 }
 
@@ -113,6 +116,7 @@ impl ResolverConfig {
                 servers,
                 refresh_secs,
                 timeout_secs,
+                max_answer_bytes,
             } => {
                 if servers.is_empty() {
                     return Err(ConfigError::NoServers);
@@ -130,7 +134,16 @@ impl ResolverConfig {
                         why: "is 1 to 300 seconds",
                     });
                 }
+                if max_answer_bytes.is_some_and(|n| n < 1024) {
+                    return Err(ConfigError::Setting {
+                        setting: "max_answer_bytes",
+                        why: "is at least 1 KiB",
+                    });
+                }
                 let mut client = EurekaClient::new(servers.clone());
+                if let Some(n) = max_answer_bytes {
+                    client = client.max_answer_bytes(*n);
+                }
                 if let Some(t) = timeout_secs {
                     client = client.timeout(Duration::from_secs(*t));
                 }

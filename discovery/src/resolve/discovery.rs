@@ -197,7 +197,7 @@ fn index(apps: &Applications) -> Index {
     let mut index = Index::new();
     for i in apps
         .instances()
-        .filter(|i| i.status == Status::Up && i.port.enabled)
+        .filter(|i| i.status == Status::Up && i.port.enabled && is_host(&i.ip_addr))
     {
         let endpoint = Endpoint::new(i.ip_addr.clone(), i.port.port);
         let vips = i.vip_address.as_deref().unwrap_or_default().split(',');
@@ -227,6 +227,18 @@ fn unavailable(service: &str, why: String) -> ResolveError {
     }
 }
 
+/// Whether a registry's `ipAddr` can be an endpoint's host: an IP address, or a DNS name
+/// (letters, digits, `-`, `.`, at most 253). Anything else (spaces, a CR LF, `@`, `/`) comes
+/// from a broken or hostile registry, and would reach the log, the `Host` header and the
+/// connect call; such an instance is not offered.
+fn is_host(s: &str) -> bool {
+    s.parse::<std::net::IpAddr>().is_ok()
+        || (!s.is_empty()
+            && s.len() <= 253
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
+}
+
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Cached>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
@@ -249,6 +261,14 @@ impl Shared {
             Ok(apps) => {
                 // Built before the lock is taken: every resolve takes it.
                 let services = index(&apps);
+                for i in apps.instances().filter(|i| !is_host(&i.ip_addr)) {
+                    tracing::debug!(
+                        "instance {:?} of {:?} is not offered: its ipAddr {:?} is not an address",
+                        i.id(),
+                        i.app,
+                        i.ip_addr
+                    );
+                }
                 for i in apps.instances().filter(|i| !i.port.enabled) {
                     tracing::debug!(
                         "instance {} of {} is not offered: its plain port {} is disabled \
@@ -358,5 +378,31 @@ mod tests {
         assert_eq!(Discovery::lookup(&services, "orders.internal"), both[..1]);
         assert!(Discovery::lookup(&services, "").is_empty());
         assert!(Discovery::lookup(&services, "billing").is_empty());
+    }
+
+    #[test]
+    fn an_ip_addr_that_is_no_address_is_not_offered() {
+        let apps = Applications::group(
+            "1",
+            "",
+            [
+                "10.0.0.9\r\nX-Injected: 1",
+                "u@evil",
+                "a b",
+                "",
+                "orders-1.svc.local",
+                "::1",
+            ]
+            .into_iter()
+            .enumerate()
+            .map(|(n, ip)| Instance::new("orders", ip, 8080).with_id(&n.to_string())),
+        );
+        assert_eq!(
+            Discovery::lookup(&index(&apps), "orders"),
+            [
+                Endpoint::new("::1", 8080),
+                Endpoint::new("orders-1.svc.local", 8080)
+            ]
+        );
     }
 }

@@ -161,3 +161,26 @@ async fn a_failed_first_read_is_not_repeated_by_every_caller() {
         "within a second of a failed first read, resolves fail with its error"
     );
 }
+
+#[tokio::test]
+async fn a_registry_answer_past_the_cap_is_a_failed_read_not_a_growing_buffer() {
+    // One answer with its length declared, one streamed without (chunked).
+    let app = Router::new()
+        .route("/declared/apps/", get(|| async { "x".repeat(4096) }))
+        .route(
+            "/streamed/apps/",
+            get(|| async {
+                let chunks = (0..64).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024]));
+                axum::body::Body::from_stream(futures::stream::iter(chunks))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    for path in ["declared", "streamed"] {
+        let client = EurekaClient::new([format!("{base}/{path}/")]).max_answer_bytes(2048);
+        let e = client.applications().await.unwrap_err();
+        let said = cluster_discovery::gateway::error_chain(&e);
+        assert!(said.contains("larger than 2048 bytes"), "{path}: {said}");
+    }
+}
