@@ -395,7 +395,7 @@ mod tests {
             ]
             .into_iter()
             .enumerate()
-            .map(|(n, ip)| Instance::new("orders", ip, 8080).with_id(&n.to_string())),
+            .map(|(n, ip)| Instance::new("orders", ip, 8080).with_id(n.to_string())),
         );
         assert_eq!(
             Discovery::lookup(&index(&apps), "orders"),
