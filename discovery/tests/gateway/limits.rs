@@ -143,8 +143,7 @@ async fn limits_out_of_range_are_refused_by_start_not_met_by_a_worker_panicking(
         .limits(limits)
         .start(([127, 0, 0, 1], 0).into())
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
     assert!(e.to_string().contains("max_headers"), "{e}");
 }
