@@ -56,6 +56,10 @@ pub struct GatewayConfig {
     /// core; see [`Gateway::workers`]).
     #[serde(default)]
     pub workers: Option<usize>,
+    /// Keep the client's `X-Forwarded-For` and `Forwarded` and append to them (default
+    /// `false`: replace them; see [`Gateway::trust_forwarded`]).
+    #[serde(default)]
+    pub trust_forwarded: bool,
     /// Limits; each unset one takes its default ([`GatewayLimits`]).
     #[serde(default)]
     pub limits: LimitsConfig,
@@ -235,7 +239,9 @@ impl GatewayConfig {
     /// The gateway it describes: one balancer per resolver, shared by its routes.
     pub fn gateway(&self) -> Result<Gateway, ConfigError> {
         let mut balancers: HashMap<&str, Arc<Balancer>> = HashMap::new();
-        let mut gateway = Gateway::new().limits(self.limits.limits());
+        let mut gateway = Gateway::new()
+            .limits(self.limits.limits())
+            .trust_forwarded(self.trust_forwarded);
         if let Some(n) = self.workers {
             gateway = gateway.workers(n);
         }

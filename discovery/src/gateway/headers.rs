@@ -100,30 +100,65 @@ pub(crate) struct Caller {
     /// `Forwarded`'s element, without the host (RFC 7239: an IPv6 address is quoted and
     /// bracketed): `for=192.0.2.9;proto=https`.
     forwarded: String,
+    /// Whether the client's `X-Forwarded-For` and `Forwarded` are kept (a proxy of the
+    /// operator's in front) or replaced (the gateway is the edge).
+    trusted: bool,
 }
 
 impl Caller {
-    pub(crate) fn new(peer: IpAddr, proto: &'static str) -> Self {
+    pub(crate) fn new(peer: IpAddr, proto: &'static str, trusted: bool) -> Self {
         let address = HeaderValue::from_maybe_shared(Bytes::from(peer.to_string()))
             .expect("an IP address is a valid header value");
         let forwarded = match peer {
             IpAddr::V4(a) => format!("for={a};proto={proto}"),
             IpAddr::V6(a) => format!("for=\"[{a}]\";proto={proto}"),
         };
-        Self { address, forwarded }
+        Self {
+            address,
+            forwarded,
+            trusted,
+        }
     }
 }
 
-/// Adds who called, over what and by which name: `X-Forwarded-For` (appended, as nginx's
-/// `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`
-/// (appended). `host` is the `Host` the client sent, if any. A list the client sent on several
-/// lines is joined into one before it (RFC 9110 §5.3), so no hop is lost.
+/// Headers by which some framework learns the client's address, scheme, host, port or path
+/// from a proxy, and which the gateway does not set: removed, whoever sent them, since an
+/// instance behind it would believe them (Spring's `ForwardedHeaderFilter`, Rack,
+/// Symfony and IIS's URL rewriting).
+const NOT_THE_CLIENTS: [&str; 14] = [
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-server",
+    "x-forwarded-ssl",
+    "x-forwarded-scheme",
+    "x-forwarded-protocol",
+    "x-forwarded-uri",
+    "x-url-scheme",
+    "front-end-https",
+    "x-real-ip",
+    "x-client-ip",
+    "true-client-ip",
+    "x-original-url",
+    "x-rewrite-url",
+];
+
+/// Adds who called, over what and by which name: `X-Forwarded-For`, `X-Forwarded-Proto`,
+/// `X-Forwarded-Host` and `Forwarded`. `host` is the `Host` the client sent, if any.
+///
+/// A trusted caller's `X-Forwarded-For` and `Forwarded` are appended to (as nginx's
+/// `$proxy_add_x_forwarded_for`), a list sent on several lines joined into one first
+/// (RFC 9110 §5.3) so that no hop is lost, and a `Forwarded` with an unclosed quote (which
+/// would swallow the gateway's element) dropped. Otherwise they are replaced.
 pub(crate) fn add_forwarded(
     headers: &mut HeaderMap,
     caller: &Caller,
     proto: &'static str,
     host: Option<&HeaderValue>,
 ) {
+    if !caller.trusted {
+        headers.remove(&X_FORWARDED_FOR);
+        headers.remove(header::FORWARDED);
+    }
     if headers.contains_key(&X_FORWARDED_FOR) {
         let mut xff = joined(headers, &X_FORWARDED_FOR);
         xff.push_str(caller.address.to_str().unwrap_or_default());
@@ -136,16 +171,13 @@ pub(crate) fn add_forwarded(
         Some(h) => headers.insert(X_FORWARDED_HOST, h.clone()),
         None => headers.remove(X_FORWARDED_HOST),
     };
-    // Forwarded headers the gateway does not set are not the client's to set either: an
-    // instance behind it (Spring's ForwardedHeaderFilter) would believe them.
-    for name in [
-        "x-forwarded-port",
-        "x-forwarded-prefix",
-        "x-forwarded-server",
-    ] {
+    for name in NOT_THE_CLIENTS {
         headers.remove(name);
     }
     let mut forwarded = joined(headers, &header::FORWARDED);
+    if !quotes_closed(&forwarded) {
+        forwarded.clear();
+    }
     forwarded.push_str(&caller.forwarded);
     if let Some(h) = host.and_then(|h| h.to_str().ok())
         && h.bytes()
@@ -156,6 +188,20 @@ pub(crate) fn add_forwarded(
         forwarded.push('"');
     }
     set(headers, header::FORWARDED, forwarded);
+}
+
+/// Whether every quoted string in `s` ends (RFC 9110 §5.6.4: `\\` escapes inside one).
+fn quotes_closed(s: &str) -> bool {
+    let (mut quoted, mut escaped) = (false, false);
+    for b in s.bytes() {
+        match (quoted, escaped, b) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (_, _, b'"') => quoted = !quoted,
+            _ => {}
+        }
+    }
+    !quoted
 }
 
 /// The values of `name` that read as text, joined by `, ` and followed by `, ` (empty if none).
@@ -242,7 +288,7 @@ mod tests {
         ]);
         add_forwarded(
             &mut h,
-            &Caller::new("192.0.2.9".parse().unwrap(), "http"),
+            &Caller::new("192.0.2.9".parse().unwrap(), "http", true),
             "http",
             None,
         );
@@ -270,7 +316,7 @@ mod tests {
             ("forwarded", "for=10.0.0.1"),
         ]);
         let host = HeaderValue::from_static("shop.example:8080");
-        let caller = Caller::new("::1".parse().unwrap(), "https");
+        let caller = Caller::new("::1".parse().unwrap(), "https", true);
         add_forwarded(&mut h, &caller, "https", Some(&host));
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, ::1");
         assert_eq!(h["x-forwarded-proto"], "https");
@@ -289,7 +335,7 @@ mod tests {
             ("forwarded", "for=10.0.0.1"),
             ("forwarded", "for=10.0.0.2"),
         ]);
-        let caller = Caller::new("192.0.2.9".parse().unwrap(), "http");
+        let caller = Caller::new("192.0.2.9".parse().unwrap(), "http", true);
         add_forwarded(&mut h, &caller, "http", None);
         let all = |name: &str| h.get_all(name).iter().count();
         assert_eq!((all("x-forwarded-for"), all("forwarded")), (1, 1));
@@ -301,5 +347,33 @@ mod tests {
             h["forwarded"],
             "for=10.0.0.1, for=10.0.0.2, for=192.0.2.9;proto=http"
         );
+    }
+
+    #[test]
+    fn at_the_edge_the_client_s_forwarded_headers_are_replaced() {
+        let mut h = map(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("forwarded", "for=6.6.6.6;proto=https;host=bank.example"),
+            ("x-forwarded-ssl", "on"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-original-url", "/admin"),
+        ]);
+        let caller = Caller::new("192.0.2.9".parse().unwrap(), "http", false);
+        add_forwarded(&mut h, &caller, "http", None);
+        assert_eq!(h["x-forwarded-for"], "192.0.2.9");
+        assert_eq!(h["forwarded"], "for=192.0.2.9;proto=http");
+        for gone in ["x-forwarded-ssl", "x-real-ip", "x-original-url"] {
+            assert!(!h.contains_key(gone), "{gone}");
+        }
+    }
+
+    #[test]
+    fn a_trusted_forwarded_with_an_unclosed_quote_is_dropped_not_let_swallow_ours() {
+        let mut h = map(&[("forwarded", "for=\"6.6.6.6")]);
+        let caller = Caller::new("192.0.2.9".parse().unwrap(), "http", true);
+        add_forwarded(&mut h, &caller, "http", None);
+        assert_eq!(h["forwarded"], "for=192.0.2.9;proto=http");
+        assert!(quotes_closed(r#"for="a\"b", for=c"#));
+        assert!(!quotes_closed(r#"for="a\""#));
     }
 }

@@ -179,6 +179,7 @@ pub struct Gateway {
     limits: GatewayLimits,
     tls: Option<ServerTls>,
     workers: Option<usize>,
+    trust_forwarded: bool,
 }
 
 impl Gateway {
@@ -208,6 +209,16 @@ impl Gateway {
     /// The limits ([`GatewayLimits::default`] otherwise).
     pub fn limits(mut self, limits: GatewayLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Keeps the client's `X-Forwarded-For` and `Forwarded` and appends to them, for a gateway
+    /// behind a proxy of your own that sets them. By default (`false`) the gateway is the edge:
+    /// it replaces them with its own, naming the connection's peer, because an instance
+    /// believes them (Spring's `ForwardedHeaderFilter` takes the first `Forwarded` element's
+    /// `host` and `proto`), and anyone can send them.
+    pub fn trust_forwarded(mut self, trust: bool) -> Self {
+        self.trust_forwarded = trust;
         self
     }
 
@@ -261,6 +272,7 @@ impl Gateway {
             max_body_bytes: limits.max_body_bytes,
             max_replay_bytes: limits.max_replay_bytes,
             proto: if self.tls.is_some() { "https" } else { "http" },
+            trust_forwarded: self.trust_forwarded,
             warn: crate::server::limits::warn::Throttle::new(Duration::from_secs(10)),
         });
         let tls = self.tls.as_ref().map(ServerTls::acceptor);

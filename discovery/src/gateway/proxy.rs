@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     pub(crate) max_replay_bytes: usize,
     /// `http` or `https`: what the client spoke, for `X-Forwarded-Proto`.
     pub(crate) proto: &'static str,
+    /// Whether the client's `X-Forwarded-For` and `Forwarded` are kept and appended to.
+    pub(crate) trust_forwarded: bool,
     pub(crate) warn: Throttle,
 }
 

@@ -280,7 +280,11 @@ async fn connection<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let caller = Arc::new(Caller::new(peer.ip(), proxy.shared.proto));
+    let caller = Arc::new(Caller::new(
+        peer.ip(),
+        proxy.shared.proto,
+        proxy.shared.trust_forwarded,
+    ));
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let (proxy, caller) = (proxy.clone(), caller.clone());
         async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, &caller).await) }

@@ -86,13 +86,15 @@ async fn the_instance_sees_its_own_host_who_called_and_no_hop_by_hop_headers() {
             .header("proxy-authorization", "Basic Zm9vOmJhcg==")
             .header("te", "trailers")
             .header("x-forwarded-for", "10.1.2.3")
+            .header("forwarded", "for=10.1.2.3;proto=https;host=bank.example")
             .body(Body::empty())
             .unwrap()
     };
     let a = send(&c, req("/a/x")).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.seen("host"), Some(up.addr.to_string().as_str()));
-    assert_eq!(a.seen("x-forwarded-for"), Some("10.1.2.3, 127.0.0.1"));
+    // The gateway is the edge: who called is its peer, whatever the client claims.
+    assert_eq!(a.seen("x-forwarded-for"), Some("127.0.0.1"));
     assert_eq!(a.seen("x-forwarded-proto"), Some("http"));
     assert_eq!(a.seen("x-forwarded-host"), Some("shop.example"));
     assert_eq!(
@@ -259,5 +261,32 @@ async fn an_instance_with_an_unusable_address_is_passed_over_for_the_next() {
             StatusCode::OK
         );
     }
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_forwarded_chains_are_appended_to() {
+    let up = Upstream::start().await;
+    let gw = Gateway::new()
+        .route(
+            "/*",
+            Route::service("orders", balancer("orders", [up.endpoint()])),
+        )
+        .trust_forwarded(true)
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let req = Request::get(format!("{}/x", gw.url()))
+        .header("host", "shop.example")
+        .header("x-forwarded-for", "10.1.2.3")
+        .header("forwarded", "for=10.1.2.3")
+        .body(Body::empty())
+        .unwrap();
+    let a = send(&client(), req).await;
+    assert_eq!(a.seen("x-forwarded-for"), Some("10.1.2.3, 127.0.0.1"));
+    assert_eq!(
+        a.seen("forwarded"),
+        Some("for=10.1.2.3, for=127.0.0.1;proto=http;host=\"shop.example\"")
+    );
     gw.shutdown().await;
 }
