@@ -78,9 +78,11 @@ impl Proxy {
         if let Some(why) = unsafe_path(req.uri().path()).or_else(|| bad_host(&req)) {
             return plain(StatusCode::BAD_REQUEST, format!("{why}\n"));
         }
-        if req.method() == Method::TRACE {
+        let method = req.method().as_str();
+        if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
             // It echoes the request back, credentials the gateway or a proxy before it added
-            // included (cross-site tracing); nginx refuses it the same way.
+            // included (cross-site tracing); nginx refuses it the same way. Methods are
+            // case-sensitive, but servers (and IIS's TRACK) are lenient about these two.
             let mut r = plain(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "TRACE is not forwarded\n".into(),
@@ -272,7 +274,8 @@ impl Proxy {
         let sent_host = headers.remove(header::HOST);
         let client_host = match parts.uri.authority() {
             Some(a) => HeaderValue::from_str(a.as_str()).ok(),
-            None => sent_host,
+            // An empty `Host` (allowed for a target without authority) names no host.
+            None => sent_host.filter(|h| !h.is_empty()),
         };
         remove_hop_by_hop(&mut headers);
         add_forwarded(
@@ -369,6 +372,10 @@ fn unsafe_path(path: &str) -> Option<&'static str> {
     if encoded_slash || bytes.contains(&b'\\') {
         return Some("an encoded slash or a backslash in the path");
     }
+    if path.contains("//") {
+        // `//evil.example/x` is a scheme-relative URL to some frameworks' redirects.
+        return Some("an empty segment (`//`) in the path");
+    }
     path.split('/')
         .any(is_dot_segment)
         .then_some("a `.` or `..` segment in the path")
@@ -397,17 +404,37 @@ fn is_dot_segment(segment: &str) -> bool {
 }
 
 /// Why the request's `Host` is unusable, if it is: RFC 9112 §3.2 has a server answer 400 to an
-/// HTTP/1.1 request without one, and to any request with more than one (which of the two an
-/// instance or a cache behind it believes is how requests are smuggled past a route).
+/// HTTP/1.1 request without one, to any request with more than one (which of the two an
+/// instance or a cache behind it believes is how requests are smuggled past a route), and to
+/// one whose value is not a host (`evil, good` is the same ambiguity on one line). An
+/// absolute-form target with user information (`http://user:pw@host/`) is refused too
+/// (RFC 9110 §4.2.4: treat it as an error), rather than sent on as a `Host`.
 fn bad_host<B>(req: &Request<B>) -> Option<&'static str> {
+    if req
+        .uri()
+        .authority()
+        .is_some_and(|a| a.as_str().contains('@'))
+    {
+        return Some("user information in the request target");
+    }
     let mut hosts = req.headers().get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
         (Some(_), Some(_)) => Some("more than one Host header"),
         (None, _) if req.version() == axum::http::Version::HTTP_11 => {
             Some("an HTTP/1.1 request without a Host header")
         }
+        (Some(h), None) if !h.is_empty() && !is_authority(h.as_bytes()) => {
+            Some("a Host header that is not a host")
+        }
         _ => None,
     }
+}
+
+/// `host` or `host:port` (RFC 9110 §7.2), without user information or a list.
+fn is_authority(value: &[u8]) -> bool {
+    !value.contains(&b'@')
+        && !value.contains(&b',')
+        && axum::http::uri::Authority::try_from(value).is_ok()
 }
 
 /// RFC 9110 §9.2.2: methods whose repetition has the effect of one.

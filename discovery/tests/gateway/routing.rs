@@ -182,9 +182,39 @@ async fn requests_a_server_must_refuse_are_refused_before_any_instance_sees_them
             "GET /a HTTP/1.1\r\nhost: a\r\nhost: b\r\nconnection: close\r\n\r\n",
             "400",
         ),
-        // TRACE would echo what the gateway adds: refused as nginx does.
+        // A Host that is not one: a list, a space, user information, a path.
+        (
+            "GET /a HTTP/1.1\r\nhost: evil, good\r\nconnection: close\r\n\r\n",
+            "400",
+        ),
+        (
+            "GET /a HTTP/1.1\r\nhost: a b\r\nconnection: close\r\n\r\n",
+            "400",
+        ),
+        (
+            "GET /a HTTP/1.1\r\nhost: u@evil\r\nconnection: close\r\n\r\n",
+            "400",
+        ),
+        (
+            "GET /a HTTP/1.1\r\nhost: a/../b\r\nconnection: close\r\n\r\n",
+            "400",
+        ),
+        (
+            "GET http://user:pw@evil/a HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n",
+            "400",
+        ),
+        // TRACE would echo what the gateway adds: refused as nginx does, in any case, and
+        // IIS's TRACK with it.
         (
             "TRACE /a HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n",
+            "405",
+        ),
+        (
+            "trace /a HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n",
+            "405",
+        ),
+        (
+            "TRACK /a HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n",
             "405",
         ),
     ] {
@@ -232,6 +262,9 @@ async fn a_path_that_climbs_out_of_its_route_is_refused_before_any_instance_sees
         "/public/orders/%2e%2e/admin",
         "/public/orders/..%2fadmin",
         "/public/orders/./x",
+        // A scheme-relative URL to some frameworks' redirects.
+        "/public//evil.example/x",
+        "/public/orders//evil.example/x",
     ] {
         let answer = raw(&gw, path).await;
         assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
