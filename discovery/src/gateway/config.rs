@@ -109,6 +109,7 @@ pub struct LimitsConfig {
     pub connect_timeout_ms: Option<u64>,
     pub max_idle_per_instance: Option<usize>,
     pub drain_timeout_secs: Option<u64>,
+    pub tunnel_idle_timeout_secs: Option<u64>,
 }
 
 /// The listener's certificate and key, PEM files.
@@ -323,6 +324,7 @@ impl LimitsConfig {
         set!(connect_timeout, connect_timeout_ms, Duration::from_millis);
         set!(max_idle_per_instance, max_idle_per_instance);
         set!(drain_timeout, drain_timeout_secs, secs);
+        set!(tunnel_idle_timeout, tunnel_idle_timeout_secs, secs);
         l
     }
 }

@@ -91,6 +91,10 @@ pub struct GatewayLimits {
     /// How long [`RunningGateway::shutdown`] waits for requests in flight (and tunnels) to
     /// finish: 30 s.
     pub drain_timeout: Duration,
+    /// How long an upgraded connection (a WebSocket tunnel) may carry no byte either way
+    /// before it is closed: 5 min (nginx's `proxy_read_timeout` is 60 s). A tunnel holds a
+    /// connection's place, so idle ones would otherwise fill `max_connections` for good.
+    pub tunnel_idle_timeout: Duration,
 }
 
 impl Default for GatewayLimits {
@@ -106,6 +110,7 @@ impl Default for GatewayLimits {
             connect_timeout: Duration::from_secs(2),
             max_idle_per_instance: 32,
             drain_timeout: Duration::from_secs(30),
+            tunnel_idle_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -160,6 +165,11 @@ impl GatewayLimits {
                 self.drain_timeout <= LONGEST_LIMIT,
                 "drain_timeout",
                 "is at most a year",
+            ),
+            (
+                within(self.tunnel_idle_timeout),
+                "tunnel_idle_timeout",
+                "is more than zero and at most a year",
             ),
         ]
         .into_iter()
@@ -271,6 +281,7 @@ impl Gateway {
             budget: TpsBudget::default(),
             max_body_bytes: limits.max_body_bytes,
             max_replay_bytes: limits.max_replay_bytes,
+            tunnel_idle_timeout: limits.tunnel_idle_timeout,
             proto: if self.tls.is_some() { "https" } else { "http" },
             trust_forwarded: self.trust_forwarded,
             warn: crate::server::limits::warn::Throttle::new(Duration::from_secs(10)),

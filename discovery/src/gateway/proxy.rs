@@ -44,6 +44,7 @@ pub(crate) struct Shared {
     pub(crate) budget: TpsBudget,
     pub(crate) max_body_bytes: usize,
     pub(crate) max_replay_bytes: usize,
+    pub(crate) tunnel_idle_timeout: std::time::Duration,
     /// `http` or `https`: what the client spoke, for `X-Forwarded-Proto`.
     pub(crate) proto: &'static str,
     /// Whether the client's `X-Forwarded-For` and `Forwarded` are kept and appended to.
@@ -175,7 +176,8 @@ impl Proxy {
                 Err(_) => return timed_out(route),
                 Ok(Ok((response, lease))) => {
                     pick.reached();
-                    return respond(response, pick, lease, client_upgrade);
+                    let idle = self.shared.tunnel_idle_timeout;
+                    return respond(response, pick, lease, client_upgrade, idle);
                 }
                 Ok(Err(e)) => e,
             };
@@ -326,12 +328,13 @@ fn respond(
     pick: Pick,
     lease: Lease,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    tunnel_idle_timeout: std::time::Duration,
 ) -> Response<Body> {
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         match client_upgrade {
             Some(client) => {
                 let instance = hyper::upgrade::on(&mut response);
-                super::upgrade::join(client, instance, pick, lease);
+                super::upgrade::join(client, instance, pick, lease, tunnel_idle_timeout);
                 return response.map(|_| Body::empty());
             }
             // A 101 nobody asked for cannot be passed on.

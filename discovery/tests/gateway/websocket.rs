@@ -78,3 +78,46 @@ async fn a_websocket_session_passes_through_frame_for_frame() {
     gw.shutdown().await;
     server.abort();
 }
+
+#[tokio::test]
+async fn an_idle_tunnel_is_closed_and_gives_its_place_back() {
+    let (endpoint, server) = echo_server().await;
+    let balancer = Arc::new(Balancer::new(Static::new().service("chat", [endpoint])));
+    let mut limits = cluster_discovery::gateway::GatewayLimits::default();
+    limits.tunnel_idle_timeout = std::time::Duration::from_millis(200);
+    limits.max_connections = 1;
+    let gw = Gateway::new()
+        .route("/chat/*", Route::service("chat", balancer).strip("/chat"))
+        .limits(limits)
+        .start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let open = || async {
+        let tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+        tokio_tungstenite::client_async(format!("ws://{}/chat/1", gw.addr()), tcp).await
+    };
+    let (mut ws, _) = open().await.expect("the handshake passes");
+    ws.send(Message::text("hello")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hello"));
+
+    // Then nothing either way: the gateway closes the tunnel (the stream ends)...
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "an idle tunnel stays open");
+    // ... and its place (the only one) serves the next client.
+    let again = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            if let Ok((ws, answer)) = open().await {
+                break (ws, answer.status());
+            }
+        }
+    })
+    .await
+    .expect("the place came back");
+    assert_eq!(again.1, 101);
+    drop(again);
+    gw.shutdown().await;
+    server.abort();
+}
