@@ -112,14 +112,20 @@ impl EurekaClient {
         self.clock.now_ms()
     }
 
+    /// Sends to each server in turn until one gives an answer that is `final_`: for a write,
+    /// any but a 5xx (a 400 or a heartbeat's 404 means the same on every server); for a read
+    /// of the registry, a success only, so that a server that is not a registry (a 404) or
+    /// refuses this client (a 401) does not stop the next from being asked.
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
+        final_: fn(StatusCode) -> bool,
     ) -> Result<(StatusCode, axum::body::Bytes), ClientError> {
         let mut last = None;
         for server in &self.servers {
+            let shown_server = super::redacted(server);
             let call = Call {
                 method: method.clone(),
                 url: format!("{server}{path}"),
@@ -128,19 +134,19 @@ impl EurekaClient {
                 max_body: self.max_answer_bytes,
             };
             match self.transport.send(call).await {
-                Ok(answer) if !answer.0.is_server_error() => return Ok(answer),
+                Ok(answer) if final_(answer.0) => return Ok(answer),
                 Ok((status, body)) => {
-                    tracing::debug!("registry server {server} answered {status}");
+                    tracing::debug!("registry server {shown_server} answered {status}");
                     // Kept as the failure, so that an error says what the server answered (a
                     // warming-up server's 503) rather than only that nothing was usable.
                     let why = format!("answered {status}: {}", shown(&body));
                     last = Some(TransportError {
-                        url: format!("{server}{path}"),
+                        url: format!("{shown_server}{path}"),
                         source: why.into(),
                     });
                 }
                 Err(e) => {
-                    tracing::debug!("registry server {server} did not answer: {e}");
+                    tracing::debug!("registry server {shown_server} did not answer: {e}");
                     last = Some(e);
                 }
             }
@@ -165,6 +171,7 @@ impl EurekaClient {
                 Method::POST,
                 &format!("apps/{}", instance.app),
                 Some(json::write_instance(instance)),
+                WRITE,
             )
             .await?;
         if status.is_success() {
@@ -183,7 +190,7 @@ impl EurekaClient {
             instance.status,
             instance.last_dirty_timestamp
         );
-        let (status, body) = self.send(Method::PUT, &path, None).await?;
+        let (status, body) = self.send(Method::PUT, &path, None, WRITE).await?;
         match status {
             s if s.is_success() => Ok(Heartbeat::Renewed),
             StatusCode::NOT_FOUND => Ok(Heartbeat::Unknown),
@@ -194,7 +201,7 @@ impl EurekaClient {
     /// `DELETE apps/{app}/{id}`; false if the server did not know it.
     pub async fn cancel(&self, app: &str, id: &str) -> Result<bool, ClientError> {
         let (status, body) = self
-            .send(Method::DELETE, &format!("apps/{app}/{id}"), None)
+            .send(Method::DELETE, &format!("apps/{app}/{id}"), None, WRITE)
             .await?;
         match status {
             s if s.is_success() => Ok(true),
@@ -206,7 +213,7 @@ impl EurekaClient {
     /// `GET apps/delta`: the changes of the last few minutes (180 s on Eureka and on our
     /// server), with the hashcode of the whole registry to check the result against.
     pub async fn delta(&self) -> Result<Applications, ClientError> {
-        let (status, body) = self.send(Method::GET, "apps/delta", None).await?;
+        let (status, body) = self.send(Method::GET, "apps/delta", None, READ).await?;
         if !status.is_success() {
             return Err(Self::refused(status, &body));
         }
@@ -215,13 +222,18 @@ impl EurekaClient {
 
     /// `GET apps/`: the whole registry.
     pub async fn applications(&self) -> Result<Applications, ClientError> {
-        let (status, body) = self.send(Method::GET, "apps/", None).await?;
+        let (status, body) = self.send(Method::GET, "apps/", None, READ).await?;
         if !status.is_success() {
             return Err(Self::refused(status, &body));
         }
         json::read_applications(&body, self.now_ms()).map_err(ClientError::Malformed)
     }
 }
+
+/// A write's answer is final unless the server failed (5xx): see [`EurekaClient::send`].
+const WRITE: fn(StatusCode) -> bool = |s| !s.is_server_error();
+/// A read of the registry's answer is final only if it succeeded.
+const READ: fn(StatusCode) -> bool = |s| s.is_success();
 
 /// A server's answer body as an error shows it: its first 200 bytes, trimmed, with control
 /// characters escaped, so that a log line stays one line and a megabyte answer is not logged.

@@ -26,7 +26,7 @@ impl Default for Transport {
 #[derive(Debug, thiserror::Error)]
 #[error("asking {url}")]
 pub struct TransportError {
-    /// The URL.
+    /// The URL, its password replaced by `***` ([`super::redacted`]).
     pub url: String,
     /// Why.
     #[source]
@@ -52,7 +52,7 @@ pub struct TooLarge(pub usize);
 
 impl Transport {
     pub(crate) async fn send(&self, call: Call) -> Result<(StatusCode, Bytes), TransportError> {
-        let url = call.url.clone();
+        let url = super::redacted(&call.url).into_owned();
         let err = |e: Box<dyn std::error::Error + Send + Sync>| TransportError {
             url: url.clone(),
             source: e,
@@ -68,7 +68,11 @@ impl Transport {
                         .header(header::CONTENT_TYPE.as_str(), "application/json")
                         .body(body);
                 }
-                let mut res = req.send().await.map_err(|e| err(Box::new(e)))?;
+                // reqwest names the URL, password and all: ours is shown, redacted, instead.
+                let mut res = req
+                    .send()
+                    .await
+                    .map_err(|e| err(Box::new(e.without_url())))?;
                 let status = res.status();
                 let too_large = || err(Box::new(TooLarge(call.max_body)));
                 if res
@@ -78,7 +82,11 @@ impl Transport {
                     return Err(too_large());
                 }
                 let mut body = Vec::new();
-                while let Some(chunk) = res.chunk().await.map_err(|e| err(Box::new(e)))? {
+                while let Some(chunk) = res
+                    .chunk()
+                    .await
+                    .map_err(|e| err(Box::new(e.without_url())))?
+                {
                     if body.len() + chunk.len() > call.max_body {
                         return Err(too_large());
                     }

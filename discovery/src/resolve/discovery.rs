@@ -322,7 +322,12 @@ impl Shared {
                             "{why}, and nothing was read yet: the services resolved through \
                              {} fail (a gateway answers 503) until a read succeeds; next read \
                              in {FIRST_READ_RETRY:?} at the earliest",
-                            self.client.servers().join(", "),
+                            self.client
+                                .servers()
+                                .iter()
+                                .map(|s| crate::client::redacted(s))
+                                .collect::<Vec<_>>()
+                                .join(", "),
                         );
                         *self.first_failure.lock().unwrap_or_else(|p| p.into_inner()) =
                             Some((Instant::now(), why));

@@ -184,3 +184,36 @@ async fn a_registry_answer_past_the_cap_is_a_failed_read_not_a_growing_buffer() 
         assert!(said.contains("larger than 2048 bytes"), "{path}: {said}");
     }
 }
+
+#[tokio::test]
+async fn a_server_that_is_no_registry_does_not_stop_the_next_from_being_asked() {
+    let not_a_registry = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/eureka/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, Router::new()).await });
+        url
+    };
+    let g = Arc::new(Gated {
+        reads: AtomicUsize::new(0),
+        gate: Semaphore::new(1),
+    });
+    let registry = gated_server(g).await;
+    let d = Discovery::new(EurekaClient::new([not_a_registry, registry]));
+    assert_eq!(
+        d.resolve("orders").await.unwrap(),
+        [Endpoint::new("10.0.0.1", 8080)],
+        "the first answered 404; the second was asked"
+    );
+}
+
+#[tokio::test]
+async fn a_password_in_a_server_url_stays_out_of_errors() {
+    // A port held but never listened on refuses connections.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://app:s3cretPW@{}/eureka/", held.local_addr().unwrap());
+    let e = EurekaClient::new([url]).applications().await.unwrap_err();
+    let said = cluster_discovery::gateway::error_chain(&e);
+    assert!(!said.contains("s3cretPW"), "{said}");
+    assert!(said.contains("app:***@"), "{said}");
+}
