@@ -148,6 +148,9 @@ impl Proxy {
             )
             .await
             {
+                // The time went on resolving (a registry not read yet, slow): no instance was
+                // asked, so the answer does not blame the service.
+                Err(_) if failed.is_none() => return unresolved_in_time(route),
                 Err(_) => return timed_out(route),
                 Ok(Ok(p)) => p,
                 // Every instance was tried: the last failure says what happened.
@@ -500,6 +503,17 @@ fn timed_out(route: &Upstream) -> Response<Body> {
         StatusCode::GATEWAY_TIMEOUT,
         format!(
             "service `{}` did not answer within {:?}\n",
+            route.service, route.timeout
+        ),
+    )
+}
+
+fn unresolved_in_time(route: &Upstream) -> Response<Body> {
+    plain(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "service `{}` could not be resolved within {:?}: its resolver has not answered (no \
+             instance was asked)\n",
             route.service, route.timeout
         ),
     )
