@@ -225,6 +225,17 @@ impl GatewayConfig {
                     "`host` is `instance`, `preserve`, or a host name (with a port if need be)",
                 ));
             }
+            if route.service.trim().is_empty() {
+                return Err(bad("`service` names a service"));
+            }
+            if let Some(ResolverConfig::Static { services }) = config.resolvers.get(&route.resolver)
+                && !services.contains_key(&route.service)
+            {
+                return Err(bad(&format!(
+                    "static resolver `{}` lists no service `{}`: every request would be 503",
+                    route.resolver, route.service
+                )));
+            }
             if route.timeout_ms == Some(0) {
                 return Err(bad("`timeout_ms = 0` would answer every request 504"));
             }
@@ -346,8 +357,9 @@ mod tests {
 
     #[test]
     fn typos_and_empty_route_lists_are_refused() {
-        let typo =
-            format!("[resolvers.r]\nkind = \"static\"\nservices = {{}}\n{ROUTE}stirp = \"/a\"\n");
+        let typo = format!(
+            "[resolvers.r]\nkind = \"static\"\nservices = {{ a = [\"127.0.0.1:1\"] }}\n{ROUTE}stirp = \"/a\"\n"
+        );
         assert!(matches!(
             GatewayConfig::from_toml(&typo),
             Err(ConfigError::Parse(_))
@@ -363,7 +375,7 @@ mod tests {
     fn routes_that_cannot_work_are_refused_at_start() {
         let with = |extra: &str| {
             format!(
-                "[resolvers.r]\nkind = \"static\"\nservices = {{}}\n[[routes]]\nservice = \"a\"\nresolver = \"r\"\n{extra}"
+                "[resolvers.r]\nkind = \"static\"\nservices = {{ a = [\"127.0.0.1:1\"] }}\n[[routes]]\nservice = \"a\"\nresolver = \"r\"\n{extra}"
             )
         };
         for (extra, said) in [
@@ -376,6 +388,9 @@ mod tests {
             ("path = \"/a*\"", "`*`"),
             ("path = \"/a/*\"\nhost = \"a b\"", "host"),
             ("path = \"/a/*\"\nhost = \"u@h\"", "host"),
+            ("path = \"/a?x=1\"", "`?`"),
+            ("path = \"/a b/*\"", "space"),
+            ("path = \"/a/../b/*\"", "`..`"),
         ] {
             let e = GatewayConfig::from_toml(&with(extra)).unwrap_err();
             assert!(e.to_string().contains(said), "{extra}: {e}");
@@ -394,9 +409,22 @@ mod tests {
     }
 
     #[test]
+    fn a_route_to_a_service_its_static_resolver_does_not_list_is_refused() {
+        let text = "[resolvers.r]\nkind = \"static\"\nservices = { orders = [\"127.0.0.1:1\"] }\n\
+                    [[routes]]\npath = \"/p/*\"\nservice = \"payments\"\nresolver = \"r\"\n";
+        let e = GatewayConfig::from_toml(text).unwrap_err().to_string();
+        assert!(e.contains("lists no service `payments`"), "{e}");
+        let empty = text.replace("\"payments\"", "\" \"");
+        let e = GatewayConfig::from_toml(&empty).unwrap_err().to_string();
+        assert!(e.contains("`service`"), "{e}");
+    }
+
+    #[test]
     fn workers_are_one_to_1024() {
         let with = |n: usize| {
-            format!("workers = {n}\n[resolvers.r]\nkind = \"static\"\nservices = {{}}\n{ROUTE}")
+            format!(
+                "workers = {n}\n[resolvers.r]\nkind = \"static\"\nservices = {{ a = [\"127.0.0.1:1\"] }}\n{ROUTE}"
+            )
         };
         for n in [0, 1025] {
             let e = GatewayConfig::from_toml(&with(n)).unwrap_err();
@@ -425,7 +453,7 @@ mod tests {
             ("drain_timeout_secs = 18446744073709551615", "drain_timeout"),
         ] {
             let text = format!(
-                "[resolvers.r]\nkind = \"static\"\nservices = {{}}\n[limits]\n{line}\n{ROUTE}"
+                "[resolvers.r]\nkind = \"static\"\nservices = {{ a = [\"127.0.0.1:1\"] }}\n[limits]\n{line}\n{ROUTE}"
             );
             let e = GatewayConfig::from_toml(&text).unwrap_err().to_string();
             assert!(e.contains(said), "{line}: {e}");

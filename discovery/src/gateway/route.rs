@@ -108,6 +108,20 @@ impl Pattern {
         if !pattern.starts_with('/') {
             return Err("a path starts with `/`: this one would never match");
         }
+        if pattern
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || b == b'?' || b == b'#')
+        {
+            return Err(
+                "a path has no space, control character, `?` or `#` (a query is not routed \
+                 on): this one would never match",
+            );
+        }
+        if pattern.split('/').any(|s| s == "." || s == "..") {
+            return Err(
+                "a `.` or `..` segment: such requests are refused, so it would never match",
+            );
+        }
         match pattern.find('*') {
             Some(at) if at + 1 != pattern.len() || !pattern[..at].ends_with('/') => Err(
                 "`*` stands for whole segments, and only as the last one (`/api/*`): this \
