@@ -176,7 +176,18 @@ impl Proxy {
             let answered =
                 tokio::time::timeout_at(deadline, self.pool.send(pick.endpoint(), out)).await;
             let e = match answered {
-                Err(_) => return timed_out(route),
+                Err(_) => {
+                    throttled_warn!(
+                        self.shared.warn,
+                        "instance",
+                        pick.endpoint(),
+                        "instance {} of `{}` did not answer within the route's {:?}",
+                        pick.endpoint(),
+                        route.service,
+                        route.timeout
+                    );
+                    return timed_out(route);
+                }
                 Ok(Ok((response, lease))) => {
                     pick.reached();
                     let idle = self.shared.tunnel_idle_timeout;
@@ -223,12 +234,21 @@ impl Proxy {
                 );
             }
             // The details (the instance's address, the cause) go to the log, not to the
-            // client: an edge gateway does not tell the Internet where its instances are.
-            tracing::debug!(
-                "instance {} of `{}`: {}",
+            // client: an edge gateway does not tell the Internet where its instances are. At
+            // WARN, once per instance every 10 s, so that an operator finds the failing one.
+            throttled_warn!(
+                self.shared.warn,
+                "instance",
+                pick.endpoint(),
+                "instance {} of `{}`: {}{}",
                 pick.endpoint(),
                 route.service,
-                super::error_chain(e)
+                super::error_chain(e),
+                if connect {
+                    " (passed over for a cool-down)"
+                } else {
+                    ""
+                }
             );
             let unreadable = e
                 .downcast_ref::<hyper::Error>()

@@ -227,7 +227,13 @@ async fn serve(
             }
         };
         let Some(place) = places.take() else {
-            tracing::debug!("refused {peer}: {} connections are open", places.total());
+            crate::server::limits::warn::throttled_warn!(
+                proxy.shared.warn,
+                "connections",
+                "max_connections",
+                "refused a connection from {peer}: all {} places are taken (max_connections)",
+                places.total()
+            );
             refuse(tcp, tls.is_none());
             continue;
         };
