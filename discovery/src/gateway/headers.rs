@@ -122,7 +122,8 @@ impl Caller {
 }
 
 /// Headers by which some framework learns the client's address, scheme, host, port or path
-/// from a proxy, and which the gateway does not set: removed, whoever sent them, since an
+/// from a proxy, and which the gateway does not set (`X-Forwarded-Prefix` only when it
+/// strips a prefix, after this): removed, whoever sent them, since an
 /// instance behind it would believe them (Spring's `ForwardedHeaderFilter`, Rack,
 /// Symfony and IIS's URL rewriting).
 const NOT_THE_CLIENTS: [&str; 14] = [

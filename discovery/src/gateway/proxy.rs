@@ -25,7 +25,9 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::body::Bytes;
 use axum::http::uri::PathAndQuery;
-use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
+use axum::http::{
+    HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, header,
+};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 use tower::retry::budget::{Budget as _, TpsBudget};
@@ -309,6 +311,13 @@ impl Proxy {
             self.shared.proto,
             client_host.as_ref(),
         );
+        // The prefix the instance does not see, so that it can build links the client can
+        // follow (Spring's ForwardedHeaderFilter; Spring Cloud Gateway's StripPrefix sets it).
+        if let Some(prefix) = route.stripped(parts.uri.path())
+            && let Ok(v) = HeaderValue::from_str(prefix)
+        {
+            headers.insert(X_FORWARDED_PREFIX, v);
+        }
         Ok(Head {
             method: parts.method,
             path_and_query,
@@ -344,6 +353,8 @@ fn outgoing(
     req.headers_mut().insert(header::HOST, host);
     Ok(req)
 }
+
+const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 
 /// The instance's answer, on its way back.
 fn respond(

@@ -77,6 +77,11 @@ impl Upstream {
         self
     }
 
+    /// The prefix [`Upstream::rewrite`] removes from `path`, if it removes one.
+    pub(crate) fn stripped(&self, path: &str) -> Option<&str> {
+        self.strip.as_deref().filter(|p| under(path, p).is_some())
+    }
+
     /// The path the instance sees.
     pub(crate) fn rewrite<'a>(&self, path: &'a str) -> std::borrow::Cow<'a, str> {
         match self.strip.as_deref().and_then(|p| under(path, p)) {

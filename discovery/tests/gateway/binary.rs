@@ -88,6 +88,20 @@ async fn the_binary_routes_as_its_file_says_and_drains_on_sigterm() {
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.text.contains("GET /orders/7\n"), "{}", a.text);
 
+    // SIGHUP (nginx's reload) is not a stop, nor the default kill: it goes on serving. A
+    // pending signal is acted on before the process runs again, so an answer after `kill`
+    // returned is from a process that lived through it.
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    assert_eq!(
+        get(&c, format!("{url}/api/orders/8")).await.status,
+        StatusCode::OK
+    );
+    assert!(child.0.try_wait().unwrap().is_none(), "SIGHUP ended it");
+
     // A request in flight when SIGTERM comes: answered, then the process exits 0.
     let (c2, u2) = (c.clone(), url.clone());
     let held = tokio::spawn(async move { get(&c2, format!("{u2}/hold")).await });

@@ -49,8 +49,14 @@ async fn paths_route_by_prefix_to_the_named_service_with_the_prefix_stripped() {
         "{}",
         a.text
     );
+    assert_eq!(
+        a.seen("x-forwarded-prefix"),
+        Some("/api"),
+        "what was stripped, for the instance's links"
+    );
     let a = get(&c, format!("{}/api/billing/inv/1", gw.url())).await;
     assert_eq!(a.port(), Some(billing.addr.port()));
+    assert_eq!(a.seen("x-forwarded-prefix"), None, "nothing stripped");
     assert!(
         a.text.contains("GET /api/billing/inv/1\n"),
         "unstripped: {}",
