@@ -70,7 +70,12 @@ struct Cached {
     tried_at: Instant,
     /// Set while the servers cannot be reached.
     stale_since: Option<Instant>,
+    /// When the outage was last logged at WARN: once a minute, not at every read.
+    warned_at: Option<Instant>,
 }
+
+/// How often an outage of the registry is logged at WARN while it lasts.
+const STALE_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 impl Discovery {
     /// A resolver reading from these servers, refreshing at most every 30 s.
@@ -294,6 +299,7 @@ impl Shared {
                     read_at: now,
                     tried_at: now,
                     stale_since: None,
+                    warned_at: None,
                 });
                 drop(cache);
                 *self.first_failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -304,13 +310,19 @@ impl Shared {
                 match cache.as_mut() {
                     Some(c) => {
                         let since = *c.stale_since.get_or_insert_with(Instant::now);
-                        tracing::warn!(
+                        let said = format!(
                             "no registry server answers ({}); serving the registry as read \
                              {:.0?} ago (stale for {:.0?}) until a read succeeds",
                             error_chain(&e),
                             c.read_at.elapsed(),
                             since.elapsed(),
                         );
+                        if c.warned_at.is_none_or(|at| at.elapsed() >= STALE_WARNING_EVERY) {
+                            c.warned_at = Some(Instant::now());
+                            tracing::warn!("{said}");
+                        } else {
+                            tracing::debug!("{said}");
+                        }
                         // Try again after another refresh interval, not on every call.
                         c.tried_at = Instant::now();
                         Err(e)
