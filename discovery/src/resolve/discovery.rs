@@ -317,7 +317,9 @@ impl Shared {
                             c.read_at.elapsed(),
                             since.elapsed(),
                         );
-                        if c.warned_at.is_none_or(|at| at.elapsed() >= STALE_WARNING_EVERY) {
+                        if c.warned_at
+                            .is_none_or(|at| at.elapsed() >= STALE_WARNING_EVERY)
+                        {
                             c.warned_at = Some(Instant::now());
                             tracing::warn!("{said}");
                         } else {
