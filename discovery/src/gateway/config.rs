@@ -219,7 +219,7 @@ impl GatewayConfig {
             }
             if let Some(host) = &route.host
                 && !matches!(host.as_str(), "instance" | "preserve")
-                && (host.contains('@') || host.parse::<axum::http::uri::Authority>().is_err())
+                && !super::proxy::is_authority(host.as_bytes())
             {
                 return Err(bad(
                     "`host` is `instance`, `preserve`, or a host name (with a port if need be)",
@@ -388,6 +388,10 @@ mod tests {
             ("path = \"/a*\"", "`*`"),
             ("path = \"/a/*\"\nhost = \"a b\"", "host"),
             ("path = \"/a/*\"\nhost = \"u@h\"", "host"),
+            ("path = \"/a/*\"\nhost = \"x,y\"", "host"),
+            ("path = \"/a/*\"\nhost = \"x:abc\"", "host"),
+            ("path = \"/a//b/*\"", "`//`"),
+            ("path = \"/a/%2e%2e/*\"", "`..`"),
             ("path = \"/a?x=1\"", "`?`"),
             ("path = \"/a b/*\"", "space"),
             ("path = \"/a/../b/*\"", "`..`"),

@@ -77,7 +77,14 @@ impl Proxy {
     /// One request; a failure of the gateway's own (`502`, `503`, `504`) logged at WARN, at most
     /// once per service and status every 10 s (with the count of those not logged), so that a
     /// failing service cannot flood the log.
-    pub(crate) async fn handle(&self, req: Request<Incoming>, caller: &Caller) -> Response<Body> {
+    pub(crate) async fn handle(
+        &self,
+        mut req: Request<Incoming>,
+        caller: &Caller,
+    ) -> Response<Body> {
+        if req.uri().path().contains("//") {
+            merge_slashes(req.uri_mut());
+        }
         if let Some(why) = unsafe_path(req.uri().path()).or_else(|| bad_host(&req)) {
             return plain(StatusCode::BAD_REQUEST, format!("{why}\n"));
         }
@@ -397,7 +404,7 @@ fn respond(
 /// or an encoded `/` or `\`. A route's prefix must bound what a client reaches: the instance
 /// (or a server behind it) would resolve `/orders/../admin` to `/admin`. Refused rather than
 /// normalised, as no client of a route needs them.
-fn unsafe_path(path: &str) -> Option<&'static str> {
+pub(crate) fn unsafe_path(path: &str) -> Option<&'static str> {
     let bytes = path.as_bytes();
     let encoded_slash = bytes.windows(3).any(|w| {
         w[0] == b'%'
@@ -410,12 +417,34 @@ fn unsafe_path(path: &str) -> Option<&'static str> {
         return Some("an encoded slash or a backslash in the path");
     }
     if path.contains("//") {
-        // `//evil.example/x` is a scheme-relative URL to some frameworks' redirects.
+        // Merged before this is asked (`merge_slashes`); a route pattern with one is refused.
         return Some("an empty segment (`//`) in the path");
     }
     path.split('/')
         .any(is_dot_segment)
         .then_some("a `.` or `..` segment in the path")
+}
+
+/// Runs of `/` in the path made one, as nginx's `merge_slashes` does: `/api//orders/7` (a
+/// base URL ending in `/` joined with `/orders/7`) is `/api/orders/7`, and no instance sees a
+/// path starting `//`, which some frameworks' redirects read as a scheme-relative URL to
+/// another host. The query is kept as sent.
+fn merge_slashes(uri: &mut Uri) {
+    let mut path = String::with_capacity(uri.path().len());
+    for c in uri.path().chars() {
+        if !(c == '/' && path.ends_with('/')) {
+            path.push(c);
+        }
+    }
+    if let Some(q) = uri.query() {
+        path.push('?');
+        path.push_str(q);
+    }
+    let mut parts = std::mem::take(uri).into_parts();
+    parts.path_and_query = PathAndQuery::from_maybe_shared(Bytes::from(path)).ok();
+    if let Ok(merged) = Uri::from_parts(parts) {
+        *uri = merged;
+    }
 }
 
 /// `.` or `..`, each dot raw or as `%2e`, before any `;` parameters (raw or `%3b`): Tomcat
@@ -447,12 +476,13 @@ fn is_dot_segment(segment: &str) -> bool {
 /// absolute-form target with user information (`http://user:pw@host/`) is refused too
 /// (RFC 9110 §4.2.4: treat it as an error), rather than sent on as a `Host`.
 fn bad_host<B>(req: &Request<B>) -> Option<&'static str> {
-    if req
-        .uri()
-        .authority()
-        .is_some_and(|a| a.as_str().contains('@'))
-    {
-        return Some("user information in the request target");
+    if let Some(a) = req.uri().authority() {
+        if a.as_str().contains('@') {
+            return Some("user information in the request target");
+        }
+        if !is_authority(a.as_str().as_bytes()) {
+            return Some("a request target whose host is not a host");
+        }
     }
     let mut hosts = req.headers().get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
@@ -467,9 +497,31 @@ fn bad_host<B>(req: &Request<B>) -> Option<&'static str> {
     }
 }
 
-/// `host` or `host:port` (RFC 9110 §7.2), without user information or a list.
-fn is_authority(value: &[u8]) -> bool {
-    !value.contains(&b'@')
+/// `host` or `host:port` (RFC 9110 §7.2), without user information or a list, the port a
+/// number up to 65,535: what a `Host` header, an absolute-form target's authority and a
+/// route's fixed `host` may be.
+pub(crate) fn is_authority(value: &[u8]) -> bool {
+    // After an IPv6 literal's `]`, or after the first `:` of a name or IPv4 address.
+    let port = match value.first() {
+        Some(b'[') => value
+            .iter()
+            .position(|b| *b == b']')
+            .map(|end| &value[end + 1..]),
+        _ => Some(
+            value
+                .iter()
+                .position(|b| *b == b':')
+                .map_or(&[][..], |at| &value[at..]),
+        ),
+    };
+    let port_ok = port.is_some_and(|p| {
+        p.is_empty()
+            || p.strip_prefix(b":")
+                .and_then(|digits| std::str::from_utf8(digits).ok())
+                .is_some_and(|d| !d.is_empty() && d.parse::<u16>().is_ok())
+    });
+    port_ok
+        && !value.contains(&b'@')
         && !value.contains(&b',')
         && axum::http::uri::Authority::try_from(value).is_ok()
 }

@@ -122,9 +122,10 @@ impl Pattern {
                  on): this one would never match",
             );
         }
-        if pattern.split('/').any(|s| s == "." || s == "..") {
+        if super::proxy::unsafe_path(pattern).is_some() {
             return Err(
-                "a `.` or `..` segment: such requests are refused, so it would never match",
+                "a `.` or `..` segment (raw or encoded), an encoded slash or an empty segment \
+                 (`//`): such requests are refused, so it would never match",
             );
         }
         match pattern.find('*') {

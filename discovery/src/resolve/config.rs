@@ -59,6 +59,9 @@ pub enum ConfigError {
     /// A static endpoint that is not `host:port`.
     #[error("`{0}` is not host:port")]
     BadEndpoint(String),
+    /// A static service with no endpoint: every request to it would be refused.
+    #[error("static service `{0}` lists no endpoint")]
+    NoEndpoints(String),
     /// `Discovery` without servers.
     #[error("discovery needs at least one registry server")]
     NoServers,
@@ -78,7 +81,9 @@ pub enum ConfigError {
 fn server(s: &str) -> Result<(), ConfigError> {
     match reqwest::Url::parse(s) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(()),
-        _ => Err(ConfigError::BadServer(s.to_owned())),
+        _ => Err(ConfigError::BadServer(
+            crate::client::redacted(s).into_owned(),
+        )),
     }
 }
 
@@ -90,7 +95,7 @@ fn endpoint(s: &str) -> Result<Endpoint, ConfigError> {
         .parse()
         .map_err(|_| ConfigError::BadEndpoint(s.to_owned()))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
+    if !super::is_host(host) {
         return Err(ConfigError::BadEndpoint(s.to_owned()));
     }
     Ok(Endpoint::new(host, port))
@@ -103,6 +108,9 @@ impl ResolverConfig {
             ResolverConfig::Static { services } => {
                 let mut s = Static::new();
                 for (name, list) in services {
+                    if list.is_empty() {
+                        return Err(ConfigError::NoEndpoints(name.clone()));
+                    }
                     let eps = list
                         .iter()
                         .map(|e| endpoint(e))
@@ -200,5 +208,23 @@ mod tests {
             assert!(e.contains(said), "{json}: {e}");
         }
         build(r#"{"kind":"discovery","servers":["https://h/eureka/"],"timeout_secs":2}"#).unwrap();
+        let e = build(r#"{"kind":"discovery","servers":["http://app:S3CRET@h:99999/eureka/"]}"#)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!e.contains("S3CRET") && e.contains("app:***@"), "{e}");
+    }
+
+    #[test]
+    fn static_endpoints_that_cannot_be_reached_are_refused() {
+        for json in [
+            r#"{"kind":"static","services":{"a":["a b:80"]}}"#,
+            r#"{"kind":"static","services":{"a":["x@y:80"]}}"#,
+            r#"{"kind":"static","services":{"a":[":80"]}}"#,
+            r#"{"kind":"static","services":{"a":[]}}"#,
+        ] {
+            assert!(build(json).is_err(), "{json}");
+        }
+        build(r#"{"kind":"static","services":{"a":["[::1]:80","orders_1.local:8080"]}}"#).unwrap();
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Endpoint, Resolve, ResolveError, ResolveFuture};
+use super::{Endpoint, Resolve, ResolveError, ResolveFuture, is_host};
 use crate::client::{ClientError, EurekaClient};
 use crate::gateway::error_chain;
 use crate::model::{Applications, Status};
@@ -230,18 +230,6 @@ fn unavailable(service: &str, why: String) -> ResolveError {
         service: service.to_owned(),
         source: why.into(),
     }
-}
-
-/// Whether a registry's `ipAddr` can be an endpoint's host: an IP address, or a DNS name
-/// (letters, digits, `-`, `.`, at most 253). Anything else (spaces, a CR LF, `@`, `/`) comes
-/// from a broken or hostile registry, and would reach the log, the `Host` header and the
-/// connect call; such an instance is not offered.
-fn is_host(s: &str) -> bool {
-    s.parse::<std::net::IpAddr>().is_ok()
-        || (!s.is_empty()
-            && s.len() <= 253
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
 }
 
 impl Shared {

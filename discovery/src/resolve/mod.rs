@@ -46,6 +46,19 @@ impl Endpoint {
     }
 }
 
+/// Whether `s` can be an endpoint's host: an IP address, or a DNS name (letters, digits, `-`,
+/// `_`, `.`, at most 253). Anything else (spaces, a CR LF, `@`, `/`) comes from a broken or
+/// hostile registry, or a typo in a file, and would reach the log, the `Host` header and the
+/// connect call: a registry's instance with such an `ipAddr` is not offered, and a static
+/// endpoint with one is refused at start.
+pub(crate) fn is_host(s: &str) -> bool {
+    s.parse::<std::net::IpAddr>().is_ok()
+        || (!s.is_empty()
+            && s.len() <= 253
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+}
+
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.host.contains(':') {
