@@ -126,7 +126,7 @@ impl Caller {
 /// strips a prefix, after this): removed, whoever sent them, since an
 /// instance behind it would believe them (Spring's `ForwardedHeaderFilter`, Rack,
 /// Symfony and IIS's URL rewriting).
-const NOT_THE_CLIENTS: [&str; 14] = [
+const NOT_THE_CLIENTS: [&str; 18] = [
     "x-forwarded-port",
     "x-forwarded-prefix",
     "x-forwarded-server",
@@ -141,6 +141,10 @@ const NOT_THE_CLIENTS: [&str; 14] = [
     "true-client-ip",
     "x-original-url",
     "x-rewrite-url",
+    "x-original-host",
+    "x-host",
+    "x-forwarded-client-cert",
+    "cf-connecting-ip",
 ];
 
 /// Adds who called, over what and by which name: `X-Forwarded-For`, `X-Forwarded-Proto`,
@@ -156,9 +160,13 @@ pub(crate) fn add_forwarded(
     proto: &'static str,
     host: Option<&HeaderValue>,
 ) {
+    remove_underscored(headers);
     if !caller.trusted {
         headers.remove(&X_FORWARDED_FOR);
         headers.remove(header::FORWARDED);
+        for name in NOT_THE_CLIENTS {
+            headers.remove(name);
+        }
     }
     if headers.contains_key(&X_FORWARDED_FOR) {
         let mut xff = joined(headers, &X_FORWARDED_FOR);
@@ -167,13 +175,16 @@ pub(crate) fn add_forwarded(
     } else {
         headers.insert(X_FORWARDED_FOR, caller.address.clone());
     }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-    match host {
-        Some(h) => headers.insert(X_FORWARDED_HOST, h.clone()),
-        None => headers.remove(X_FORWARDED_HOST),
-    };
-    for name in NOT_THE_CLIENTS {
-        headers.remove(name);
+    // A trusted proxy in front knows the scheme and host the client used (it may have ended
+    // TLS): what it says is kept. Otherwise the gateway says what it saw.
+    if !(caller.trusted && headers.contains_key(&X_FORWARDED_PROTO)) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    }
+    if !(caller.trusted && headers.contains_key(&X_FORWARDED_HOST)) {
+        match host {
+            Some(h) => headers.insert(X_FORWARDED_HOST, h.clone()),
+            None => headers.remove(X_FORWARDED_HOST),
+        };
     }
     let mut forwarded = joined(headers, &header::FORWARDED);
     if !quotes_closed(&forwarded) {
@@ -189,6 +200,24 @@ pub(crate) fn add_forwarded(
         forwarded.push('"');
     }
     set(headers, header::FORWARDED, forwarded);
+}
+
+/// Removes the headers whose names have a `_`, as nginx does by default
+/// (`underscores_in_headers off`): CGI, WSGI and ASGI servers read `X_Forwarded_Proto` as
+/// `X-Forwarded-Proto` (both are `HTTP_X_FORWARDED_PROTO`), which would get any header the
+/// gateway removes or sets past it. Most requests have none: one pass over the names.
+fn remove_underscored(headers: &mut HeaderMap) {
+    if !headers.keys().any(|n| n.as_str().contains('_')) {
+        return;
+    }
+    let underscored: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| n.as_str().contains('_'))
+        .cloned()
+        .collect();
+    for name in underscored {
+        headers.remove(name);
+    }
 }
 
 /// Whether every quoted string in `s` ends (RFC 9110 §5.6.4: `\\` escapes inside one).
@@ -289,7 +318,7 @@ mod tests {
         ]);
         add_forwarded(
             &mut h,
-            &Caller::new("192.0.2.9".parse().unwrap(), "http", true),
+            &Caller::new("192.0.2.9".parse().unwrap(), "http", false),
             "http",
             None,
         );
@@ -358,12 +387,20 @@ mod tests {
             ("x-forwarded-ssl", "on"),
             ("x-real-ip", "6.6.6.6"),
             ("x-original-url", "/admin"),
+            ("x_forwarded_proto", "https"),
+            ("x_real_ip", "6.6.6.6"),
         ]);
         let caller = Caller::new("192.0.2.9".parse().unwrap(), "http", false);
         add_forwarded(&mut h, &caller, "http", None);
         assert_eq!(h["x-forwarded-for"], "192.0.2.9");
         assert_eq!(h["forwarded"], "for=192.0.2.9;proto=http");
-        for gone in ["x-forwarded-ssl", "x-real-ip", "x-original-url"] {
+        for gone in [
+            "x-forwarded-ssl",
+            "x-real-ip",
+            "x-original-url",
+            "x_forwarded_proto",
+            "x_real_ip",
+        ] {
             assert!(!h.contains_key(gone), "{gone}");
         }
     }
@@ -376,5 +413,20 @@ mod tests {
         assert_eq!(h["forwarded"], "for=192.0.2.9;proto=http");
         assert!(quotes_closed(r#"for="a\"b", for=c"#));
         assert!(!quotes_closed(r#"for="a\""#));
+    }
+
+    #[test]
+    fn a_trusted_proxy_s_scheme_host_and_port_are_kept() {
+        let mut h = map(&[
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "shop.example"),
+            ("x-forwarded-port", "443"),
+        ]);
+        let caller = Caller::new("10.0.0.2".parse().unwrap(), "http", true);
+        let host = HeaderValue::from_static("gateway.internal");
+        add_forwarded(&mut h, &caller, "http", Some(&host));
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "shop.example");
+        assert_eq!(h["x-forwarded-port"], "443");
     }
 }
