@@ -5,7 +5,8 @@ use std::time::Duration;
 use axum::http::{Method, StatusCode};
 
 use super::transport::{Call, Transport, TransportError};
-use crate::model::{Applications, Instance, ModelError, json};
+use crate::gateway::error_chain;
+use crate::model::{Applications, Instance, json};
 use crate::server::Clock;
 
 /// What a registry server call can fail with.
@@ -29,9 +30,6 @@ pub enum ClientError {
         /// The body, as text.
         body: String,
     },
-    /// A server answered with a document this client cannot read.
-    #[error("the registry server sent an unreadable document")]
-    Malformed(#[source] ModelError),
 }
 
 /// What a heartbeat found.
@@ -112,17 +110,18 @@ impl EurekaClient {
         self.clock.now_ms()
     }
 
-    /// Sends to each server in turn until one gives an answer that is `final_`: for a write,
-    /// any but a 5xx (a 400 or a heartbeat's 404 means the same on every server); for a read
-    /// of the registry, a success only, so that a server that is not a registry (a 404) or
-    /// refuses this client (a 401) does not stop the next from being asked.
-    async fn send(
+    /// Sends to each server in turn until one gives an answer `accept` takes: for a write,
+    /// any but a 5xx (a 400 or a heartbeat's 404 means the same on every server, [`write`]);
+    /// for a read of the registry, a success that parses, so that a server that is not a
+    /// registry (a 404, an HTML page) or refuses this client (a 401) does not stop the next
+    /// from being asked. The last refusal is the error's cause, naming its server.
+    async fn send<T>(
         &self,
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-        final_: fn(StatusCode) -> bool,
-    ) -> Result<(StatusCode, axum::body::Bytes), ClientError> {
+        accept: impl Fn(StatusCode, axum::body::Bytes) -> Result<T, Refusal>,
+    ) -> Result<T, ClientError> {
         let mut last = None;
         for server in &self.servers {
             let shown_server = super::redacted(server);
@@ -133,28 +132,40 @@ impl EurekaClient {
                 timeout: self.timeout,
                 max_body: self.max_answer_bytes,
             };
-            match self.transport.send(call).await {
-                Ok(answer) if final_(answer.0) => return Ok(answer),
-                Ok((status, body)) => {
-                    tracing::debug!("registry server {shown_server} answered {status}");
-                    // Kept as the failure, so that an error says what the server answered (a
-                    // warming-up server's 503) rather than only that nothing was usable.
-                    let why = format!("answered {status}: {}", shown(&body));
-                    last = Some(TransportError {
-                        url: format!("{shown_server}{path}"),
-                        source: why.into(),
-                    });
-                }
+            let why = match self.transport.send(call).await {
+                Ok((status, body)) => match accept(status, body) {
+                    Ok(answer) => return Ok(answer),
+                    Err(why) => why,
+                },
                 Err(e) => {
                     tracing::debug!("registry server {shown_server} did not answer: {e}");
                     last = Some(e);
+                    continue;
                 }
-            }
+            };
+            tracing::debug!("registry server {shown_server}: {why}");
+            last = Some(TransportError {
+                url: format!("{shown_server}{path}"),
+                source: why,
+            });
         }
         Err(ClientError::Unreachable {
             servers: self.servers.len(),
             last,
         })
+    }
+
+    /// A read of the registry: a success that parses ([`EurekaClient::send`]).
+    async fn read(&self, path: &str) -> Result<Applications, ClientError> {
+        let now = self.now_ms();
+        self.send(Method::GET, path, None, |status, body| {
+            if !status.is_success() {
+                return Err(answered(status, &body));
+            }
+            json::read_applications(&body, now)
+                .map_err(|e| format!("an unreadable document: {}", error_chain(&e)).into())
+        })
+        .await
     }
 
     fn refused(status: StatusCode, body: &[u8]) -> ClientError {
@@ -171,7 +182,7 @@ impl EurekaClient {
                 Method::POST,
                 &format!("apps/{}", instance.app),
                 Some(json::write_instance(instance)),
-                WRITE,
+                write,
             )
             .await?;
         if status.is_success() {
@@ -190,7 +201,7 @@ impl EurekaClient {
             instance.status,
             instance.last_dirty_timestamp
         );
-        let (status, body) = self.send(Method::PUT, &path, None, WRITE).await?;
+        let (status, body) = self.send(Method::PUT, &path, None, write).await?;
         match status {
             s if s.is_success() => Ok(Heartbeat::Renewed),
             StatusCode::NOT_FOUND => Ok(Heartbeat::Unknown),
@@ -201,7 +212,7 @@ impl EurekaClient {
     /// `DELETE apps/{app}/{id}`; false if the server did not know it.
     pub async fn cancel(&self, app: &str, id: &str) -> Result<bool, ClientError> {
         let (status, body) = self
-            .send(Method::DELETE, &format!("apps/{app}/{id}"), None, WRITE)
+            .send(Method::DELETE, &format!("apps/{app}/{id}"), None, write)
             .await?;
         match status {
             s if s.is_success() => Ok(true),
@@ -213,27 +224,34 @@ impl EurekaClient {
     /// `GET apps/delta`: the changes of the last few minutes (180 s on Eureka and on our
     /// server), with the hashcode of the whole registry to check the result against.
     pub async fn delta(&self) -> Result<Applications, ClientError> {
-        let (status, body) = self.send(Method::GET, "apps/delta", None, READ).await?;
-        if !status.is_success() {
-            return Err(Self::refused(status, &body));
-        }
-        json::read_applications(&body, self.now_ms()).map_err(ClientError::Malformed)
+        self.read("apps/delta").await
     }
 
     /// `GET apps/`: the whole registry.
     pub async fn applications(&self) -> Result<Applications, ClientError> {
-        let (status, body) = self.send(Method::GET, "apps/", None, READ).await?;
-        if !status.is_success() {
-            return Err(Self::refused(status, &body));
-        }
-        json::read_applications(&body, self.now_ms()).map_err(ClientError::Malformed)
+        self.read("apps/").await
     }
 }
 
-/// A write's answer is final unless the server failed (5xx): see [`EurekaClient::send`].
-const WRITE: fn(StatusCode) -> bool = |s| !s.is_server_error();
-/// A read of the registry's answer is final only if it succeeded.
-const READ: fn(StatusCode) -> bool = |s| s.is_success();
+/// Why an answer is not taken: the next server is asked.
+type Refusal = Box<dyn std::error::Error + Send + Sync>;
+
+/// A write's answer is taken unless the server failed (5xx): see [`EurekaClient::send`].
+fn write(
+    status: StatusCode,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, axum::body::Bytes), Refusal> {
+    if status.is_server_error() {
+        Err(answered(status, &body))
+    } else {
+        Ok((status, body))
+    }
+}
+
+/// What a server answered, as a refusal's cause: a warming-up server's 503, a 404.
+fn answered(status: StatusCode, body: &[u8]) -> Refusal {
+    format!("answered {status}: {}", shown(body)).into()
+}
 
 /// A server's answer body as an error shows it: its first 200 bytes, trimmed, with control
 /// characters escaped, so that a log line stays one line and a megabyte answer is not logged.

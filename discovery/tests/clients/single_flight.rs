@@ -187,23 +187,24 @@ async fn a_registry_answer_past_the_cap_is_a_failed_read_not_a_growing_buffer() 
 
 #[tokio::test]
 async fn a_server_that_is_no_registry_does_not_stop_the_next_from_being_asked() {
-    let not_a_registry = {
+    // One answers 404 (no such route), one a web page with 200.
+    let html = Router::new().route("/eureka/apps/", get(|| async { "<html>welcome</html>" }));
+    for (what, app) in [("a 404", Router::new()), ("an HTML page", html)] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/eureka/", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, Router::new()).await });
-        url
-    };
-    let g = Arc::new(Gated {
-        reads: AtomicUsize::new(0),
-        gate: Semaphore::new(1),
-    });
-    let registry = gated_server(g).await;
-    let d = Discovery::new(EurekaClient::new([not_a_registry, registry]));
-    assert_eq!(
-        d.resolve("orders").await.unwrap(),
-        [Endpoint::new("10.0.0.1", 8080)],
-        "the first answered 404; the second was asked"
-    );
+        let not_a_registry = format!("http://{}/eureka/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let g = Arc::new(Gated {
+            reads: AtomicUsize::new(0),
+            gate: Semaphore::new(1),
+        });
+        let registry = gated_server(g).await;
+        let d = Discovery::new(EurekaClient::new([not_a_registry, registry]));
+        assert_eq!(
+            d.resolve("orders").await.unwrap(),
+            [Endpoint::new("10.0.0.1", 8080)],
+            "the first answered {what}; the second was asked"
+        );
+    }
 }
 
 #[tokio::test]
