@@ -261,12 +261,22 @@ async fn sigterm_stops_serve_after_the_request_in_flight_and_exits_0() {
     let body = crate::support::js_body("orders", "o-1", 8080);
     let (first, rest) = body.split_at(body.len() / 2);
     let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    // `Expect: 100-continue`: the server's `100 Continue` says it accepted the connection and
+    // is reading this request's body. Without it, SIGTERM could come while the connection
+    // still waited in the listen queue, and a server that never accepted it rightly exits.
     let head = format!(
         "POST /eureka/apps/ORDERS HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n",
+         content-length: {}\r\nexpect: 100-continue\r\n\r\n",
         body.len()
     );
     tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut go_on = Vec::new();
+    while !go_on.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(tcp.read(&mut byte).await.unwrap(), 1, "closed before 100");
+        go_on.push(byte[0]);
+    }
+    assert!(go_on.starts_with(b"HTTP/1.1 100"), "{go_on:?}");
     tcp.write_all(first.as_bytes()).await.unwrap();
     tcp.flush().await.unwrap();
 
