@@ -254,13 +254,18 @@ fn answered(status: StatusCode, body: &[u8]) -> Refusal {
 }
 
 /// A server's answer body as an error shows it: its first 200 bytes, trimmed, with control
-/// characters escaped, so that a log line stays one line and a megabyte answer is not logged.
+/// characters, line and paragraph separators and bidirectional overrides escaped, so that a
+/// log line stays one line that reads as it is, and a megabyte answer is not logged.
 fn shown(body: &[u8]) -> String {
     const SHOWN: usize = 200;
     let text = String::from_utf8_lossy(&body[..body.len().min(SHOWN)]);
     let mut s = String::new();
     for c in text.trim().chars() {
-        if c.is_control() {
+        if c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}')
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+        {
             s.extend(c.escape_default());
         } else {
             s.push(c);
@@ -278,6 +283,10 @@ mod shown_tests {
     fn an_answer_body_is_shown_short_and_on_one_line() {
         assert_eq!(super::shown(b" not found\r\n"), "not found");
         assert_eq!(super::shown(b"a\nFAKE LOG LINE"), "a\\nFAKE LOG LINE");
+        assert_eq!(
+            super::shown("a\u{2028}b\u{202e}c".as_bytes()),
+            "a\\u{2028}b\\u{202e}c"
+        );
         let long = super::shown(&[b'x'; 1 << 20]);
         assert!(
             long.len() < 250 && long.ends_with("(1048576 bytes)"),

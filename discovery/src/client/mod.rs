@@ -9,7 +9,8 @@ pub use registrar::{Registrar, RegistrarHandle};
 pub use transport::{TooLarge, Transport, TransportError};
 
 /// `url` as logs and errors show it: a password in it (`http://user:password@host/`, how
-/// Spring's clients and ours take credentials) replaced by `***`.
+/// Spring's clients and ours take credentials) replaced by `***`, and user information
+/// without a password (`http://TOKEN@host/`, which may be a token) replaced whole.
 pub fn redacted(url: &str) -> std::borrow::Cow<'_, str> {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.into();
@@ -20,10 +21,13 @@ pub fn redacted(url: &str) -> std::borrow::Cow<'_, str> {
     let authority = &url[scheme_end..authority_end];
     match authority.rfind('@') {
         Some(at) => {
-            let user = authority[..at].split(':').next().unwrap_or_default();
+            let shown = match authority[..at].split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => "***".to_owned(),
+            };
             let host = &authority[at..];
             format!(
-                "{}{user}:***{host}{}",
+                "{}{shown}{host}{}",
                 &url[..scheme_end],
                 &url[authority_end..]
             )
@@ -46,6 +50,10 @@ mod tests {
             "https://app:***@h/eureka/"
         );
         assert_eq!(super::redacted("http://h:1/eureka/"), "http://h:1/eureka/");
+        assert_eq!(
+            super::redacted("http://TOKEN@h/eureka/"),
+            "http://***@h/eureka/"
+        );
         assert_eq!(super::redacted("http://h/a@b"), "http://h/a@b");
     }
 }

@@ -80,6 +80,12 @@ pub(super) fn shared(
     })
 }
 
+/// The most a connection to an instance buffers while reading: its answer's head must fit
+/// (nginx's `proxy_buffer_size` is 4 or 8 KiB). A client that does not read a large answer
+/// holds about five times this of the gateway's memory until `write_timeout`, whatever
+/// `max_header_bytes` says of client heads.
+const INSTANCE_READ_BUFFER: usize = 16 * 1024;
+
 /// hyper's default bound on header fields (`proto::h1::DEFAULT_MAX_HEADERS`, not exported).
 const HYPER_MAX_HEADERS: usize = 100;
 
@@ -172,7 +178,7 @@ async fn worker(
     let pool = Pool::new(
         limits.max_idle_per_instance,
         limits.connect_timeout,
-        limits.max_header_bytes,
+        INSTANCE_READ_BUFFER,
     );
     let sweeping = pool.clone();
     tokio::spawn(async move {
