@@ -45,7 +45,7 @@ pub(crate) struct Call {
     pub(crate) max_body: usize,
 }
 
-/// An answer body larger than [`Call::max_body`].
+/// An answer body larger than the client allows ([`crate::client::EurekaClient::max_answer_bytes`]).
 #[derive(Debug, thiserror::Error)]
 #[error("the answer is larger than {0} bytes")]
 pub struct TooLarge(pub usize);
