@@ -168,11 +168,7 @@ impl Discovery {
     /// The answer from the cache, if anything was read.
     fn cached(&self, service: &str) -> Option<Result<Vec<Endpoint>, ResolveError>> {
         let found = Self::lookup(&self.shared.lock().as_ref()?.services, service);
-        Some(if found.is_empty() {
-            Err(ResolveError::no_service(service))
-        } else {
-            Ok(found)
-        })
+        Some(found_or_none(service, found))
     }
 
     /// The `UP` instances of `service` (by application or VIP) at their plain port, from the
@@ -223,6 +219,15 @@ fn index(apps: &Applications) -> Index {
         endpoints.dedup();
     }
     index
+}
+
+/// An answer: the endpoints, or none of the service.
+fn found_or_none(service: &str, found: Vec<Endpoint>) -> Result<Vec<Endpoint>, ResolveError> {
+    if found.is_empty() {
+        Err(ResolveError::no_service(service))
+    } else {
+        Ok(found)
+    }
 }
 
 fn unavailable(service: &str, why: String) -> ResolveError {
@@ -344,18 +349,22 @@ impl Shared {
 impl Resolve for Discovery {
     fn resolve<'a>(&'a self, service: &'a str) -> ResolveFuture<'a> {
         Box::pin(async move {
-            let due = self
-                .shared
-                .lock()
-                .as_ref()
-                .map(|c| c.tried_at.elapsed() >= self.refresh);
-            match due {
+            // One lock per resolve (a gateway resolves for every request).
+            let (found, due) = match self.shared.lock().as_ref() {
+                None => (None, false),
+                Some(c) => (
+                    Some(Self::lookup(&c.services, service)),
+                    c.tried_at.elapsed() >= self.refresh,
+                ),
+            };
+            let Some(found) = found else {
                 // Nothing to answer from yet.
-                None => return self.first_read(service).await,
-                Some(true) => self.refresh_in_background(),
-                Some(false) => {}
+                return self.first_read(service).await;
+            };
+            if due {
+                self.refresh_in_background();
             }
-            self.cached(service).expect("a cache is never emptied")
+            found_or_none(service, found)
         })
     }
 }
