@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use cluster::registry::{NodeInfo, ServiceEntry};
 use cluster::{Authority, CallError, Callers, Node, Reason, Registry, RpcErrorKind};
 
-use crate::support::{Cluster, Engine, Mode, SearchClient, SearchServer, identity};
+use crate::support::{
+    Cluster, Engine, Mode, SearchClient, SearchError, SearchServer, identity, until,
+};
 
 /// A provider of `search` on TCP with the tests' CA, and its engine.
 async fn provider(cluster: &Cluster, name: &str) -> (Node, Arc<Engine>) {
@@ -156,6 +158,68 @@ async fn an_entry_whose_node_has_another_certificate_is_skipped_for_another_prov
     let err = client.reindex(true).no_retry().await.unwrap_err();
     assert_eq!(rpc_kind(&err), RpcErrorKind::WrongPeer, "{err}");
     assert!(err.to_string().contains("`search-3`"), "{err}");
+}
+
+/// web-1 calls search-1 (its connection to it pooled); then the only entry of `search` says
+/// that search-2, a member with a certificate of the same CA, serves at search-1's address, as
+/// a forged or stale entry would. Returns the call for search-2's error and how many calls
+/// search-1's handler ran.
+async fn a_call_for_another_node_at_a_pooled_address(
+    secure: bool,
+) -> (CallError<SearchError>, usize) {
+    let cluster = Cluster::tcp();
+    let node = |name: &str| {
+        let builder = Node::builder()
+            .name(name)
+            .registry(cluster.registry.clone());
+        let builder = match secure {
+            true => builder.identity(identity(name)),
+            false => builder.insecure(),
+        };
+        async move { builder.start().await.expect("node starts") }
+    };
+    let search_1 = node("search-1").await;
+    let engine = Arc::new(Engine::new("search-1", Mode::Answer));
+    let _serving = search_1
+        .serve(SearchServer::new(engine.clone()))
+        .await
+        .unwrap();
+    let _search_2 = node("search-2").await;
+    let web = node("web-1").await;
+    let client = SearchClient::new(&web);
+    client.reindex(true).await.expect("served by search-1");
+
+    let mut entry = ServiceEntry::clone(&cluster.registry.lookup("search")[0]);
+    entry.node.name = "search-2".into();
+    cluster.registry.register(entry).await.unwrap();
+    cluster
+        .registry
+        .deregister("search-1", "search")
+        .await
+        .unwrap();
+    until("web-1 sees only the entry naming search-2", || {
+        let entries = web.registry().lookup("search");
+        entries.len() == 1 && entries[0].node.name == "search-2"
+    })
+    .await;
+    let err = client.reindex(true).no_retry().await.unwrap_err();
+    (err, engine.counters.started())
+}
+
+#[tokio::test]
+async fn an_entry_naming_another_node_at_a_pooled_address_is_not_handed_the_pooled_connection() {
+    let (err, ran) = a_call_for_another_node_at_a_pooled_address(true).await;
+    assert_eq!(rpc_kind(&err), RpcErrorKind::WrongPeer, "{err}");
+    assert!(err.to_string().contains("`search-1`"), "{err}");
+    assert_eq!(ran, 1, "search-1 ran the call meant for search-2");
+}
+
+#[tokio::test]
+async fn in_plaintext_an_entry_naming_another_node_at_a_pooled_address_is_stale() {
+    let (err, ran) = a_call_for_another_node_at_a_pooled_address(false).await;
+    assert_eq!(rpc_kind(&err), RpcErrorKind::NoConnection, "{err}");
+    assert!(err.to_string().contains("stale"), "{err}");
+    assert_eq!(ran, 1, "search-1 ran the call meant for search-2");
 }
 
 #[tokio::test]

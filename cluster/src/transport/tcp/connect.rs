@@ -1,10 +1,14 @@
-//! The client's side: a pool of one tarpc connection per peer, opened by one connection attempt
-//! at a time (the calls that need it meanwhile wait for that one), under a connect timeout of
-//! its own, and a bound on requests in flight on each connection that this side enforces, so
-//! that a request never waits in tarpc's queue where a timeout could not tell whether it left.
+//! The client's side: a pool of one tarpc connection per peer (per address, node name and
+//! generation: a connection is reused only for the node it was checked to be), opened by one
+//! connection attempt at a time (the calls that need it meanwhile wait for that one), under a
+//! connect timeout of its own, and a bound on requests in flight on each connection that this
+//! side enforces, so that a request never waits in tarpc's queue where a timeout could not tell
+//! whether it left.
 //! A connection idle for three quarters of the provider's idle timeout is closed here, before
 //! the provider would: only this side knows that no request is about to leave on it.
 
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,10 +59,93 @@ pub(crate) struct ConnectConfig {
 
 /// The client side: a pool of one tarpc connection per peer.
 pub(crate) struct TcpConnector {
-    pool: Arc<Mutex<FastMap<SocketAddr, Slot>>>,
+    pool: Arc<Mutex<Pool>>,
     config: ConnectConfig,
     attempts: AtomicU64,
 }
+
+type Pool = FastMap<Peer, Slot>;
+
+/// A pooled connection's key. The name a connection reaches is checked when it opens (the
+/// certificate's under TLS, the welcome's in plaintext), so a connection is reused only for
+/// the node it was checked against: an entry that names another node at a pooled address
+/// (forged, or stale after another node took the port) opens a connection of its own, which
+/// the check refuses, instead of being handed the pooled one. A node restarted at the same
+/// address under a new generation gets a new connection too.
+struct Peer {
+    addr: SocketAddr,
+    name: Box<str>,
+    generation: u64,
+}
+
+impl Peer {
+    fn of(to: &NodeInfo) -> Self {
+        Self {
+            addr: to.addr,
+            name: to.name.as_str().into(),
+            generation: to.generation,
+        }
+    }
+}
+
+/// What the pool tells peers apart by. A trait so that a call looks its connection up by its
+/// `NodeInfo` as it is (`&dyn Keyed`), without copying the name into a `Peer`: one allocation
+/// per call less. The map hashes and compares `Peer`s and lookups alike through `key()`, as
+/// `Borrow` requires.
+trait Keyed {
+    fn key(&self) -> (SocketAddr, &str, u64);
+}
+
+impl Keyed for NodeInfo {
+    fn key(&self) -> (SocketAddr, &str, u64) {
+        (self.addr, &self.name, self.generation)
+    }
+}
+
+impl Keyed for Peer {
+    fn key(&self) -> (SocketAddr, &str, u64) {
+        (self.addr, &self.name, self.generation)
+    }
+}
+
+/// `to` as a key to look up.
+fn keyed(to: &NodeInfo) -> &dyn Keyed {
+    to
+}
+
+impl<'a> Borrow<dyn Keyed + 'a> for Peer {
+    fn borrow(&self) -> &(dyn Keyed + 'a) {
+        self
+    }
+}
+
+impl Hash for dyn Keyed + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl PartialEq for dyn Keyed + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for dyn Keyed + '_ {}
+
+impl Hash for Peer {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl PartialEq for Peer {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Peer {}
 
 enum Slot {
     Open(Connection),
@@ -101,17 +188,17 @@ impl TcpConnector {
         }
     }
 
-    fn pool(&self) -> MutexGuard<'_, FastMap<SocketAddr, Slot>> {
+    fn pool(&self) -> MutexGuard<'_, Pool> {
         lock(&self.pool)
     }
 
     /// Removes `conn` from the pool, unless another call has replaced it already.
-    fn evict(&self, to: SocketAddr, conn: &Connection) {
+    fn evict(&self, to: &NodeInfo, conn: &Connection) {
         let mut pool = self.pool();
-        if let Some(Slot::Open(c)) = pool.get(&to)
+        if let Some(Slot::Open(c)) = pool.get(keyed(to))
             && c.dispatch.id() == conn.dispatch.id()
         {
-            pool.remove(&to);
+            pool.remove(keyed(to));
         }
     }
 
@@ -139,10 +226,9 @@ impl TcpConnector {
         version: u32,
         deadline: Instant,
     ) -> Result<Connection, TransportError> {
-        let addr = to.addr;
         let pending = {
             let mut pool = self.pool();
-            match pool.get(&addr) {
+            match pool.get(keyed(to)) {
                 Some(Slot::Open(conn)) if conn.is_open() => return Ok(conn.clone()),
                 Some(Slot::Connecting(_, pending)) => pending.clone(),
                 _ => {
@@ -163,7 +249,7 @@ impl TcpConnector {
                     }
                     .boxed()
                     .shared();
-                    pool.insert(addr, Slot::Connecting(id, pending.clone()));
+                    pool.insert(Peer::of(to), Slot::Connecting(id, pending.clone()));
                     pending
                 }
             }
@@ -202,7 +288,7 @@ impl TcpConnector {
                 }
                 // Closed for idling just now: a new connection, as for the first call.
                 Err(NoPlace::Closed) => {
-                    self.evict(to.addr, &conn);
+                    self.evict(to, &conn);
                     conn = self.connection(to, version, deadline).await?;
                 }
             }
@@ -218,11 +304,11 @@ impl TcpConnector {
                     Ok(reply) => Ok(reply),
                     Err(Ended::Timeout) => Err(TransportError::Timeout),
                     Err(Ended::NotSent(why)) => {
-                        self.evict(to.addr, &conn);
+                        self.evict(to, &conn);
                         Err(TransportError::NotSent(format!("{to}: {why}")))
                     }
                     Err(Ended::Lost(why)) => {
-                        self.evict(to.addr, &conn);
+                        self.evict(to, &conn);
                         Err(TransportError::Lost(format!("{to}: {why}")))
                     }
                     Err(Ended::Busy(why)) => Err(TransportError::Busy(format!(
@@ -249,14 +335,14 @@ impl TcpConnector {
             // connection closed with the request in flight. It was open when the request was
             // handed over, so the request may have reached the provider.
             Err(E::Shutdown) => {
-                self.evict(to.addr, &conn);
+                self.evict(to, &conn);
                 Err(TransportError::Lost(format!(
                     "the connection to {to} closed with the request in flight"
                 )))
             }
             Err(E::Send(e)) => Err(TransportError::NotSent(format!("cannot send to {to}: {e}"))),
             Err(E::Channel(e)) => {
-                self.evict(to.addr, &conn);
+                self.evict(to, &conn);
                 Err(TransportError::Lost(format!(
                     "the connection to {to} broke: {e}"
                 )))
@@ -325,7 +411,7 @@ async fn open(
     config: ConnectConfig,
     to: NodeInfo,
     version: u32,
-    pool: Arc<Mutex<FastMap<SocketAddr, Slot>>>,
+    pool: Arc<Mutex<Pool>>,
     id: u64,
 ) -> Result<Connection, TransportError> {
     let result =
@@ -337,16 +423,17 @@ async fn open(
             ))),
         };
     let mut pool = lock(&pool);
-    if matches!(pool.get(&to.addr), Some(Slot::Connecting(current, _)) if *current == id) {
+    if matches!(pool.get(keyed(&to)), Some(Slot::Connecting(current, _)) if *current == id) {
         match &result {
             Ok(conn) => {
-                // Connections that have closed (peers gone after a deploy) are dropped here,
-                // so the pool does not grow with history.
+                // Connections that have closed (peers gone after a deploy, a node's earlier
+                // generation), under any key, are dropped here, so the pool does not grow with
+                // history.
                 pool.retain(|_, slot| !matches!(slot, Slot::Open(c) if !c.is_open()));
-                pool.insert(to.addr, Slot::Open(conn.clone()));
+                pool.insert(Peer::of(&to), Slot::Open(conn.clone()));
             }
             Err(_) => {
-                pool.remove(&to.addr);
+                pool.remove(keyed(&to));
             }
         }
     }
@@ -372,10 +459,7 @@ async fn connect_as(
     version: u32,
     named: bool,
 ) -> Result<(String, Connection), TransportError> {
-    let stream = TcpStream::connect(to.addr)
-        .await
-        .map_err(|e| TransportError::NotSent(format!("cannot connect to {to}: {e}")))?;
-    let _ = stream.set_nodelay(true);
+    let stream = dial(to).await?;
     let Some(tls) = &config.tls else {
         return opened(config, to, version, stream, named).await;
     };
@@ -420,6 +504,17 @@ async fn connect_as(
         )));
     }
     opened(config, to, version, stream, true).await
+}
+
+/// A TCP connection to `to`, with the options of every connection of the call path.
+async fn dial(to: &NodeInfo) -> Result<TcpStream, TransportError> {
+    let stream = TcpStream::connect(to.addr)
+        .await
+        .map_err(|e| TransportError::NotSent(format!("cannot connect to {to}: {e}")))?;
+    let _ = stream.set_nodelay(true);
+    // A peer gone without a word is then found by the kernel, not by the next call on it.
+    crate::net::keep_alive(&stream);
+    Ok(stream)
 }
 
 /// A connection past TLS (or plaintext, on an insecure node): the handshake (wire 2 and
@@ -568,4 +663,43 @@ where
         }
     })
     .abort_handle()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use super::*;
+
+    #[test]
+    fn a_pooled_peer_is_found_by_its_entry_and_by_no_other() {
+        let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let real = NodeInfo::new("search-1", addr, 3).with_wire(Some(2..=2));
+        let mut pool = FastMap::<Peer, u32>::default();
+        pool.insert(Peer::of(&real), 1);
+        // What `Borrow` requires: a key and its lookup hash alike.
+        let hasher = pool.hasher();
+        assert_eq!(
+            hasher.hash_one(Peer::of(&real)),
+            hasher.hash_one(keyed(&real))
+        );
+        // Only the address, name and generation count, not what else the entry says.
+        assert_eq!(pool.get(keyed(&real.clone().with_wire(None))), Some(&1));
+        let forged = NodeInfo::new("search-9", addr, 3);
+        let restarted = NodeInfo::new("search-1", addr, 4);
+        let moved = NodeInfo::new("search-1", "127.0.0.1:7001".parse().unwrap(), 3);
+        for other in [forged, restarted, moved] {
+            assert_eq!(pool.get(keyed(&other)), None, "{other:?}");
+        }
+    }
+
+    #[cfg(not(feature = "simulation"))]
+    #[tokio::test]
+    async fn a_dialled_connection_has_keepalive_and_no_nagle() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let to = NodeInfo::new("search-1", listener.local_addr().unwrap(), 1);
+        let stream = dial(&to).await.unwrap();
+        assert!(socket2::SockRef::from(&stream).keepalive().unwrap());
+        assert!(stream.nodelay().unwrap());
+    }
 }

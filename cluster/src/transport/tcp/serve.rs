@@ -153,9 +153,7 @@ async fn connection(
     opening: OpeningSlot,
 ) {
     let config = &shared.config;
-    // Replies are small frames written one by one: without this, Nagle's algorithm holds each
-    // behind the client's delayed ACK.
-    let _ = stream.set_nodelay(true);
+    set_options(&stream);
     // turmoil's `peek` takes `&mut self`, tokio's `&self` (`crate::net`): one binding for both.
     #[allow(unused_mut)]
     let mut stream = stream;
@@ -196,6 +194,16 @@ async fn connection(
         }
         (None, false) => opened(stream, peer, None, &shared, serving, opening).await,
     }
+}
+
+/// The options of every accepted connection.
+fn set_options(stream: &TcpStream) {
+    // Replies are small frames written one by one: without this, Nagle's algorithm holds each
+    // behind the client's delayed ACK.
+    let _ = stream.set_nodelay(true);
+    // A caller gone without a word is then found by the kernel, and its place among the
+    // established connections freed, instead of held until the idle timeout.
+    crate::net::keep_alive(stream);
 }
 
 /// A plaintext caller of a secure node: a handshake is answered with a refusal that says why
@@ -458,5 +466,22 @@ impl v1::Wire for V1 {
             }
             reply.into()
         }
+    }
+}
+
+#[cfg(all(test, not(feature = "simulation")))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_accepted_connection_has_keepalive_and_no_nagle() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _caller = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        set_options(&accepted);
+        assert!(socket2::SockRef::from(&accepted).keepalive().unwrap());
+        assert!(accepted.nodelay().unwrap());
     }
 }
