@@ -3,6 +3,8 @@
 
 mod memory;
 pub(crate) mod tcp;
+#[cfg(any(test, feature = "uncooperative-io"))]
+pub(crate) mod uncooperative;
 pub(crate) mod wire;
 
 use std::sync::Arc;
@@ -95,8 +97,9 @@ pub(crate) enum TransportError {
     /// Never sent: the peer said it is busy (its connection limit, tarpc's throttle). Alive,
     /// and counted against it as an overload refusal is.
     Busy(String),
-    /// Never sent: this node's own in-flight limit to the peer was full until the deadline.
-    /// Says nothing of the peer.
+    /// Never sent: it waited on this node until the deadline (its in-flight limit to the peer
+    /// was full, or the connection was still writing what was ahead of it). Says nothing of
+    /// the peer.
     Queued(String),
     /// The connection broke after it was sent.
     Lost(String),

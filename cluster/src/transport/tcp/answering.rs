@@ -173,6 +173,7 @@ pub(super) async fn serve<T, F, Fut>(
     let mut running = Running::default();
     let mut timer = Box::pin(tokio::time::sleep_until(Instant::now()));
     let mut armed: Option<Instant> = None;
+    let mut unflushed = false;
     poll_fn(|cx| {
         loop {
             // Replies ready, all of them: the reply of a request cancelled or stopped meanwhile
@@ -204,10 +205,16 @@ pub(super) async fn serve<T, F, Fut>(
                 }
                 wrote = true;
             }
-            if (wrote || blocked)
-                && let Poll::Ready(Err(_)) = Pin::new(&mut frames).poll_flush(cx)
-            {
-                return Poll::Ready(());
+            // Flushed until a flush completes, not only in a turn that wrote: a large reply
+            // goes out as the peer reads it, turns after it was handed over, while no other
+            // reply may come to write (`docs/wire.md`, "Flushing").
+            unflushed |= wrote;
+            if unflushed || blocked {
+                match Pin::new(&mut frames).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => unflushed = false,
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Pending => unflushed = true,
+                }
             }
             // Requests, as the frame reader lets them in.
             let mut read = false;

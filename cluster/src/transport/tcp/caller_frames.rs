@@ -43,6 +43,9 @@ pub(super) struct CallerFrames<S, Req, Resp> {
     timeout: Duration,
     read: BytesMut,
     write: BytesMut,
+    /// Bytes handed to `write` since the connection opened: where the next frame begins in
+    /// the connection's stream.
+    appended: u64,
     /// When the reply frame now in `read` began to arrive, if one has.
     began: Option<Instant>,
     timer: Pin<Box<Sleep>>,
@@ -57,6 +60,7 @@ impl<S, Req, Resp> CallerFrames<S, Req, Resp> {
             timeout,
             read: BytesMut::new(),
             write: BytesMut::new(),
+            appended: 0,
             began: None,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             messages: PhantomData,
@@ -162,6 +166,33 @@ where
     }
 }
 
+impl<S, Req, Resp> CallerFrames<S, Req, Resp> {
+    /// Where the next frame begins in the connection's stream of bytes.
+    pub(super) fn appended(&self) -> u64 {
+        self.appended
+    }
+
+    /// How many of the stream's bytes the socket has taken.
+    pub(super) fn written(&self) -> u64 {
+        self.appended - self.write.len() as u64
+    }
+
+    /// Takes the frame at `start..end` of the stream back out of the writer, if the socket has
+    /// taken none of its bytes yet; whether it did. The frames after it move up.
+    pub(super) fn take_back(&mut self, start: u64, end: u64) -> bool {
+        let written = self.written();
+        if start < written || end > self.appended || start > end {
+            return false;
+        }
+        let at = (start - written) as usize;
+        let mut tail = self.write.split_off(at);
+        tail.advance((end - start) as usize);
+        self.write.unsplit(tail);
+        self.appended -= end - start;
+        true
+    }
+}
+
 impl<S: AsyncWrite + Unpin, Req, Resp> CallerFrames<S, Req, Resp> {
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.write.is_empty() {
@@ -190,7 +221,9 @@ where
     fn start_send(mut self: Pin<&mut Self>, message: ClientMessage<Req>) -> io::Result<()> {
         let this = &mut *self;
         // The call path checks sizes before sending; the limit here is the codec's own guard.
-        write_frame(&mut this.write, &message, this.max_frame).map(|_| ())
+        let len = write_frame(&mut this.write, &message, this.max_frame)?;
+        this.appended += 4 + len as u64;
+        Ok(())
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -303,6 +303,12 @@ impl TcpConnector {
                 return match calls.call(ctx, request, deadline).await {
                     Ok(reply) => Ok(reply),
                     Err(Ended::Timeout) => Err(TransportError::Timeout),
+                    // It waited here, behind what the connection was still writing: it never
+                    // left, and says nothing of the provider, which may be blamed for nothing.
+                    Err(Ended::Unwritten) => Err(TransportError::Queued(format!(
+                        "the attempt's time ran out before the connection to {to} could take \
+                         the request (it was still writing what was ahead of it)"
+                    ))),
                     Err(Ended::NotSent(why)) => {
                         self.evict(to, &conn);
                         Err(TransportError::NotSent(format!("{to}: {why}")))
@@ -396,6 +402,9 @@ impl TcpConnector {
         match result {
             Ok(reply) => Ok((name, reply)),
             Err(Ended::Timeout) => Err(TransportError::Timeout),
+            Err(Ended::Unwritten) => Err(TransportError::Queued(format!(
+                "the time ran out before the request could be written to {addr}"
+            ))),
             Err(e) => Err(TransportError::Lost(format!("{addr}: {e:?}"))),
         }
     }

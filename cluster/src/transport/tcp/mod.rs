@@ -17,6 +17,8 @@ mod opening;
 mod serve;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod uncooperative_tests;
 
 pub(crate) use budget::ConnectionLimits;
 pub use budget::DEFAULT_MAX_BUFFERED_BYTES;

@@ -386,7 +386,7 @@ fn busy(config: &ServeConfig, full: Full) -> handshake::Welcome {
 }
 
 /// tarpc carries the deadline as a relative duration; this rebuilds it against tokio's clock.
-fn deadline_of(ctx: &tarpc::context::Context) -> Instant {
+pub(super) fn deadline_of(ctx: &tarpc::context::Context) -> Instant {
     let left = ctx
         .deadline
         .saturating_duration_since(std::time::Instant::now());

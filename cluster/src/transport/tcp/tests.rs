@@ -640,3 +640,68 @@ async fn a_quiet_connection_does_not_spin_once_its_requests_are_past_their_deadl
         "{used:?} of CPU in half a second of a quiet connection"
     );
 }
+
+// From an outside review: the serving loop flushed only in a turn in which it wrote, so a large
+// reply to a reader that drains slowly stopped part-way once the last reply had been handed
+// over, and the connection died at the frame timeout.
+#[tokio::test]
+async fn a_6_mb_reply_to_a_client_with_a_4_kib_receive_buffer_arrives_whole() {
+    let mut config = config();
+    config.limits.max_frame = 8 << 20;
+    config.connection.per_connection = 16 << 20;
+    config.max_buffered_bytes = 32 << 20;
+    let dispatcher = Arc::new(Dispatcher::new(8 << 20, 1024, Arc::from([])));
+    let runs = Arc::new(AtomicUsize::new(0));
+    dispatcher.host(Arc::new(Sink { runs: runs.clone() }));
+    let (_stop, stopped) = watch::channel(false);
+    let (addr, _task, _incoming) = serve(([127, 0, 0, 1], 0).into(), dispatcher, config, stopped)
+        .await
+        .unwrap();
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4 << 10).unwrap();
+    let mut stream = handshaken(socket.connect(addr).await.unwrap()).await;
+    let payload: Vec<u8> = (0..6_000_000u32).map(|i| (i % 128) as u8).collect();
+    let request = frame(1, "echo", payload.clone(), Duration::from_secs(60));
+    // Written and read at once, a little at a time, as a slow reader does.
+    let (reader, mut writer) = stream.into_split();
+    let writing = tokio::spawn(async move {
+        writer.write_all(&request).await.unwrap();
+        writer
+    });
+    let mut reader = reader;
+    let len = reader.read_u32().await.unwrap() as usize;
+    let mut body = vec![0; len];
+    let mut got = 0;
+    let whole = tokio::time::timeout(Duration::from_secs(20), async {
+        while got < len {
+            let n = reader
+                .read(&mut body[got..(got + 4096).min(len)])
+                .await
+                .unwrap();
+            assert!(
+                n > 0,
+                "the provider closed the connection after {got} of {len} bytes"
+            );
+            got += n;
+            if got % (256 << 10) < 4096 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    })
+    .await;
+    assert!(whole.is_ok(), "only {got} of {len} bytes arrived");
+    use tarpc::tokio_serde::Deserializer as _;
+    let mut codec = Bincode::<Response<v2::WireResponse>, ()>::default();
+    let reply = Pin::new(&mut codec)
+        .deserialize(&tokio_util::bytes::BytesMut::from(&body[..]))
+        .unwrap();
+    let Ok(v2::WireResponse::Call(v2::ReplyFrame(crate::transport::Reply::Done(bytes)))) =
+        reply.message
+    else {
+        panic!("not a reply: {:?}", reply.message)
+    };
+    let echoed: Vec<u8> = crate::service::decode(&bytes).unwrap();
+    assert_eq!(echoed, payload);
+    stream = writing.await.unwrap().reunite(reader).unwrap();
+    drop(stream);
+}
