@@ -11,6 +11,7 @@ mod budget;
 mod compat;
 mod errors;
 mod hedge;
+mod large_frames;
 mod lookup;
 mod outcomes;
 mod resolve;
