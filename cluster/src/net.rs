@@ -51,6 +51,22 @@ pub(crate) fn keep_alive(stream: &TcpStream) {
     }
 }
 
+/// What a call-path connection runs on beneath TLS (or beneath the frames, in plaintext): the
+/// socket itself, or, with the `uncooperative-io` feature and `CLUSTER_UNCOOPERATIVE_IO=SEED`
+/// set, the socket through an IO that does not cooperate (`transport/uncooperative.rs`), for
+/// CI's run of the call-path suite on sockets that move a few bytes at a time.
+#[cfg(not(feature = "uncooperative-io"))]
+pub(crate) fn beneath_tls(stream: TcpStream) -> TcpStream {
+    stream
+}
+
+#[cfg(feature = "uncooperative-io")]
+pub(crate) fn beneath_tls(
+    stream: TcpStream,
+) -> crate::transport::uncooperative::Uncooperative<TcpStream> {
+    crate::transport::uncooperative::from_env(stream)
+}
+
 /// turmoil's streams are no sockets; its network loses a host by the test's say-so.
 #[cfg(feature = "simulation")]
 pub(crate) fn keep_alive(_stream: &TcpStream) {}

@@ -245,7 +245,13 @@ pub(crate) fn from_env<S>(io: S) -> Uncooperative<S> {
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(CONNECTIONS.fetch_add(1, Ordering::Relaxed));
     let mut rng = fastrand::Rng::with_seed(seed);
-    Uncooperative::new(io, Faults::choppy(&mut rng), seed)
+    // No pauses: the suite's tests of timing (a slow replica gets fewer calls) would measure
+    // them. Short moves and spurious `Pending`s change no timing a test can see.
+    let faults = Faults {
+        pause_per_mille: 0,
+        ..Faults::choppy(&mut rng)
+    };
+    Uncooperative::new(io, faults, seed)
 }
 
 #[cfg(feature = "uncooperative-io")]

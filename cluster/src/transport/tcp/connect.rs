@@ -468,7 +468,7 @@ async fn connect_as(
     version: u32,
     named: bool,
 ) -> Result<(String, Connection), TransportError> {
-    let stream = dial(to).await?;
+    let stream = crate::net::beneath_tls(dial(to).await?);
     let Some(tls) = &config.tls else {
         return opened(config, to, version, stream, named).await;
     };

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tarpc::server::{BaseChannel, Channel};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::task::JoinSet;
@@ -166,7 +166,7 @@ async fn connection(
         (Some(tls), true) => {
             let accepted = tokio::time::timeout(
                 OPENING_TIMEOUT,
-                TlsAcceptor::from(tls.server.clone()).accept(stream),
+                TlsAcceptor::from(tls.server.clone()).accept(crate::net::beneath_tls(stream)),
             )
             .await;
             let stream = match accepted {
@@ -187,12 +187,33 @@ async fn connection(
             // reset it might retry.
             let mut stream = stream;
             let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 40];
-            let _ = tokio::time::timeout(OPENING_TIMEOUT, stream.write_all(&alert)).await;
+            let refused = async {
+                stream.write_all(&alert).await?;
+                stream.shutdown().await?;
+                // What the caller still sends is read, a little, before the close: a socket
+                // closed with unread bytes resets the connection, and the caller, its hello
+                // not yet all written on a slow link, would see a reset instead of the alert
+                // (and retry, taking it for a busy provider).
+                let mut unread = [0u8; 1024];
+                let mut left = 64usize << 10;
+                while left > 0 {
+                    let n = stream.read(&mut unread).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    left = left.saturating_sub(n);
+                }
+                io::Result::Ok(())
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), refused).await;
             tracing::debug!(
                 "refused a TLS connection from {peer}: this node was started insecure() and speaks plaintext"
             );
         }
-        (None, false) => opened(stream, peer, None, &shared, serving, opening).await,
+        (None, false) => {
+            let stream = crate::net::beneath_tls(stream);
+            opened(stream, peer, None, &shared, serving, opening).await
+        }
     }
 }
 
