@@ -48,6 +48,8 @@ pub(super) struct CallerFrames<S, Req, Resp> {
     appended: u64,
     /// When the reply frame now in `read` began to arrive, if one has.
     began: Option<Instant>,
+    /// When a read last brought bytes (or the connection opened): the provider's last word.
+    heard: Instant,
     timer: Pin<Box<Sleep>>,
     messages: PhantomData<fn(Req) -> Resp>,
 }
@@ -62,13 +64,29 @@ impl<S, Req, Resp> CallerFrames<S, Req, Resp> {
             write: BytesMut::new(),
             appended: 0,
             began: None,
+            heard: Instant::now(),
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             messages: PhantomData,
         }
     }
 
-    /// The next complete reply frame in `read`, if it holds one.
+    /// When a read last brought bytes from the provider.
+    pub(super) fn heard(&self) -> Instant {
+        self.heard
+    }
+
+    /// The next complete reply frame in `read`, if it holds one. Empty frames are heartbeats
+    /// (`heartbeat.rs`): read, and nothing more.
     fn next_frame(&mut self) -> io::Result<Option<BytesMut>> {
+        let mut heartbeats = false;
+        while self.read.len() >= 4 && self.read[..4] == [0; 4] {
+            self.read.advance(4);
+            heartbeats = true;
+        }
+        if heartbeats {
+            // What follows came with or after them.
+            self.began = (!self.read.is_empty()).then_some(self.heard);
+        }
         if self.read.len() < 4 {
             return Ok(None);
         }
@@ -150,8 +168,9 @@ where
                     ))));
                 }
                 Poll::Ready(Ok(_)) => {
+                    this.heard = Instant::now();
                     if was_empty {
-                        this.began = Some(Instant::now());
+                        this.began = Some(this.heard);
                     }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),

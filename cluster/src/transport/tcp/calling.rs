@@ -19,6 +19,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use futures::task::AtomicWaker;
 use futures::{Sink, Stream};
@@ -94,6 +95,11 @@ pub(super) struct Dispatch<S> {
     /// Bytes handed to the writer (or held by TLS beneath it) that a flush has not yet seen
     /// out: flushed on every turn until one completes, whatever else the turn did.
     unflushed: bool,
+    /// With heartbeats agreed, how long the provider may be silent while requests wait
+    /// (`heartbeat.rs`), and the timer that checks it, armed while requests may wait.
+    silence: Option<Duration>,
+    silence_timer: Pin<Box<Sleep>>,
+    listening: bool,
 }
 
 /// Replies handed over under one lock at most: a connection's callers wait for no more.
@@ -113,6 +119,9 @@ impl Calls {
             read: Vec::with_capacity(BATCH),
             wake: Vec::new(),
             unflushed: false,
+            silence: None,
+            silence_timer: Box::pin(tokio::time::sleep_until(Instant::now())),
+            listening: false,
         };
         (Self(shared), dispatch)
     }
@@ -339,6 +348,52 @@ impl Drop for Wait<'_> {
 }
 
 impl<S> Dispatch<S> {
+    /// With heartbeats, as the handshake agreed: a provider silent for `limit` while requests
+    /// wait is taken for gone (`heartbeat.rs`).
+    pub(super) fn listening_for_heartbeats(mut self, limit: Duration) -> Self {
+        self.silence = Some(limit);
+        self
+    }
+
+    /// Whether the provider has been silent too long while requests sent to it wait: checked
+    /// when the timer fires, re-armed from the last word heard, disarmed once none wait. Armed
+    /// by a turn that wrote a request.
+    fn gone_silent(&mut self, wrote: bool, cx: &mut Context<'_>) -> Option<io::Error> {
+        let limit = self.silence?;
+        if !self.listening {
+            if !wrote {
+                return None;
+            }
+            self.silence_timer.as_mut().reset(Instant::now() + limit);
+            self.listening = true;
+        }
+        while self.silence_timer.as_mut().poll(cx).is_ready() {
+            let waiting = self
+                .calls
+                .lock()
+                .waiting
+                .values()
+                .any(|w| w.sent.is_some() && w.outcome.is_none());
+            if !waiting {
+                self.listening = false;
+                return None;
+            }
+            let due = self.io.heard() + limit;
+            if due <= Instant::now() {
+                return Some(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no word from the provider for {limit:?} while requests waited (it sends \
+                         a heartbeat every {:?}): taken for gone",
+                        super::heartbeat::EVERY
+                    ),
+                ));
+            }
+            self.silence_timer.as_mut().reset(due);
+        }
+        None
+    }
+
     /// Hands the replies read to their calls, those still waiting, and ends the calls whose
     /// deadline passed if the timer says one did: one lock for all of it, the calls woken
     /// after. The earliest deadline still ahead, if any.
@@ -439,6 +494,10 @@ where
                     }
                     Poll::Pending => break,
                 }
+            }
+            if let Some(gone) = this.gone_silent(written, cx) {
+                this.hand_over(false);
+                return Poll::Ready(Err(gone));
             }
             // Deadlines: one timer for the connection, at the earliest one (a request queued
             // since with an earlier one moves it).

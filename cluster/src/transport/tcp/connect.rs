@@ -539,6 +539,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut idle = config.idle_timeout;
+    let mut heartbeats = false;
     let mut name = to.name.clone();
     if !named && version < 2 {
         return Err(TransportError::WireVersion(format!(
@@ -582,6 +583,7 @@ where
                 welcome.version
             )));
         }
+        heartbeats = welcome.features.iter().any(|f| f == super::HEARTBEAT);
         if welcome.idle_timeout_ms > 0 {
             // Not below a second, whatever the provider says: a close every few microseconds
             // would be a reconnect per call.
@@ -607,11 +609,14 @@ where
         in_flight: in_flight.clone(),
     };
     let (client, dispatch) = if version >= 2 {
-        let (calls, dispatch) = Calls::new(CallerFrames::new(
+        let (calls, mut dispatch) = Calls::new(CallerFrames::new(
             stream,
             config.max_frame,
             config.frame_timeout,
         ));
+        if heartbeats {
+            dispatch = dispatch.listening_for_heartbeats(super::heartbeat::SILENCE);
+        }
         (WireClient::V2(calls), spawn_dispatch(to, dispatch, idle))
     } else {
         let transport = CallerFrames::new(stream, config.max_frame, config.frame_timeout);

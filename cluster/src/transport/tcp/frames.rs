@@ -111,6 +111,12 @@ pub(super) struct Frames<S, Req, Resp> {
     /// Since when the writer has had bytes and written none.
     write_stalled: Option<Instant>,
     write_timer: Pin<Box<Sleep>>,
+    /// Whether the handshake agreed heartbeats (`heartbeat.rs`).
+    heartbeat: bool,
+    /// When the writer last put bytes on the socket (or the connection opened).
+    last_said: Instant,
+    /// A heartbeat is in `write` or beneath it, and no flush has seen it out yet.
+    owe_flush: bool,
     /// The task serving this connection: ended when the peer stops reading.
     serving: Arc<OnceLock<AbortHandle>>,
     warnings: Arc<RateLimited>,
@@ -152,11 +158,28 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
             unwritten: None,
             write_stalled: None,
             write_timer: Box::pin(tokio::time::sleep_until(now)),
+            heartbeat: false,
+            last_said: now,
+            owe_flush: false,
             serving,
             warnings,
             codec: Clamping::default(),
             ended: false,
         }
+    }
+
+    /// With heartbeats, as the handshake agreed (`heartbeat.rs`).
+    pub(super) fn beating(mut self) -> Self {
+        self.heartbeat = true;
+        self
+    }
+
+    /// When the next heartbeat is due, if one will be: while this side holds work for the
+    /// peer (requests running, or a frame waiting for its bytes) and has said nothing.
+    fn heartbeat_due(&self) -> Option<Instant> {
+        let working = self.account.in_flight() > 0 || self.read.len() >= 4;
+        (self.heartbeat && working && self.write.is_empty())
+            .then(|| self.last_said + super::heartbeat::EVERY)
     }
 
     fn end(&mut self, why: End) -> Poll<Option<io::Result<ClientMessage<Req>>>> {
@@ -238,7 +261,10 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
         // the in-flight bound gets to nothing else, and a request tarpc stopped at its deadline
         // sends no reply that would end its hold.
         let expiry = self.expiries.peek().map(|Reverse((due, _))| *due);
-        let due = [due, expiry].into_iter().flatten().min()?;
+        let due = [due, expiry, self.heartbeat_due()]
+            .into_iter()
+            .flatten()
+            .min()?;
         if self.armed.is_none_or(|armed| armed > due) {
             self.timer.as_mut().reset(due);
             self.armed = Some(due);
@@ -327,7 +353,7 @@ where
 
 impl<S, Req, Resp> Stream for Frames<S, Req, Resp>
 where
-    S: AsyncRead + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
     Req: Unpin + Tagged,
     Resp: Unpin,
     Clamping<ClientMessage<Req>, Response<Resp>>:
@@ -351,6 +377,7 @@ where
                     if this.forget_expired() {
                         continue;
                     }
+                    this.beat(cx);
                     return match this.timed_out(cx) {
                         Some(why) => this.end(why),
                         None => Poll::Pending,
@@ -382,6 +409,7 @@ where
                     if this.forget_expired() {
                         continue;
                     }
+                    this.beat(cx);
                     return match this.timed_out(cx) {
                         Some(why) => this.end(why),
                         None => Poll::Pending,
@@ -400,7 +428,10 @@ where
         while !self.write.is_empty() {
             match poll_write_buf(Pin::new(&mut self.io), cx, &mut self.write) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(_)) => self.write_stalled = None,
+                Poll::Ready(Ok(_)) => {
+                    self.write_stalled = None;
+                    self.last_said = Instant::now();
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
                     self.check_write_stall(cx);
@@ -411,6 +442,29 @@ where
         self.unwritten = None;
         self.write_stalled = None;
         Poll::Ready(Ok(()))
+    }
+
+    /// Writes a heartbeat if one is due, and sees it out: the reader calls this whenever it
+    /// waits, so that a heartbeat is never left in a buffer (the serving loop flushes only
+    /// what it wrote itself).
+    fn beat(&mut self, cx: &mut Context<'_>) {
+        if self
+            .heartbeat_due()
+            .is_some_and(|due| due <= Instant::now())
+        {
+            self.write.put_u32(0);
+            self.owe_flush = true;
+        }
+        if self.owe_flush {
+            let flushed = match self.poll_write_out(cx) {
+                Poll::Ready(Ok(())) => Pin::new(&mut self.io).poll_flush(cx),
+                other => other,
+            };
+            // An error shows again to the serving loop's next write; here it only stops.
+            if flushed.is_ready() {
+                self.owe_flush = false;
+            }
+        }
     }
 
     /// A peer that reads nothing for `frame_timeout` while replies wait for it: its connection
@@ -507,7 +561,9 @@ where
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_write_out(cx))?;
-        Pin::new(&mut self.io).poll_flush(cx)
+        ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+        self.owe_flush = false;
+        Poll::Ready(Ok(()))
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -12,6 +12,7 @@ mod connect;
 mod established;
 mod files;
 mod frames;
+mod heartbeat;
 mod limit;
 mod opening;
 mod serve;
@@ -26,6 +27,7 @@ pub(crate) use budget::FLOOR;
 pub(crate) use connect::{ConnectConfig, TcpConnector};
 pub use established::DEFAULT_MAX_CONNECTIONS;
 pub(crate) use frames::FrameLimits;
+pub(crate) use heartbeat::FEATURE as HEARTBEAT;
 pub use opening::DEFAULT_MAX_OPENING_CONNECTIONS;
 
 /// The furthest deadline handed to tarpc, on either side: a year. tarpc's timers panic on one a

@@ -335,7 +335,7 @@ async fn opened<S>(
                 peer: Arc::from(verified.unwrap_or(hello.node).as_str()),
                 account: account.clone(),
             };
-            let frames = Frames::new(
+            let mut frames = Frames::new(
                 stream,
                 peer,
                 account,
@@ -344,6 +344,9 @@ async fn opened<S>(
                 serving.clone(),
                 &[],
             );
+            if welcome.features.iter().any(|f| f == super::HEARTBEAT) {
+                frames = frames.beating();
+            }
             let guarded = channel::guard(frames, serving);
             super::answering::serve(
                 guarded,

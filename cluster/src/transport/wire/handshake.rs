@@ -27,9 +27,9 @@ const MAX_MESSAGE: usize = 16 << 10;
 /// How deep a hello or a welcome may nest.
 const MAX_DEPTH: usize = 16;
 
-/// The features this build supports. None is defined yet: the list is agreed in every
-/// handshake so that a later build can add one without a new wire version.
-pub(crate) const FEATURES: &[&str] = &[];
+/// The features this build supports, agreed in every handshake so that a later build can add
+/// one without a new wire version: `heartbeat` (`transport/tcp/heartbeat.rs`).
+pub(crate) const FEATURES: &[&str] = &[crate::transport::tcp::HEARTBEAT];
 
 /// What a client says first.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

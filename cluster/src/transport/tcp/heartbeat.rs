@@ -1,0 +1,152 @@
+//! Heartbeats: how a caller finds a connection dead while its calls wait, without waiting for
+//! each call's timeout.
+//!
+//! 1. Both sides offer the `heartbeat` feature in the handshake (`wire/handshake.rs`); only a
+//!    connection whose welcome agreed it has heartbeats, so a peer of an earlier build is
+//!    never sent a frame it would not read.
+//! 2. The provider (`frames.rs`) writes an empty frame, four zero bytes, whenever it holds
+//!    work for the connection (requests running, or a frame waiting for its bytes) and has
+//!    written nothing to it for [`EVERY`]. It is written by the provider's writer, not its
+//!    reader: a provider that has stopped reading a caller's requests (its limits reached)
+//!    still says it is there.
+//! 3. The caller (`calling.rs`) counts any byte it reads as a word from the provider. With
+//!    requests sent and waiting, [`SILENCE`] without one ends the connection: its calls fail
+//!    as lost (or as not sent, those none of whose bytes left), the pool drops it, and the
+//!    call path tries another provider where that is safe.
+//!
+//! A dead host is found by TCP keepalive too (`crate::net::keep_alive`), but only on the
+//! connection's own hop: a heartbeat crosses proxies, and also finds a provider process that
+//! is alive but no longer serves the connection.
+
+use std::time::Duration;
+
+/// The feature's name in the handshake.
+pub(crate) const FEATURE: &str = "heartbeat";
+
+/// How long a provider holding work for a connection stays silent on it at most.
+pub(crate) const EVERY: Duration = Duration::from_secs(2);
+
+/// How long a caller with requests waiting waits for any byte before it takes the provider for
+/// gone: four heartbeats missed, so a provider busy on both cores for a moment is not cut off.
+pub(crate) const SILENCE: Duration = Duration::from_secs(8);
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::atomic::AtomicU32;
+    use std::sync::{Arc, OnceLock};
+
+    use tokio::io::{AsyncReadExt, DuplexStream};
+    use tokio::task::{AbortHandle, JoinHandle};
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::rate_limited::RateLimited;
+    use crate::transport::tcp::budget::{Account, Budget, ConnectionLimits};
+    use crate::transport::tcp::caller_frames::CallerFrames;
+    use crate::transport::tcp::calling::{Calls, Ended};
+    use crate::transport::tcp::frames::{FrameLimits, Frames};
+    use crate::transport::wire::v2::{ReplyFrame, RequestFrame};
+    use crate::transport::{Head, Reply, Request};
+
+    /// A caller listening for heartbeats on `io`.
+    fn caller(io: DuplexStream) -> Calls {
+        let frames = CallerFrames::new(io, 1 << 20, Duration::from_secs(10));
+        let (calls, dispatch) = Calls::new(frames);
+        tokio::spawn(dispatch.listening_for_heartbeats(SILENCE));
+        calls
+    }
+
+    /// A provider on `io` whose handler answers after `takes`, with heartbeats if `beating`.
+    fn provider(io: DuplexStream, beating: bool, takes: Duration) -> JoinHandle<()> {
+        let account = Account::new(
+            Budget::new(1 << 20),
+            ConnectionLimits {
+                max_in_flight: 8,
+                per_connection: 1 << 20,
+            },
+        );
+        let serving: Arc<OnceLock<AbortHandle>> = Arc::default();
+        let mut frames = Frames::new(
+            io,
+            SocketAddr::from(([127, 0, 0, 1], 1)),
+            account,
+            FrameLimits {
+                max_frame: 1 << 20,
+                frame_timeout: Duration::from_secs(10),
+                idle_timeout: Duration::from_secs(300),
+            },
+            Arc::new(RateLimited::default()),
+            serving.clone(),
+            &[],
+        );
+        if beating {
+            frames = frames.beating();
+        }
+        let guarded = super::super::channel::guard(frames, serving.clone());
+        let task = tokio::spawn(super::super::answering::serve(
+            guarded,
+            move |_, _: RequestFrame| async move {
+                tokio::time::sleep(takes).await;
+                ReplyFrame(Reply::Done(vec![7]))
+            },
+            super::super::serve::deadline_of,
+        ));
+        serving.set(task.abort_handle()).unwrap();
+        task
+    }
+
+    fn call(calls: &Calls, within: Duration) -> impl Future<Output = Result<Reply, Ended>> + '_ {
+        let mut ctx = tarpc::context::current();
+        ctx.deadline = std::time::Instant::now() + within;
+        let request = Arc::new(Request {
+            service: "svc".into(),
+            function: "f".into(),
+            signature: 0,
+            args: vec![1; 16],
+            head: Head::default(),
+            attempt: AtomicU32::new(1),
+        });
+        calls.call(ctx, request, Instant::now() + within)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_longer_than_the_silence_limit_lives_on_heartbeats() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let calls = caller(a);
+        let _provider = provider(b, true, 10 * SILENCE);
+        let start = Instant::now();
+        let reply = call(&calls, 60 * SILENCE).await;
+        assert_eq!(reply.unwrap(), Reply::Done(vec![7]));
+        assert_eq!(start.elapsed(), 10 * SILENCE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_provider_silent_past_the_limit_is_taken_for_gone_long_before_the_deadline() {
+        // A provider without heartbeats stands for one whose host or process is gone.
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let calls = caller(a);
+        let _provider = provider(b, false, 10 * SILENCE);
+        let start = Instant::now();
+        let ended = call(&calls, 60 * SILENCE).await;
+        assert!(matches!(ended, Err(Ended::Lost(_))), "{ended:?}");
+        let took = start.elapsed();
+        assert!(took >= SILENCE && took < SILENCE + EVERY, "{took:?}");
+        // The connection is over: a call after it is not sent.
+        let after = call(&calls, SILENCE).await;
+        assert!(matches!(after, Err(Ended::NotSent(_))), "{after:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_sends_and_expects_nothing() {
+        let (a, mut b) = tokio::io::duplex(1 << 16);
+        let calls = caller(a);
+        tokio::time::sleep(10 * SILENCE).await;
+        // Nothing was written, and the connection still serves a call.
+        let mut byte = [0u8; 1];
+        let nothing = tokio::time::timeout(Duration::from_millis(1), b.read(&mut byte)).await;
+        assert!(nothing.is_err(), "the caller wrote while idle");
+        let _provider = provider(b, true, Duration::ZERO);
+        assert_eq!(call(&calls, SILENCE).await.unwrap(), Reply::Done(vec![7]));
+    }
+}
