@@ -1,10 +1,12 @@
 //! The driver: builds a simulated cluster, steps it, injects faults between steps, and reads
-//! every live host's registry after each step (invariant 2) and at the end (3 and 4).
+//! every live host's registry after each step (invariant 2), and the calls' records at the end
+//! (3 and 5; 4 in `converge`).
 
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::calls::NEAR;
 use crate::host::{self, Setup};
 use crate::world::World;
 
@@ -161,9 +163,16 @@ impl Cluster {
         self.world.lock().running.insert(name.to_owned());
     }
 
-    /// The process is no more: it is no observer and no expected provider until it says up.
+    /// The process is no more: it is no observer and no expected provider until it says up, and
+    /// the calls it was making are dropped with it.
     fn gone(&mut self, name: &str) {
-        let live = self.world.lock().live.remove(name);
+        let now = self.now();
+        let mut state = self.world.lock();
+        let live = state.live.remove(name);
+        for what in state.calls.abandon(name, now) {
+            state.flag(what);
+        }
+        drop(state);
         // Dropped outside the lock: a registry's drop may take locks of its own.
         drop(live);
     }
@@ -175,14 +184,33 @@ impl Cluster {
         }
     }
 
-    /// The end of a scenario: invariant 3 read once more, and every violation found.
-    pub fn finish(self, scenario: &str) -> Report {
+    /// The end of a scenario: the callers stop, the calls made end (each within its budget, or
+    /// invariant 5 is broken), invariant 3 is read over every run, and every violation found.
+    pub fn finish(mut self, scenario: &str) -> Report {
+        self.world.stop_calling();
+        // Steps until no call is pending, or the last is past its budget: a few steps when
+        // every call ends in milliseconds, up to a budget when one is on a connection that a
+        // lost segment stalled (turmoil's TCP does not retransmit) and ends by its timeouts.
+        let calling = self.now();
+        loop {
+            let due = self.world.lock().calls.last_due();
+            match due {
+                Some(due) if self.now() <= due => self.step(),
+                _ => break,
+            }
+        }
+        let now = self.now();
+        let drained = now - calling;
         let mut state = self.world.lock();
-        state.check_writes();
-        let counts = &state.counts;
+        let found = state.calls.unended(now);
+        let found = found.into_iter().chain(state.calls.check_runs());
+        for what in found.collect::<Vec<_>>() {
+            state.flag(what);
+        }
+        let (counts, calls) = (&state.counts, &state.calls);
         let report = Report {
             summary: format!(
-                "{scenario} seed {}: {} hosts, {:?} sim; {} attempts ({} to a node some peers had declared dead), {} reads and {} writes and deposits answered ({} deposits from a record), {} calls failed, {} writes and deposits run",
+                "{scenario} seed {}: {} hosts, {:?} sim; {} attempts ({} to a node some peers had declared dead), {} reads and {} writes and deposits answered ({} deposits from a record, {} retried on the process they may have run on), {} calls failed, {} writes and deposits run; {} calls ended within {NEAR:?} of their budget, the latest {:?} past it; the last calls ended in {drained:?}",
                 self.seed,
                 self.names.len(),
                 self.sim.elapsed(),
@@ -191,8 +219,11 @@ impl Cluster {
                 counts.reads_ok,
                 counts.writes_ok,
                 counts.recalled,
+                calls.same_process,
                 counts.failed,
-                state.executions.len()
+                calls.runs(),
+                calls.near_budget,
+                calls.most_over,
             ),
             violations: state.violations.clone(),
             answered: counts.reads_ok + counts.writes_ok,

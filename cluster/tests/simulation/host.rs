@@ -9,6 +9,7 @@ use cluster::Node;
 use cluster::registry::{GossipConfig, GossipRegistry};
 use serde::{Deserialize, Serialize};
 
+use crate::calls::{Kind, Run, calls};
 use crate::world::World;
 
 /// Gossip port of every host.
@@ -24,7 +25,8 @@ pub struct RanOn {
 }
 
 /// A read safe to retry, a write that is not, and a deposit that is retried only on the process
-/// it may have run on (`at_most_once`): each write and deposit records every run of it.
+/// it may have run on (`at_most_once`): each write and deposit records every run of it. The
+/// budget is `calls::SERVICE_BUDGET`.
 #[cluster::service(
     name = "kv",
     version = "1.0.0",
@@ -52,25 +54,22 @@ impl Kv for Store {
     }
 
     async fn write(&self, id: u64) -> RanOn {
-        self.run(id).await
+        self.run(Kind::Write, id).await
     }
 
     async fn deposit(&self, id: u64) -> RanOn {
-        self.run(id).await
+        self.run(Kind::Deposit, id).await
     }
 }
 
 impl Store {
-    /// A write or deposit's run, recorded under its id.
-    async fn run(&self, id: u64) -> RanOn {
-        // Counted when it starts: a run cut off half way may have had its effect.
-        let ran = (self.ran_on.node.clone(), self.ran_on.generation);
-        self.world
-            .lock()
-            .executions
-            .entry(id)
-            .or_default()
-            .push(ran);
+    /// A write or deposit's run, recorded under its id and the call id the provider reads.
+    async fn run(&self, kind: Kind, id: u64) -> RanOn {
+        let run = Run {
+            on: (self.ran_on.node.clone(), self.ran_on.generation),
+            call_id: cluster::context().and_then(|c| c.call_id()),
+        };
+        self.world.lock().calls.ran(kind, id, run);
         // Long enough for a crash or a partition to catch some writes in flight.
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.ran_on.clone()
@@ -119,59 +118,8 @@ pub async fn run(setup: Setup) -> turmoil::Result {
         .lock()
         .up(&setup.name, ran_on.generation, node.registry().clone());
     if setup.caller {
-        tokio::spawn(calls(node.clone(), setup.world.clone()));
+        tokio::spawn(calls(node.clone(), setup.name.clone(), setup.world.clone()));
     }
     std::future::pending::<()>().await;
     Ok(())
-}
-
-/// Every 100 ms a read, a write and a deposit, each in its own task so that a slow one holds
-/// no other.
-async fn calls(node: Node, world: Arc<World>) {
-    let client = KvClient::new(&node);
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    for key in 0u64.. {
-        tick.tick().await;
-        let (read, world_r) = (client.clone(), world.clone());
-        tokio::spawn(async move {
-            let outcome = read.read(key).await;
-            let mut state = world_r.lock();
-            match outcome {
-                Ok(_) => state.counts.reads_ok += 1,
-                Err(_) => state.counts.failed += 1,
-            }
-        });
-        for at_most_once in [false, true] {
-            let (call, world) = (client.clone(), world.clone());
-            tokio::spawn(async move {
-                let id = world.next_id();
-                let outcome = if at_most_once {
-                    call.deposit(id).reported().await.map(|(ran, report)| {
-                        let recalled = report.attempts.iter().any(|a| a.outcome.contains("record"));
-                        (ran, recalled)
-                    })
-                } else {
-                    call.write(id).await.map(|ran| (ran, false))
-                };
-                let mut state = world.lock();
-                match outcome {
-                    Ok((ran, recalled)) => {
-                        state.counts.writes_ok += 1;
-                        state.counts.recalled += u64::from(recalled);
-                        // A write or deposit that returned ran exactly once, where it said (a
-                        // deposit answered from a record: where it first ran).
-                        let runs = state.executions.get(&id).cloned().unwrap_or_default();
-                        if runs != [(ran.node.clone(), ran.generation)] {
-                            let what = format!(
-                                "invariant 3: {} {id} answered from {ran:?} but its runs were {runs:?}",
-                                if at_most_once { "deposit" } else { "write" }
-                            );
-                            state.violations.push(what);
-                        }
-                    }
-                    Err(_) => state.counts.failed += 1,
-                }
-            });
-        }
-    }
 }

@@ -5,9 +5,12 @@
 //!
 //! 1. no attempt goes to a node after every live peer that had listed it has declared it dead;
 //! 2. an observer that has seen a generation of a name never lists an older one again;
-//! 3. a non-idempotent write runs at most once (and one that answered ran exactly once);
+//! 3. a non-idempotent write, and an at-most-once deposit, runs at most once (a deposit's call
+//!    id too), and one that answered ran exactly once;
 //! 4. after the last fault heals, every live host lists exactly the live providers, within a
-//!    generous bound of sim time (a liveness check, not a figure).
+//!    generous bound of sim time (a liveness check, not a figure);
+//! 5. every call ends within its budget (the service's, or one set on the call), read on its
+//!    caller's sim clock, and under that budget; one that has not ended by then breaks it.
 //!
 //! `SIM_NODES=200` sets the cluster's size (default 50); `SIM_SEEDS=1..500` (or `7`, or
 //! `1,5,9`) runs every scenario once per seed instead of its fixed one.
@@ -15,6 +18,7 @@
 //! Run with `cargo test -p cluster --features simulation --test simulation`.
 #![allow(unreachable_pub, missing_docs)]
 
+mod calls;
 mod driver;
 mod host;
 mod trace;
@@ -164,6 +168,35 @@ fn restarts_under_the_same_name() {
         c.run_for(5 * SEC);
         c.bounce(&later);
         c.run_for(5 * SEC);
+    });
+}
+
+/// At-most-once deposits retried on the process they may have run on, across a slow link and a
+/// restart. Five providers whose every link takes 600 ms each way for 3 s: a deposit's reply
+/// comes after its attempt's 1 s timeout, and the retry is answered from the provider's record.
+/// Then the same five cut off both ways for 2 s (deposits there time out and are retried only
+/// there), restarted while cut off (a new generation at the same address) and repaired a
+/// second later: the retries meet the new process, which refuses them unrun. No deposit runs
+/// twice, and every call ends within its budget.
+#[test]
+fn deposits_retried_across_a_slow_link_and_a_restart() {
+    sweep("deposit-retries", 9, |c| {
+        let n = c.names.len();
+        let side = c.group(n / 2..n / 2 + 5);
+        for host in &side {
+            c.slow(host, Duration::from_millis(600));
+        }
+        c.run_for(3 * SEC);
+        for host in &side {
+            c.slow(host, Duration::from_millis(5));
+        }
+        c.partition(&side);
+        c.run_for(2 * SEC);
+        for host in &side {
+            c.bounce(host);
+        }
+        c.run_for(SEC);
+        c.repair(&side);
     });
 }
 

@@ -1,11 +1,11 @@
 //! What every host shares with the driver: the live hosts' registries, what each observer has
-//! seen, every write's executions, and the invariants checked against them.
+//! seen, every call's record (`calls.rs`), and the invariants checked against them.
 //!
 //! The hosts run on one thread (turmoil's), so one mutex is never contended; the driver reads
 //! the registries between steps, the tracing layer while a host runs.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,8 +47,8 @@ pub struct State {
     pub live: HashMap<String, Live>,
     /// Hosts whose software runs (the driver's view): each must end up live.
     pub running: BTreeSet<String>,
-    /// Each write's executions, by its unique id: (node, generation) of each run.
-    pub executions: HashMap<u64, Vec<Provider>>,
+    /// Every call's start and end, and every run of a write or a deposit.
+    pub calls: crate::calls::Ledger,
     pub violations: Vec<String>,
     pub counts: Counts,
 }
@@ -57,6 +57,8 @@ pub struct State {
 pub struct World {
     pub state: Mutex<State>,
     next_id: AtomicU64,
+    /// Set when the callers are to make no more calls.
+    stopped: AtomicBool,
 }
 
 impl World {
@@ -64,16 +66,22 @@ impl World {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A write id no other call of the run has.
+    /// A call number no other call of the run has.
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Tells the callers to make no more calls.
+    pub fn stop_calling(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
     pub fn violation(&self, what: String) {
-        let mut state = self.lock();
-        if state.violations.len() < 50 {
-            state.violations.push(what);
-        }
+        self.lock().flag(what);
     }
 }
 
@@ -123,9 +131,14 @@ impl State {
             }
         }
         for what in found {
-            if self.violations.len() < 50 {
-                self.violations.push(what);
-            }
+            self.flag(what);
+        }
+    }
+
+    /// A violation, kept among the first 50.
+    pub fn flag(&mut self, what: String) {
+        if self.violations.len() < 50 {
+            self.violations.push(what);
         }
     }
 
@@ -191,16 +204,5 @@ impl State {
                 differ.join("; ")
             ))
         }
-    }
-
-    /// Invariant 3: each write ran at most once.
-    pub fn check_writes(&mut self) {
-        let twice: Vec<_> = self
-            .executions
-            .iter()
-            .filter(|(_, runs)| runs.len() > 1)
-            .map(|(id, runs)| format!("invariant 3: write {id} ran {} times: {runs:?}", runs.len()))
-            .collect();
-        self.violations.extend(twice);
     }
 }
