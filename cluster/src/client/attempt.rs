@@ -579,17 +579,25 @@ impl<'a> Attempts<'a> {
             let function = &chosen.entry.description.functions[chosen.function];
             if self.pinned.is_some() {
                 // The process it may have run on, asked again: it refused (it is not that
-                // process any more, it drains) or says the call was stopped part-way. Either
-                // way nothing else may run it. A timeout or a lost connection again: again.
-                if failure.never_ran() || matches!(failure, Failure::Interrupted(_)) {
+                // process any more, it drains, nothing listens there) or says the call was
+                // stopped part-way. Either way nothing else may run it. A timeout or a lost
+                // connection again, or an attempt that says nothing of the process (it did
+                // not answer the connect in time, its connection limit was full, or this
+                // node's own writer or in-flight limit held the request): again.
+                let says_nothing = matches!(
+                    failure,
+                    Failure::NoAnswer(_) | Failure::Busy(_) | Failure::Queued(_)
+                );
+                if says_nothing {
+                    // Asked again, as after a timeout.
+                } else if failure.never_ran() || matches!(failure, Failure::Interrupted(_)) {
                     return Err(
                         self.gone(&format!("asked again, it answered: {}", failure.outcome()))
                     );
-                }
-                // Any other answer is its record's final word (the handler panicked, its reply
-                // is too large for this caller or was too large to keep): asked again, it
-                // would say the same until the budget ends.
-                if !matches!(failure, Failure::Timeout | Failure::Lost(_)) {
+                } else if !matches!(failure, Failure::Timeout | Failure::Lost(_)) {
+                    // Any other answer is its record's final word (the handler panicked, its
+                    // reply is too large for this caller or was too large to keep): asked
+                    // again, it would say the same until the budget ends.
                     return Err(self.fail(failure, &chosen.entry));
                 }
             } else if self.retry.enabled

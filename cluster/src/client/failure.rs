@@ -9,6 +9,9 @@ use crate::transport::{Reply, TransportError};
 pub(crate) enum Failure {
     /// Provably never reached the provider's code: no connection, send failed.
     NotSent(String),
+    /// Never sent: the provider did not finish opening a connection in time. It may be
+    /// stalled rather than gone, so a pinned at-most-once retry asks it again.
+    NoAnswer(String),
     /// Never sent: the peer said it is busy (its connection limit, tarpc's throttle).
     Busy(String),
     /// Never sent: this node's own in-flight limit to the peer stayed full.
@@ -52,6 +55,7 @@ impl Failure {
             // Taken apart by the call path first (`attempt.rs`), which reports it.
             Ok(Reply::Recalled(reply)) => Failure::of(Ok(std::sync::Arc::unwrap_or_clone(reply))),
             Err(TransportError::NotSent(detail)) => Err(Failure::NotSent(detail)),
+            Err(TransportError::NoAnswer(detail)) => Err(Failure::NoAnswer(detail)),
             Err(TransportError::Busy(detail)) => Err(Failure::Busy(detail)),
             Err(TransportError::Queued(detail)) => Err(Failure::Queued(detail)),
             Err(TransportError::Lost(detail)) => Err(Failure::Lost(detail)),
@@ -73,6 +77,7 @@ impl Failure {
     pub(crate) fn retryable(&self, idempotent: bool) -> bool {
         match self {
             Failure::NotSent(_)
+            | Failure::NoAnswer(_)
             | Failure::Busy(_)
             | Failure::Queued(_)
             | Failure::Untrusted(..) => true,
@@ -98,9 +103,10 @@ impl Failure {
     /// nothing of whether it serves others well.
     pub(crate) fn seen(&self) -> Seen {
         match self {
-            Failure::NotSent(_) | Failure::Lost(_) | Failure::Refused(Reason::Draining, _) => {
-                Seen::Unreachable
-            }
+            Failure::NotSent(_)
+            | Failure::NoAnswer(_)
+            | Failure::Lost(_)
+            | Failure::Refused(Reason::Draining, _) => Seen::Unreachable,
             Failure::Timeout
             | Failure::Panicked(_)
             | Failure::Busy(_)
@@ -114,7 +120,9 @@ impl Failure {
     /// Whether it provably never ran: another replica may take it at once, without a pause.
     pub(crate) fn never_ran(&self) -> bool {
         match self {
-            Failure::NotSent(_) | Failure::Busy(_) | Failure::Queued(_) => true,
+            Failure::NotSent(_) | Failure::NoAnswer(_) | Failure::Busy(_) | Failure::Queued(_) => {
+                true
+            }
             Failure::Refused(reason, _) => reason.never_ran(),
             _ => false,
         }
@@ -132,7 +140,9 @@ impl Failure {
     /// The attempt's outcome in a few words, for the report.
     pub(crate) fn outcome(&self) -> String {
         match self {
-            Failure::NotSent(d) | Failure::Busy(d) | Failure::Queued(d) => format!("not sent: {d}"),
+            Failure::NotSent(d) | Failure::NoAnswer(d) | Failure::Busy(d) | Failure::Queued(d) => {
+                format!("not sent: {d}")
+            }
             Failure::Refused(r, _) => format!("refused: {r}"),
             Failure::Timeout => "timeout".to_owned(),
             Failure::Lost(_) => "connection lost".to_owned(),
@@ -147,7 +157,9 @@ impl Failure {
     /// What the call's error says, if this was its last attempt.
     pub(crate) fn verdict(self) -> Verdict {
         match self {
-            Failure::NotSent(d) | Failure::Queued(d) => Verdict::Rpc(RpcErrorKind::NoConnection, d),
+            Failure::NotSent(d) | Failure::NoAnswer(d) | Failure::Queued(d) => {
+                Verdict::Rpc(RpcErrorKind::NoConnection, d)
+            }
             Failure::Busy(d) => Verdict::Service(Reason::Overloaded, d),
             Failure::Refused(reason, d) => Verdict::Service(reason, d),
             Failure::Timeout => Verdict::Rpc(RpcErrorKind::Timeout, String::new()),
@@ -177,6 +189,7 @@ mod tests {
     fn the_retry_table() {
         let cases = [
             (Failure::NotSent("refused".into()), true, true),
+            (Failure::NoAnswer("stalled".into()), true, true),
             (Failure::Busy("busy".into()), true, true),
             (Failure::Queued("full".into()), true, true),
             (

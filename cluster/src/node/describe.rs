@@ -152,6 +152,7 @@ async fn describe(
             unreachable(match e {
                 TransportError::Timeout => format!("no answer within {timeout:?}"),
                 TransportError::NotSent(why)
+                | TransportError::NoAnswer(why)
                 | TransportError::Busy(why)
                 | TransportError::Queued(why)
                 | TransportError::Lost(why)

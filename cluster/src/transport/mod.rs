@@ -94,6 +94,10 @@ impl Connector {
 pub(crate) enum TransportError {
     /// It provably never left this node, or was refused before reaching a provider.
     NotSent(String),
+    /// Never sent: the peer did not finish opening a connection within the connect timeout.
+    /// It may be stalled, overloaded or cut off rather than gone (a process that is gone
+    /// refuses the connection: `NotSent`).
+    NoAnswer(String),
     /// Never sent: the peer said it is busy (its connection limit, tarpc's throttle). Alive,
     /// and counted against it as an overload refusal is.
     Busy(String),

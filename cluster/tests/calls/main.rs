@@ -15,4 +15,5 @@ mod large_frames;
 mod lookup;
 mod outcomes;
 mod resolve;
+mod stalled;
 mod throttle;

@@ -256,7 +256,7 @@ impl TcpConnector {
         };
         match tokio::time::timeout_at(deadline, pending).await {
             Ok(result) => result,
-            Err(_) => Err(TransportError::NotSent(format!(
+            Err(_) => Err(TransportError::NoAnswer(format!(
                 "the connection to {to} was still being opened when the attempt's time ran out"
             ))),
         }
@@ -426,7 +426,7 @@ async fn open(
     let result =
         match tokio::time::timeout(config.connect_timeout, connect(&config, &to, version)).await {
             Ok(result) => result,
-            Err(_) => Err(TransportError::NotSent(format!(
+            Err(_) => Err(TransportError::NoAnswer(format!(
                 "connecting to {to} took longer than the connect timeout ({:?})",
                 config.connect_timeout
             ))),
