@@ -78,6 +78,11 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Attempts {
                     .find_map(|s| s.extensions().get::<Host>().map(|h| h.0.clone()))
             })
             .unwrap_or_default();
+        // A node calling a service it provides itself, cut off from every peer by a
+        // partition, is declared dead by them but reaches itself: not a call to a dead node.
+        if caller == name {
+            return;
+        }
         let now = turmoil::sim_elapsed().unwrap_or_default();
         let target = (name, generation);
         let mut state = self.world.lock();
