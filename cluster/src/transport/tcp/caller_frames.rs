@@ -28,6 +28,9 @@ use tokio_util::io::{poll_read_buf, poll_write_buf};
 
 use super::frames::write_frame;
 
+/// Heartbeats read in a second past which the provider is taken to flood the connection.
+const MAX_BEATS_A_SECOND: u32 = 16;
+
 /// Bytes read from the socket at a time, at least.
 const READ_CHUNK: usize = 8 << 10;
 
@@ -50,6 +53,12 @@ pub(super) struct CallerFrames<S, Req, Resp> {
     began: Option<Instant>,
     /// When a read last brought bytes (or the connection opened): the provider's last word.
     heard: Instant,
+    /// Whether the handshake agreed heartbeats: only then is an empty frame one.
+    heartbeats: bool,
+    /// Heartbeats read since `beats_from`: more than a few a second is a flood, not a
+    /// heartbeat every 2 s.
+    beats: u32,
+    beats_from: Instant,
     timer: Pin<Box<Sleep>>,
     messages: PhantomData<fn(Req) -> Resp>,
 }
@@ -65,6 +74,9 @@ impl<S, Req, Resp> CallerFrames<S, Req, Resp> {
             appended: 0,
             began: None,
             heard: Instant::now(),
+            heartbeats: false,
+            beats: 0,
+            beats_from: Instant::now(),
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             messages: PhantomData,
         }
@@ -75,13 +87,33 @@ impl<S, Req, Resp> CallerFrames<S, Req, Resp> {
         self.heard
     }
 
+    /// Reads empty frames as heartbeats, as the handshake agreed (`heartbeat.rs`); without,
+    /// an empty frame does not decode and ends the connection.
+    pub(super) fn hearing_heartbeats(&mut self) {
+        self.heartbeats = true;
+    }
+
     /// The next complete reply frame in `read`, if it holds one. Empty frames are heartbeats
     /// (`heartbeat.rs`): read, and nothing more.
     fn next_frame(&mut self) -> io::Result<Option<BytesMut>> {
         let mut heartbeats = false;
-        while self.read.len() >= 4 && self.read[..4] == [0; 4] {
+        while self.heartbeats && self.read.len() >= 4 && self.read[..4] == [0; 4] {
             self.read.advance(4);
             heartbeats = true;
+            self.beats += 1;
+            if self.beats > MAX_BEATS_A_SECOND {
+                let now = Instant::now();
+                if now < self.beats_from + Duration::from_secs(1) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "the provider sent over {MAX_BEATS_A_SECOND} heartbeats in a second \
+                             (one comes every 2 s)"
+                        ),
+                    ));
+                }
+                (self.beats, self.beats_from) = (0, now);
+            }
         }
         if heartbeats {
             // What follows came with or after them.
@@ -322,6 +354,37 @@ mod tests {
         let stalled = caller.next().await.unwrap();
         assert_eq!(stalled.unwrap_err().kind(), io::ErrorKind::TimedOut);
         assert_eq!(start.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn an_empty_frame_is_a_heartbeat_only_where_heartbeats_were_agreed() {
+        let (mut provider, caller) = tokio::io::duplex(1 << 16);
+        let mut caller = Caller::new(caller, 1 << 20, Duration::from_secs(10));
+        provider.write_all(&[0; 4]).await.unwrap();
+        let refused = caller.next().await.unwrap();
+        assert_eq!(refused.unwrap_err().kind(), io::ErrorKind::InvalidData);
+
+        let (mut provider, caller) = tokio::io::duplex(1 << 16);
+        let mut caller = Caller::new(caller, 1 << 20, Duration::from_secs(10));
+        caller.hearing_heartbeats();
+        provider
+            .write_all(&[[0; 4].as_slice(), &reply(1, "one")].concat())
+            .await
+            .unwrap();
+        let got = caller.next().await.unwrap().unwrap();
+        assert_eq!(got.request_id, 1);
+    }
+
+    // From an outside review: a provider writing zeros at full speed kept a caller's core busy
+    // for as long as the connection lived.
+    #[tokio::test]
+    async fn a_flood_of_heartbeats_ends_the_connection() {
+        let (mut provider, caller) = tokio::io::duplex(1 << 16);
+        let mut caller = Caller::new(caller, 1 << 20, Duration::from_secs(10));
+        caller.hearing_heartbeats();
+        provider.write_all(&[0; 4 << 10]).await.unwrap();
+        let flood = caller.next().await.unwrap();
+        assert_eq!(flood.unwrap_err().kind(), io::ErrorKind::InvalidData);
     }
 
     #[tokio::test]

@@ -100,6 +100,9 @@ pub(super) struct Dispatch<S> {
     silence: Option<Duration>,
     silence_timer: Pin<Box<Sleep>>,
     listening: bool,
+    /// When the first request since the provider's last word was written: the provider owes
+    /// a word only from then on, so silence counts from the later of the two.
+    asked: Option<Instant>,
 }
 
 /// Replies handed over under one lock at most: a connection's callers wait for no more.
@@ -122,6 +125,7 @@ impl Calls {
             silence: None,
             silence_timer: Box::pin(tokio::time::sleep_until(Instant::now())),
             listening: false,
+            asked: None,
         };
         (Self(shared), dispatch)
     }
@@ -248,6 +252,14 @@ impl State {
             let back = take_back(start, end);
             if back {
                 taken.push((start, end - start));
+            } else {
+                // It left, and its deadline travels as time left, restarted on arrival: a
+                // request held up on the way would run for nobody. Stopped, as a call given
+                // up is.
+                self.queue.push_back(ClientMessage::Cancel {
+                    trace_context: Default::default(),
+                    request_id: id,
+                });
             }
             if let Some(waiting) = self.waiting.get_mut(&id) {
                 waiting.sent = None;
@@ -352,6 +364,7 @@ impl<S> Dispatch<S> {
     /// wait is taken for gone (`heartbeat.rs`).
     pub(super) fn listening_for_heartbeats(mut self, limit: Duration) -> Self {
         self.silence = Some(limit);
+        self.io.hearing_heartbeats();
         self
     }
 
@@ -360,6 +373,9 @@ impl<S> Dispatch<S> {
     /// by a turn that wrote a request.
     fn gone_silent(&mut self, wrote: bool, cx: &mut Context<'_>) -> Option<io::Error> {
         let limit = self.silence?;
+        if wrote && self.asked.is_none_or(|asked| asked <= self.io.heard()) {
+            self.asked = Some(Instant::now());
+        }
         if !self.listening {
             if !wrote {
                 return None;
@@ -378,7 +394,8 @@ impl<S> Dispatch<S> {
                 self.listening = false;
                 return None;
             }
-            let due = self.io.heard() + limit;
+            let since = self.io.heard().max(self.asked.unwrap_or(self.io.heard()));
+            let due = since + limit;
             if due <= Instant::now() {
                 return Some(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -631,6 +648,62 @@ mod tests {
         assert_eq!(a.unwrap(), Reply::Done(vec![1, 2]));
         assert_eq!(b.unwrap(), Reply::Done(vec![1, 2]));
         assert!(calls.0.lock().waiting.is_empty());
+    }
+
+    // From an outside review: a request that timed out after it left ran on the provider for
+    // nobody, its deadline restarted on arrival (it travels as time left).
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_times_out_after_it_left_is_cancelled() {
+        let (calls, mut provider) = connection(1 << 16);
+        let start = Instant::now();
+        let call = calls.call(
+            tarpc::context::current(),
+            request(),
+            start + Duration::from_millis(100),
+        );
+        let (ended, sent) = tokio::join!(call, read(&mut provider));
+        assert!(matches!(ended, Err(Ended::Timeout)), "{ended:?}");
+        let ClientMessage::Request(sent) = sent else {
+            panic!("not a request")
+        };
+        match read(&mut provider).await {
+            ClientMessage::Cancel { request_id, .. } => assert_eq!(request_id, sent.id),
+            _ => panic!("expected a cancel"),
+        }
+    }
+
+    // From an outside review: the silence was counted from the provider's last word even when
+    // that came long before the request now waiting, so a provider owing its first word for 1
+    // ms could be cut off.
+    #[tokio::test(start_paused = true)]
+    async fn silence_counts_from_the_request_when_the_last_word_came_before_it() {
+        let limit = super::super::heartbeat::SILENCE;
+        let (caller, mut provider) = tokio::io::duplex(1 << 16);
+        let (calls, dispatch) =
+            Calls::new(CallerFrames::new(caller, 1 << 20, Duration::from_secs(10)));
+        tokio::spawn(dispatch.listening_for_heartbeats(limit));
+        let start = Instant::now();
+        let first = calls.call(tarpc::context::current(), request(), far());
+        let answered = async {
+            let ClientMessage::Request(r) = read(&mut provider).await else {
+                panic!("not a request")
+            };
+            answer(&mut provider, r.id).await;
+        };
+        let (first, ()) = tokio::join!(first, answered);
+        first.unwrap();
+        // Asked again just before the limit counted from the last word; answered a while after.
+        tokio::time::sleep_until(start + limit - Duration::from_millis(500)).await;
+        let second = calls.call(tarpc::context::current(), request(), far());
+        let late = async {
+            let ClientMessage::Request(r) = read(&mut provider).await else {
+                panic!("not a request")
+            };
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            answer(&mut provider, r.id).await;
+        };
+        let (second, ()) = tokio::join!(second, late);
+        assert_eq!(second.unwrap(), Reply::Done(vec![1, 2]));
     }
 
     // From an outside review: the rest of a request the socket could not take at once was
