@@ -5,7 +5,14 @@ use anyhow::Context as _;
 use crate::limits::MAX_DECOMPRESSED_LEN;
 use crate::serialize::*;
 use crate::types::{DeletionStatusMutation, KeyValueMutation, KeyValueMutationRef};
+use std::sync::Arc;
+
+use crate::auth::Signature;
 use crate::{ChitchatId, Version, VersionedValue};
+
+/// Not upstream's (`auth.rs`): the longest signature a delta may carry (an ECDSA P-256
+/// signature in DER is at most 72 bytes; room for larger keys' schemes).
+pub const MAX_SIGNATURE_LEN: usize = 1024;
 
 /// A delta is the message we send to another node to update it.
 ///
@@ -34,12 +41,15 @@ impl Delta {
                 last_gc_version: node_delta.last_gc_version,
                 from_version_excluded: node_delta.from_version_excluded,
             })
-            .chain(
-                node_delta
-                    .key_values
-                    .iter()
-                    .map(|key_value_mutation| DeltaOpRef::KeyValue(key_value_mutation.into())),
-            )
+            .chain(node_delta.key_values.iter().map(|key_value_mutation| {
+                // Not upstream's (`auth.rs`): a key-value with its owner's signature.
+                match node_delta.signatures.get(&key_value_mutation.version) {
+                    Some(signature) => {
+                        DeltaOpRef::SignedKeyValue(key_value_mutation.into(), signature)
+                    }
+                    None => DeltaOpRef::KeyValue(key_value_mutation.into()),
+                }
+            }))
             .chain({
                 if node_delta.key_values.is_empty() && node_delta.max_version > 0 {
                     // The point of transmitting max_version is to update max_version in the
@@ -68,6 +78,8 @@ enum DeltaOp {
     SetMaxVersion {
         max_version: Version,
     },
+    /// Not upstream's (`auth.rs`): a key-value and its owner's signature.
+    SignedKeyValue(KeyValueMutation, Signature),
 }
 
 enum DeltaOpRef<'a> {
@@ -80,6 +92,7 @@ enum DeltaOpRef<'a> {
     SetMaxVersion {
         max_version: Version,
     },
+    SignedKeyValue(KeyValueMutationRef<'a>, &'a [u8]),
 }
 
 #[repr(u8)]
@@ -87,6 +100,7 @@ enum DeltaOpTag {
     Node = 0u8,
     KeyValue = 1u8,
     SetMaxVersion = 2u8,
+    SignedKeyValue = 3u8,
 }
 
 impl TryFrom<u8> for DeltaOpTag {
@@ -97,6 +111,7 @@ impl TryFrom<u8> for DeltaOpTag {
             0u8 => Ok(DeltaOpTag::Node),
             1u8 => Ok(DeltaOpTag::KeyValue),
             2u8 => Ok(DeltaOpTag::SetMaxVersion),
+            3u8 => Ok(DeltaOpTag::SignedKeyValue),
             _ => {
                 anyhow::bail!("Unknown tag: {tag_byte}")
             }
@@ -141,6 +156,18 @@ impl Deserializable for DeltaOp {
                 let max_version = Version::deserialize(buf)?;
                 Ok(DeltaOp::SetMaxVersion { max_version })
             }
+            DeltaOpTag::SignedKeyValue => {
+                let key_value_mutation = KeyValueMutation::deserialize(buf)?;
+                let len = u16::deserialize(buf)? as usize;
+                anyhow::ensure!(
+                    len <= MAX_SIGNATURE_LEN,
+                    "a signature of {len} bytes, past {MAX_SIGNATURE_LEN}"
+                );
+                let signature = buf.get(..len).context("a signature cut short")?;
+                let signature: Signature = Arc::from(signature);
+                *buf = &buf[len..];
+                Ok(DeltaOp::SignedKeyValue(key_value_mutation, signature))
+            }
         }
     }
 }
@@ -163,6 +190,9 @@ impl DeltaOp {
             DeltaOp::SetMaxVersion { max_version } => DeltaOpRef::SetMaxVersion {
                 max_version: *max_version,
             },
+            DeltaOp::SignedKeyValue(key_value_mutation, signature) => {
+                DeltaOpRef::SignedKeyValue(key_value_mutation.into(), signature)
+            }
         }
     }
 }
@@ -198,6 +228,12 @@ impl Serializable for DeltaOpRef<'_> {
                 buf.push(DeltaOpTag::SetMaxVersion.into());
                 max_version.serialize(buf);
             }
+            Self::SignedKeyValue(key_value_mutation_ref, signature) => {
+                buf.push(DeltaOpTag::SignedKeyValue.into());
+                key_value_mutation_ref.serialize(buf);
+                (signature.len() as u16).serialize(buf);
+                buf.extend_from_slice(signature);
+            }
         }
     }
 
@@ -214,6 +250,9 @@ impl Serializable for DeltaOpRef<'_> {
             }
             Self::KeyValue(key_value_mutation_ref) => key_value_mutation_ref.serialized_len(),
             Self::SetMaxVersion { max_version } => max_version.serialized_len(),
+            Self::SignedKeyValue(key_value_mutation_ref, signature) => {
+                key_value_mutation_ref.serialized_len() + 2 + signature.len()
+            }
         }
     }
 }
@@ -274,6 +313,7 @@ impl Delta {
             from_version_excluded: from_version,
             key_values: Vec::new(),
             max_version: 0,
+            signatures: Default::default(),
         });
     }
 
@@ -311,6 +351,15 @@ impl Delta {
         });
     }
 
+    pub(crate) fn set_max_version(&mut self, chitchat_id: &ChitchatId, max_version: Version) {
+        let node_delta = self
+            .node_deltas
+            .iter_mut()
+            .find(|node_delta| &node_delta.chitchat_id == chitchat_id)
+            .unwrap();
+        node_delta.max_version = max_version;
+    }
+
     pub(crate) fn set_serialized_len(&mut self, serialized_len: usize) {
         self.serialized_len = serialized_len;
     }
@@ -343,6 +392,8 @@ pub(crate) struct NodeDelta {
     pub from_version_excluded: Version,
     pub last_gc_version: Version,
     pub key_values: Vec<KeyValueMutation>,
+    // Not upstream's (`auth.rs`): the owners' signatures of the key-values, by version.
+    pub signatures: std::collections::HashMap<Version, Signature>,
     // If key_values is not empty, then max_version is the maximum version in key_values.
     // If key_values is empty, then max_version can be set to something > 0.
     // This is useful when we replicate a state without any key-values.
@@ -386,7 +437,15 @@ impl DeltaBuilder {
                     from_version_excluded,
                     key_values: Vec::new(),
                     max_version: 0,
+                    signatures: Default::default(),
                 });
+            }
+            DeltaOp::SignedKeyValue(key_value_mutation, signature) => {
+                let version = key_value_mutation.version;
+                self.apply_op(DeltaOp::KeyValue(key_value_mutation))?;
+                if let Some(current_node_delta) = self.current_node_delta.as_mut() {
+                    current_node_delta.signatures.insert(version, signature);
+                }
             }
             DeltaOp::KeyValue(key_value_mutation) => {
                 let current_node_delta = self
@@ -493,6 +552,29 @@ impl DeltaSerializer {
         };
         let key_value_op = DeltaOp::KeyValue(key_value_mutation);
         self.try_add_op(key_value_op)
+    }
+
+    /// Not upstream's (`auth.rs`): [`Self::try_add_kv`] with the owner's signature, if any; the
+    /// two go in one op, so that a key-value never goes without the signature it has.
+    pub fn try_add_signed_kv(
+        &mut self,
+        key: &str,
+        versioned_value: VersionedValue,
+        signature: Option<&Signature>,
+    ) -> bool {
+        let Some(signature) = signature else {
+            return self.try_add_kv(key, versioned_value);
+        };
+        let key_value_mutation = KeyValueMutation {
+            key: key.to_string(),
+            value: versioned_value.value,
+            version: versioned_value.version,
+            status: versioned_value.status.into(),
+        };
+        self.try_add_op(DeltaOp::SignedKeyValue(
+            key_value_mutation,
+            signature.clone(),
+        ))
     }
 
     /// Returns false if the node could not be added because the payload would exceed the mtu.
@@ -801,6 +883,6 @@ mod tests {
                 num_valid_tags += 1;
             }
         }
-        assert_eq!(num_valid_tags, 3);
+        assert_eq!(num_valid_tags, 4);
     }
 }

@@ -78,6 +78,11 @@ pub enum Refusal {
     TooManyBytes,
     /// A key and value longer than [`MAX_KEY_VALUE_LEN`].
     ValueTooLarge,
+    /// Not upstream's (`auth.rs`): a key-value its owner did not sign (unsigned, or signed by
+    /// another node, or with a certificate that does not name it).
+    Unsigned,
+    /// Not upstream's (`auth.rs`): a heartbeat past what the node can have reached by now.
+    Heartbeat,
 }
 
 impl fmt::Display for Refusal {
@@ -89,6 +94,8 @@ impl fmt::Display for Refusal {
             Refusal::TooManyKeys => "a key past the limit of keys per node",
             Refusal::TooManyBytes => "a value past the limit of bytes per node",
             Refusal::ValueTooLarge => "a key and value longer than a datagram",
+            Refusal::Unsigned => "a value its node did not sign",
+            Refusal::Heartbeat => "a heartbeat ahead of the node's clock",
         })
     }
 }
@@ -100,6 +107,8 @@ pub struct Refusals {
     nodes: AtomicU64,
     keys: AtomicU64,
     bytes: AtomicU64,
+    unsigned: AtomicU64,
+    heartbeats: AtomicU64,
     log: Mutex<LogState>,
 }
 
@@ -116,6 +125,8 @@ impl Refusals {
             Refusal::TooManyNodes | Refusal::NodeIdTooLong => &self.nodes,
             Refusal::TooManyKeys => &self.keys,
             Refusal::TooManyBytes | Refusal::ValueTooLarge => &self.bytes,
+            Refusal::Unsigned => &self.unsigned,
+            Refusal::Heartbeat => &self.heartbeats,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
@@ -152,8 +163,27 @@ impl Refusals {
         self.bytes.load(Ordering::Relaxed)
     }
 
+    /// Not upstream's (`auth.rs`): key-values dropped for a signature that is missing, wrong,
+    /// or not by the node they are for.
+    pub fn unsigned(&self) -> u64 {
+        self.unsigned.load(Ordering::Relaxed)
+    }
+
+    /// Not upstream's (`auth.rs`): heartbeats dropped for being ahead of what their node can
+    /// have reached.
+    pub fn heartbeats(&self) -> u64 {
+        self.heartbeats.load(Ordering::Relaxed)
+    }
+
+    /// What no node of the cluster could have said of itself: [`Self::own_state`],
+    /// [`Self::unsigned`] and [`Self::heartbeats`].
+    pub fn forged(&self) -> u64 {
+        self.own_state() + self.unsigned() + self.heartbeats()
+    }
+
     /// Every update dropped.
     pub fn total(&self) -> u64 {
-        self.own_state() + self.nodes() + self.keys() + self.bytes()
+        self.own_state() + self.nodes() + self.keys() + self.bytes() + self.unsigned()
+            + self.heartbeats()
     }
 }

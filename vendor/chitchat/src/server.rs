@@ -150,6 +150,18 @@ pub async fn spawn_chitchat_with_limits(
     initial_key_values: Vec<(String, String)>,
     transport: &dyn Transport,
 ) -> anyhow::Result<ChitchatHandle> {
+    spawn_chitchat_with(config, limits, None, initial_key_values, transport).await
+}
+
+/// Not upstream's (`auth.rs`): [`spawn_chitchat_with_limits`] whose node signs its own state
+/// with `auth` and judges every other node's by it, from its first datagram on.
+pub async fn spawn_chitchat_with(
+    config: ChitchatConfig,
+    limits: ChitchatLimits,
+    auth: Option<Arc<dyn crate::auth::Authenticator>>,
+    initial_key_values: Vec<(String, String)>,
+    transport: &dyn Transport,
+) -> anyhow::Result<ChitchatHandle> {
     let (command_tx, command_rx) = mpsc::unbounded_channel();
 
     let seed_addrs: watch::Receiver<HashSet<SocketAddr>> =
@@ -158,8 +170,11 @@ pub async fn spawn_chitchat_with_limits(
     let socket = transport.open(config.listen_addr).await?;
     let chitchat_id = config.chitchat_id.clone();
 
-    let chitchat = Chitchat::with_chitchat_id_and_seeds(config, seed_addrs, initial_key_values)
+    let mut chitchat = Chitchat::with_chitchat_id_and_seeds(config, seed_addrs, initial_key_values)
         .with_limits(limits);
+    if let Some(auth) = auth {
+        chitchat = chitchat.with_authenticator(auth);
+    }
     let chitchat_arc = Arc::new(Mutex::new(chitchat));
     let chitchat_arc_clone = chitchat_arc.clone();
 

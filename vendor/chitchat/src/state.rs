@@ -36,6 +36,13 @@ pub struct NodeState {
     key_values: BTreeMap<String, VersionedValue>,
     #[serde(skip)]
     listeners: Listeners,
+    // Not upstream's (`auth.rs`): each key's owner's signature, for the version it covers,
+    // sent beside the key-value in deltas. Empty in a cluster without an authenticator.
+    #[serde(skip)]
+    signatures: std::collections::HashMap<String, (Version, crate::auth::Signature)>,
+    // Not upstream's (`auth.rs`): the max version this (own) state was last signed at.
+    #[serde(skip)]
+    pub(crate) signed_up_to: Version,
     max_version: Version,
     // This is the maximum version of the last tombstone GC.
     //
@@ -84,6 +91,8 @@ impl NodeState {
             max_version: 0u64,
             listeners,
             last_gc_version: 0u64,
+            signatures: Default::default(),
+            signed_up_to: 0,
         }
     }
 
@@ -111,6 +120,8 @@ impl NodeState {
             max_version: Default::default(),
             listeners: Listeners::default(),
             last_gc_version: 0u64,
+            signatures: Default::default(),
+            signed_up_to: 0,
         }
     }
 
@@ -225,14 +236,22 @@ impl NodeState {
         now: Instant,
         limits: &ChitchatLimits,
         refusals: &Refusals,
+        auth: Option<&dyn crate::auth::Authenticator>,
     ) -> DeltaStatus {
-        let delta_status = self.check_delta_status(&node_delta);
+        let mut delta_status = self.check_delta_status(&node_delta);
 
         match delta_status {
             DeltaStatus::Reject => {
                 return delta_status;
             }
             DeltaStatus::Apply => {}
+            // Not upstream's (`auth.rs`): `last_gc_version` is a peer's word, which no signature
+            // covers; a forged one wiped the node's state here. The delta is applied from the
+            // max version held instead (a key deleted and collected meanwhile stays, which only
+            // a node that missed its deletion for the whole grace period can see).
+            DeltaStatus::ApplyAfterReset if auth.is_some() => {
+                delta_status = DeltaStatus::Apply;
+            }
             DeltaStatus::ApplyAfterReset => {
                 info!(
                     "resetting for node id {:?} last_gc_version {}",
@@ -250,11 +269,30 @@ impl NodeState {
             .map(|(key, versioned_value)| key.len() + versioned_value.value.len())
             .sum();
 
+        // Not upstream's (`auth.rs`): how far the key-values applied (or refused for a limit,
+        // which the node's max version moves past as well) go.
+        let mut applied_max_version = self.max_version;
+        let mut signatures = node_delta.signatures;
         for key_value_mutation in node_delta.key_values {
             if key_value_mutation.version <= current_max_version {
                 // We already know about this KV.
                 continue;
             }
+            let signature = signatures.remove(&key_value_mutation.version);
+            if let Some(auth) = auth {
+                let kv = crate::auth::SignedKeyValue {
+                    key: &key_value_mutation.key,
+                    value: &key_value_mutation.value,
+                    version: key_value_mutation.version,
+                    status: key_value_mutation.status.into(),
+                };
+                if !auth.verify(&self.chitchat_id, kv, signature.as_deref(), self) {
+                    // The rest of this node's delta would leave a gap: it is asked for again.
+                    refusals.note(Refusal::Unsigned, &self.chitchat_id);
+                    break;
+                }
+            }
+            applied_max_version = applied_max_version.max(key_value_mutation.version);
             if key_value_mutation.status.scheduled_for_deletion() {
                 // This KV has already been GCed.
                 if key_value_mutation.version <= self.last_gc_version {
@@ -287,11 +325,19 @@ impl NodeState {
                 version: key_value_mutation.version,
                 status: key_value_mutation.status.into_status(now),
             };
-            self.set_versioned_value(key_value_mutation.key, new_versioned_value);
+            let key = key_value_mutation.key;
+            let version = new_versioned_value.version;
+            if auth.is_some() {
+                self.set_signature(&key, version, signature);
+            }
+            self.set_versioned_value(key, new_versioned_value);
             (num_keys, num_bytes) = (keys_after, bytes_after);
         }
 
-        if node_delta.max_version >= self.max_version {
+        if auth.is_some() {
+            // Not upstream's (`auth.rs`): only as far as the values applied.
+            self.max_version = applied_max_version.max(self.max_version);
+        } else if node_delta.max_version >= self.max_version {
             self.max_version = node_delta.max_version;
         } else {
             warn!(
@@ -427,6 +473,59 @@ impl NodeState {
         self.heartbeat.inc();
     }
 
+    /// Not upstream's (`auth.rs`): sets this node's own heartbeat, as its authenticator says.
+    pub(crate) fn set_own_heartbeat(&mut self, heartbeat: Heartbeat) {
+        self.heartbeat = heartbeat;
+    }
+
+    /// Not upstream's (`auth.rs`): the owner's signature of `key`, if it covers the version
+    /// held.
+    pub fn signature(&self, key: &str) -> Option<&crate::auth::Signature> {
+        let held = self.key_values.get(key)?;
+        self.signatures
+            .get(key)
+            .filter(|(version, _)| *version == held.version)
+            .map(|(_, signature)| signature)
+    }
+
+    /// Not upstream's (`auth.rs`): records the owner's signature of `key` at `version`.
+    pub(crate) fn set_signature(
+        &mut self,
+        key: &str,
+        version: Version,
+        signature: Option<crate::auth::Signature>,
+    ) {
+        match signature {
+            Some(signature) => {
+                self.signatures
+                    .insert(key.to_owned(), (version, signature));
+            }
+            None => {
+                self.signatures.remove(key);
+            }
+        }
+    }
+
+    /// Not upstream's (`auth.rs`): signs every key-value of this (own) state whose signature
+    /// does not cover its version: once per change of a value.
+    pub(crate) fn sign_all(&mut self, auth: &dyn crate::auth::Authenticator) {
+        let own = self.chitchat_id.clone();
+        let unsigned: Vec<(String, VersionedValue)> = self
+            .key_values
+            .iter()
+            .filter(|(key, value)| {
+                self.signatures
+                    .get(*key)
+                    .is_none_or(|(version, _)| *version != value.version)
+            })
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        for (key, value) in unsigned {
+            let signature = auth.sign(&own, crate::auth::SignedKeyValue::of(&key, &value));
+            self.set_signature(&key, value.version, signature);
+        }
+    }
+
     /// Attempts to set the heartbeat of another node.
     /// If the value is actually not an update, just ignore the data and return false.
     /// As a corner case, the first value is not considered an update.
@@ -492,6 +591,10 @@ impl NodeState {
                 false
             });
         self.last_gc_version = max_deleted_version;
+        if !self.signatures.is_empty() {
+            let key_values = &self.key_values;
+            self.signatures.retain(|key, _| key_values.contains_key(key));
+        }
     }
 
     /// Removes a key-value pair without marking it for deletion.
@@ -595,6 +698,8 @@ pub(crate) struct ClusterState {
     pub(crate) limits: ChitchatLimits,
     pub(crate) refusals: Arc<Refusals>,
     digest_len: usize,
+    /// Not upstream's (`auth.rs`): signs this node's state and judges the others'.
+    pub(crate) auth: Option<Arc<dyn crate::auth::Authenticator>>,
 }
 
 /// The bytes one node takes in a V0 digest: its id, then heartbeat, last GC and max versions.
@@ -623,6 +728,7 @@ impl Default for ClusterState {
             limits: ChitchatLimits::default(),
             refusals: Arc::default(),
             digest_len: 2,
+            auth: None,
         }
     }
 }
@@ -638,6 +744,7 @@ impl ClusterState {
             refusals: Arc::default(),
             // The node count (u16).
             digest_len: 2,
+            auth: None,
         }
     }
 
@@ -723,6 +830,7 @@ impl ClusterState {
         let mut contains_reset = false;
         let limits = self.limits;
         let refusals = self.refusals.clone();
+        let auth = self.auth.clone();
         for node_delta in delta.node_deltas {
             if &node_delta.chitchat_id == self_chitchat_id {
                 refusals.note(Refusal::OwnState, self_chitchat_id);
@@ -730,7 +838,8 @@ impl ClusterState {
             }
             if let Some(node_state) = self.node_state_mut(&node_delta.chitchat_id) {
                 let monotonic_property_before = node_state.monotonic_property();
-                let delta_status = node_state.apply_delta(node_delta, now, &limits, &refusals);
+                let delta_status =
+                    node_state.apply_delta(node_delta, now, &limits, &refusals, auth.as_deref());
                 let monotonic_property_after = node_state.monotonic_property();
                 if monotonic_property_after < monotonic_property_before {
                     tracing::error!(
@@ -859,7 +968,8 @@ impl ClusterState {
 
             let mut added_something = false;
             for (key, versioned_value) in stale_node.stale_key_values() {
-                if !delta_serializer.try_add_kv(key, versioned_value.clone()) {
+                let signature = stale_node.node_state.signature(key);
+                if !delta_serializer.try_add_signed_kv(key, versioned_value.clone(), signature) {
                     return delta_serializer.finish();
                 }
                 added_something = true;
@@ -1805,6 +1915,7 @@ mod tests {
             from_version_excluded: 2,
             last_gc_version: 0u64,
             max_version: 4,
+            signatures: Default::default(),
             key_values: vec![
                 KeyValueMutation {
                     key: "key_c".to_string(),
@@ -1820,7 +1931,7 @@ mod tests {
                 },
             ],
         };
-        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default(), None);
         assert_eq!(node_state.num_key_values(), 3);
         assert_eq!(node_state.max_version(), 4);
         assert_eq!(node_state.last_gc_version, 0);
@@ -1842,6 +1953,7 @@ mod tests {
             from_version_excluded: 1,
             last_gc_version: 0,
             max_version: 3,
+            signatures: Default::default(),
             key_values: vec![KeyValueMutation {
                 key: "key_a".to_string(),
                 value: "val_a".to_string(),
@@ -1849,7 +1961,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default(), None);
         let versioned_a = node_state.get_versioned("key_a").unwrap();
         assert_eq!(versioned_a.version, 3);
         assert_eq!(versioned_a.status, DeletionStatus::Set);
@@ -1866,6 +1978,7 @@ mod tests {
             from_version_excluded: 6, // we skipped version 6 here.
             last_gc_version: 0,
             max_version: 7,
+            signatures: Default::default(),
             key_values: vec![KeyValueMutation {
                 key: "key_a".to_string(),
                 value: "new_val".to_string(),
@@ -1873,7 +1986,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default(), None);
         let versioned_a = node_state.get_versioned("key_a").unwrap();
         assert_eq!(versioned_a.version, 5);
         assert_eq!(versioned_a.status, DeletionStatus::Set);
@@ -1897,6 +2010,7 @@ mod tests {
             from_version_excluded: 31, // we skipped version 6 here.
             last_gc_version: 30,
             max_version: 32,
+            signatures: Default::default(),
             key_values: vec![KeyValueMutation {
                 key: "key_a".to_string(),
                 value: "new_val".to_string(),
@@ -1904,7 +2018,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default(), None);
         let versioned_a = node_state.get_versioned("key_a").unwrap();
         assert_eq!(versioned_a.version, 32);
         assert_eq!(node_state.max_version(), 32);
@@ -1923,6 +2037,7 @@ mod tests {
             from_version_excluded: 0, // we skipped version 6 here.
             last_gc_version: 30,
             max_version: 32,
+            signatures: Default::default(),
             key_values: vec![KeyValueMutation {
                 key: "key_b".to_string(),
                 value: "val_b".to_string(),
@@ -1930,7 +2045,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default(), None);
         assert!(node_state.get_versioned("key_a").is_none());
         let versioned_b = node_state.get_versioned("key_b").unwrap();
         assert_eq!(versioned_b.version, 32);
@@ -1950,6 +2065,7 @@ mod tests {
             from_version_excluded: 0, // we skipped version 6 here.
             last_gc_version: 17,
             max_version: 30,
+            signatures: Default::default(),
             key_values: vec![KeyValueMutation {
                 key: "key_b".to_string(),
                 value: "val_b".to_string(),
@@ -1957,7 +2073,7 @@ mod tests {
                 status: DeletionStatusMutation::Set,
             }],
         };
-        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
+        node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default(), None);
         assert_eq!(node_state.max_version, 32);
         let versioned_b = node_state.get_versioned("key_b").unwrap();
         assert_eq!(versioned_b.version, 32);
@@ -1991,6 +2107,7 @@ mod tests {
             from_version_excluded: 0,
             last_gc_version: 120,
             max_version: 80,
+            signatures: Default::default(),
             key_values: vec![KeyValueMutation {
                 key: "key_c".to_string(),
                 value: "val_c".to_string(),
@@ -1999,7 +2116,7 @@ mod tests {
             }],
         };
 
-        let delta_status = node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
+        let delta_status = node_state.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default(), None);
 
         assert_eq!(delta_status, DeltaStatus::ApplyAfterReset);
         let monotonic_after = node_state.monotonic_property();
@@ -2040,6 +2157,7 @@ mod tests {
             from_version_excluded: 70,
             last_gc_version: 70,
             max_version: 100,
+            signatures: Default::default(),
             key_values: vec![KeyValueMutation {
                 key: "key_b".to_string(),
                 value: "val_b".to_string(),
@@ -2048,7 +2166,7 @@ mod tests {
             }],
         };
 
-        let delta_status = node_state_a.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default());
+        let delta_status = node_state_a.apply_delta(node_delta, Instant::now(), &ChitchatLimits::default(), &Refusals::default(), None);
         assert_eq!(delta_status, DeltaStatus::Apply);
         assert_eq!(node_state_a.max_version(), 100);
         assert_eq!(node_state_a.get("key_b").unwrap(), "val_b");

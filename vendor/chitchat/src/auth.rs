@@ -1,0 +1,322 @@
+//! Not upstream's: who wrote a node's state (issue 35). Upstream (and a sealed cluster, whose
+//! key every member holds) takes any peer's word for any node's state: one member could delete
+//! another's keys with tombstones of higher versions, rewrite its values, or pin its heartbeat
+//! at `u64::MAX` so that the node's own heartbeats never count again and it is declared dead.
+//!
+//! With an [`Authenticator`] given (`Chitchat::with_authenticator`, `spawn_chitchat_with`):
+//!
+//! 1. Every key-value of this node's own state is signed once per version
+//!    (`Chitchat::sign_own_state`, run before any delta is built), and the signature travels
+//!    beside it in deltas (`delta.rs`, op `SignedKeyValue`). A relayed key-value keeps its
+//!    owner's signature: a node passes on another's values unchanged, with the signature it
+//!    received them with (`NodeState::signatures`).
+//! 2. A key-value of another node is applied only if [`Authenticator::verify`] accepts it, given
+//!    the owner's state held so far (where the owner's certificate is). The first one refused
+//!    ends that node's part of the delta: scuttlebutt applies a node's key-values in version
+//!    order, and one skipped would be a gap the receiver never asks for again. Refusals are
+//!    counted (`Refusal::Unsigned`).
+//! 3. A node's max version moves only as far as the key-values applied: a peer's word for it
+//!    (a delta's max version, `SetMaxVersion`) would stop this node from asking for the node's
+//!    later values. And a delta never resets an authenticated node's state (a forged
+//!    `last_gc_version` wiped it): it is applied as any other, from the max version held.
+//! 4. A heartbeat past [`Authenticator::heartbeat_ceiling`] is not taken (`Refusal::Heartbeat`),
+//!    and this node's own heartbeat follows [`Authenticator::own_heartbeat`]: in `cluster`, the
+//!    milliseconds since the node's generation (its start time), so that a receiver bounds any
+//!    node's heartbeat by its own clock and a forged one can lead the truth by a bound only.
+
+use std::sync::Arc;
+
+use crate::{ChitchatId, Heartbeat, NodeState, VersionedValue};
+
+/// A signature over one key-value of one node, as it travels in deltas.
+pub type Signature = Arc<[u8]>;
+
+/// What a key-value's signature covers, besides its owner: `cluster`'s implementation builds
+/// the signed bytes from these.
+#[derive(Debug, Clone, Copy)]
+pub struct SignedKeyValue<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// The value (empty for a tombstone).
+    pub value: &'a str,
+    /// The owner's version of it.
+    pub version: u64,
+    /// 0: set, 1: deleted, 2: deleted after a TTL (the code on the wire).
+    pub status: u8,
+}
+
+impl<'a> SignedKeyValue<'a> {
+    pub(crate) fn of(key: &'a str, value: &'a VersionedValue) -> Self {
+        Self {
+            key,
+            value: &value.value,
+            version: value.version,
+            status: crate::types::DeletionStatusMutation::from(value.status).into(),
+        }
+    }
+}
+
+/// Signs this node's state and judges everyone else's. Called under chitchat's lock: keep it
+/// quick (cache what can be cached).
+pub trait Authenticator: Send + Sync + 'static {
+    /// The signature of a key-value of this node's own state (`own`), or `None` if it cannot
+    /// be signed (then it goes unsigned, and authenticated peers refuse it).
+    fn sign(&self, own: &ChitchatId, kv: SignedKeyValue<'_>) -> Option<Signature>;
+
+    /// Whether `signature` is `owner`'s over `kv`. `held` is the owner's state as held here,
+    /// with the key-values of this delta applied so far (a certificate comes before the values
+    /// it signs: its version is lower).
+    fn verify(
+        &self,
+        owner: &ChitchatId,
+        kv: SignedKeyValue<'_>,
+        signature: Option<&[u8]>,
+        held: &NodeState,
+    ) -> bool;
+
+    /// The highest heartbeat `node` can have reached by now, if there is a bound.
+    fn heartbeat_ceiling(&self, node: &ChitchatId) -> Option<Heartbeat>;
+
+    /// This node's heartbeat after `current`, as it goes up on every message it processes.
+    fn own_heartbeat(&self, own: &ChitchatId, current: Heartbeat) -> Heartbeat;
+}
+
+/// Test hooks: what a member holding the cluster's key and its own certificate can do with a
+/// build of its own. Not for production.
+#[doc(hidden)]
+pub mod forge {
+    use super::*;
+
+    /// Rewrites this node's copy of `victim`'s state as `edit` says, and signs what changed with
+    /// this node's own key (the best forgery a member can make), so that its gossip spreads it.
+    /// Returns false if the victim is not known here.
+    pub fn rewrite(
+        chitchat: &mut crate::Chitchat,
+        victim: &ChitchatId,
+        heartbeat: Option<Heartbeat>,
+        edit: impl FnOnce(&mut NodeState),
+    ) -> bool {
+        let auth = chitchat.cluster_state.auth.clone();
+        let own = chitchat.self_chitchat_id().clone();
+        let Some(state) = chitchat.cluster_state.node_state_mut(victim) else {
+            return false;
+        };
+        let before = state.max_version();
+        edit(state);
+        if let Some(heartbeat) = heartbeat {
+            state.set_own_heartbeat(heartbeat);
+        }
+        let changed: Vec<(String, VersionedValue)> = state
+            .key_values_including_deleted()
+            .filter(|(_, v)| v.version > before)
+            .map(|(k, v)| (k.to_owned(), v.clone()))
+            .collect();
+        for (key, value) in changed {
+            let signature = auth
+                .as_ref()
+                .and_then(|a| a.sign(&own, SignedKeyValue::of(&key, &value)));
+            state.set_signature(&key, value.version, signature);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use tokio::sync::watch;
+
+    use super::*;
+    use crate::message::{ChitchatEnvelope, ProtocolVersion};
+    use crate::{Chitchat, ChitchatConfig, ChitchatMessage};
+
+    /// A stand-in for `cluster`'s: a node's "signature" is its name and what it signs, so a
+    /// node can sign only as itself; heartbeats past 1,000 are lies.
+    struct Names;
+
+    fn mark(signer: &str, owner: &ChitchatId, kv: SignedKeyValue<'_>) -> Signature {
+        let text = format!(
+            "{signer}|{}|{}|{}|{}|{}",
+            owner.node_id, kv.key, kv.value, kv.version, kv.status
+        );
+        Arc::from(text.as_bytes())
+    }
+
+    impl Authenticator for Names {
+        fn sign(&self, own: &ChitchatId, kv: SignedKeyValue<'_>) -> Option<Signature> {
+            Some(mark(&own.node_id, own, kv))
+        }
+
+        fn verify(
+            &self,
+            owner: &ChitchatId,
+            kv: SignedKeyValue<'_>,
+            signature: Option<&[u8]>,
+            _held: &NodeState,
+        ) -> bool {
+            signature == Some(&*mark(&owner.node_id, owner, kv))
+        }
+
+        fn heartbeat_ceiling(&self, _node: &ChitchatId) -> Option<Heartbeat> {
+            Some(Heartbeat(1_000))
+        }
+
+        fn own_heartbeat(&self, _own: &ChitchatId, current: Heartbeat) -> Heartbeat {
+            Heartbeat(current.0 + 1)
+        }
+    }
+
+    fn node(port: u16, keys: &[(&str, &str)]) -> Chitchat {
+        let mut config = ChitchatConfig::for_test(port);
+        config.protocol_version = ProtocolVersion::V2;
+        let keys = keys
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Chitchat::with_chitchat_id_and_seeds(config, watch::channel(HashSet::new()).1, keys)
+            .with_authenticator(Arc::new(Names))
+    }
+
+    /// Through the bytes on the wire, as a datagram would carry it.
+    fn wire(message: ChitchatMessage) -> ChitchatMessage {
+        let envelope = ChitchatEnvelope {
+            version: ProtocolVersion::V2,
+            message,
+        };
+        let bytes = envelope.serialize_to_vec();
+        ChitchatEnvelope::deserialize(&mut &bytes[..])
+            .expect("reads back")
+            .message
+    }
+
+    /// A full exchange, `from` starting it, every message through the wire.
+    fn exchange(from: &mut Chitchat, to: &mut Chitchat) {
+        let from_addr = Some(from.self_chitchat_id().gossip_advertise_addr);
+        let to_addr = Some(to.self_chitchat_id().gossip_advertise_addr);
+        for syn in from.create_syn_messages(ProtocolVersion::V2) {
+            let Some(syn_ack) = to.process_message_from(from_addr, ProtocolVersion::V2, wire(syn))
+            else {
+                continue;
+            };
+            if let Some(ack) = from.process_message_from(to_addr, ProtocolVersion::V2, wire(syn_ack))
+            {
+                to.process_message_from(from_addr, ProtocolVersion::V2, wire(ack));
+            }
+        }
+    }
+
+    fn value(cc: &Chitchat, of: &ChitchatId, key: &str) -> Option<String> {
+        cc.node_state(of)?.get(key).map(str::to_owned)
+    }
+
+    #[test]
+    fn signed_values_spread_and_are_relayed_with_their_signature() {
+        let mut a = node(20_001, &[("rpc", "a:1"), ("svc:x", "1")]);
+        let mut b = node(20_002, &[]);
+        let mut c = node(20_003, &[]);
+        let a_id = a.self_chitchat_id().clone();
+        exchange(&mut a, &mut b);
+        exchange(&mut a, &mut b);
+        assert_eq!(value(&b, &a_id, "svc:x").as_deref(), Some("1"));
+        // c hears of a only through b: b passes a's values on, signed by a.
+        exchange(&mut b, &mut c);
+        exchange(&mut b, &mut c);
+        assert_eq!(value(&c, &a_id, "svc:x").as_deref(), Some("1"));
+        assert_eq!(value(&c, &a_id, "rpc").as_deref(), Some("a:1"));
+        assert_eq!(c.refusals().forged(), 0);
+        // A change is signed once, when it is first sent.
+        a.self_node_state().set("svc:x", "2");
+        exchange(&mut a, &mut b);
+        exchange(&mut b, &mut c);
+        assert_eq!(value(&c, &a_id, "svc:x").as_deref(), Some("2"));
+        assert_eq!(
+            a.self_node_state().signature("svc:x").map(|s| s.to_vec()),
+            b.node_state(&a_id)
+                .and_then(|s| s.signature("svc:x"))
+                .map(|s| s.to_vec())
+        );
+    }
+
+    #[test]
+    fn a_member_cannot_rewrite_another_members_state() {
+        let mut victim = node(20_011, &[("rpc", "v:1"), ("status", "up"), ("svc:x", "1")]);
+        let mut liar = node(20_012, &[]);
+        let mut other = node(20_013, &[]);
+        let victim_id = victim.self_chitchat_id().clone();
+        for _ in 0..2 {
+            exchange(&mut victim, &mut liar);
+            exchange(&mut victim, &mut other);
+        }
+        let held = other.node_state(&victim_id).expect("held").clone();
+        // The liar's own build: the victim's entry deleted, its status and address changed,
+        // versions far ahead, each signed by the liar.
+        assert!(forge::rewrite(&mut liar, &victim_id, None, |state| {
+            state.delete("svc:x");
+            state.set("status", "leaving");
+            state.set("rpc", "liar:1");
+        }));
+        exchange(&mut liar, &mut other);
+        exchange(&mut other, &mut liar);
+        let now = other.node_state(&victim_id).expect("held");
+        assert_eq!(now.get("svc:x"), Some("1"));
+        assert_eq!(now.get("status"), Some("up"));
+        assert_eq!(now.get("rpc"), Some("v:1"));
+        assert_eq!(now.max_version(), held.max_version(), "nothing skipped ahead");
+        assert!(other.refusals().unsigned() > 0);
+        // The victim's true changes still arrive.
+        victim.self_node_state().set("svc:y", "1");
+        exchange(&mut victim, &mut other);
+        assert_eq!(value(&other, &victim_id, "svc:y").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn unsigned_values_and_a_peers_word_for_versions_are_not_taken() {
+        let mut victim = node(20_021, &[("svc:x", "1")]);
+        let mut other = node(20_022, &[]);
+        let victim_id = victim.self_chitchat_id().clone();
+        exchange(&mut victim, &mut other);
+        exchange(&mut victim, &mut other);
+        let max = other.node_state(&victim_id).expect("held").max_version();
+        // An ACK with a tombstone without a signature, and one with only a max version and a
+        // GC version far ahead (upstream reset the node's state on that).
+        let mut delta = crate::delta::Delta::default();
+        delta.add_node(victim_id.clone(), 0, max);
+        delta.add_kv(&victim_id, "svc:x", "", max + 100, true);
+        other.process_message(ChitchatMessage::Ack { delta });
+        let mut delta = crate::delta::Delta::default();
+        delta.add_node(victim_id.clone(), 1_000_000, 0);
+        delta.set_max_version(&victim_id, 1_000_000);
+        other.process_message(ChitchatMessage::Ack { delta });
+        let now = other.node_state(&victim_id).expect("held");
+        assert_eq!(now.get("svc:x"), Some("1"), "neither deleted nor reset");
+        assert_eq!(now.max_version(), max);
+        assert_eq!(other.refusals().unsigned(), 1);
+    }
+
+    #[test]
+    fn a_heartbeat_past_the_ceiling_is_not_taken() {
+        let mut victim = node(20_031, &[]);
+        let mut liar = node(20_032, &[]);
+        let mut other = node(20_033, &[]);
+        let victim_id = victim.self_chitchat_id().clone();
+        exchange(&mut victim, &mut liar);
+        exchange(&mut victim, &mut other);
+        let before = other.node_state(&victim_id).expect("held").heartbeat();
+        assert!(forge::rewrite(
+            &mut liar,
+            &victim_id,
+            Some(Heartbeat(u64::MAX)),
+            |_| {}
+        ));
+        exchange(&mut liar, &mut other);
+        assert_eq!(
+            other.node_state(&victim_id).expect("held").heartbeat(),
+            before
+        );
+        assert!(other.refusals().heartbeats() > 0);
+        // The victim's own next heartbeat counts.
+        exchange(&mut victim, &mut other);
+        assert!(other.node_state(&victim_id).expect("held").heartbeat() > before);
+    }
+}
