@@ -46,6 +46,14 @@ pub trait Registry: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Told before [`join`](Self::join), by a node with an identity: the identity itself, for
+    /// a backend that signs what it publishes with the node's key (the gossip registry,
+    /// `docs/security.md`). The default binds the identity's cluster
+    /// ([`bind_cluster`](Self::bind_cluster)).
+    fn bind_identity(&self, identity: &crate::Identity) -> Result<(), RegistryError> {
+        self.bind_cluster(identity.cluster())
+    }
+
     /// Adds a node (no services yet), so that others see it come up.
     fn join(&self, node: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>>;
 

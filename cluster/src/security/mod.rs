@@ -10,7 +10,7 @@ mod authority;
 mod callers;
 mod identity;
 mod keyring;
-mod names;
+pub(crate) mod names;
 pub(crate) mod seal;
 pub(crate) mod tls;
 

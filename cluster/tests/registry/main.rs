@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod authorship;
 mod datagrams;
 mod deploys;
 mod forge;

@@ -316,7 +316,8 @@ pub type Version = u64;
 #[derive(
     Debug, Clone, Copy, Default, Eq, PartialEq, Hash, Ord, PartialOrd, Serialize, Deserialize,
 )]
-pub struct Heartbeat(pub(crate) u64);
+// Not upstream's: the count is public, for an `Authenticator` (`auth.rs`) to bound and set.
+pub struct Heartbeat(pub u64);
 
 impl Heartbeat {
     pub(crate) fn inc(&mut self) {

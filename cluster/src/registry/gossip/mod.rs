@@ -1,6 +1,7 @@
 //! The gossip registry: every node holds a full copy, replicated by chitchat (scuttlebutt
 //! anti-entropy with phi-accrual failure detection). `docs/registry.md` walks through it.
 
+mod authorship;
 mod claim;
 mod config;
 mod lateness;
@@ -51,7 +52,16 @@ pub struct GossipTraffic {
     /// queue: the node reads its gossip slower than it comes (a starved CPU), and newer news
     /// was queued behind them. A count that moves says this node is behind.
     pub late_datagrams: u64,
+    /// Updates about a node that no node could have sent of itself, dropped since gossip last
+    /// started: values its owner did not sign (or signed with a certificate that does not
+    /// name it), heartbeats ahead of its clock, this node's own state sent back
+    /// ([`GossipRegistry::forged_updates`]). Anything but 0 says a member lies, or a node of
+    /// an earlier build (which does not sign) gossips in a cluster that signs.
+    pub forged_updates: u64,
 }
+
+/// Who signs a node's gossip state (`authorship.rs`), and the value of its certificate key.
+type Signing = (Arc<dyn chitchat::Authenticator>, String);
 
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
 ///
@@ -80,6 +90,9 @@ struct Inner {
     withdrawn: Mutex<Option<tokio::time::Instant>>,
     /// The cluster of the node's certificate, once its node has said it.
     bound: Mutex<Option<String>>,
+    /// The node's identity, once its node has given it: a sealed registry signs its state
+    /// with it (`authorship.rs`).
+    identity: Mutex<Option<crate::Identity>>,
     dropped: Arc<transport::Dropped>,
     traffic: Arc<transport::Traffic>,
     /// Why gossip ended without being told to, if it did.
@@ -123,6 +136,7 @@ impl GossipRegistry {
                 running: Mutex::new(None),
                 withdrawn: Mutex::new(None),
                 bound: Mutex::new(None),
+                identity: Mutex::new(None),
                 dropped: Arc::default(),
                 traffic: Arc::default(),
                 failure: Mutex::new(None),
@@ -282,7 +296,52 @@ impl GossipRegistry {
             received_datagrams: read(&t.received_datagrams),
             oversized_datagrams: read(&t.oversized_datagrams),
             late_datagrams: read(&t.late_datagrams),
+            forged_updates: self.forged_updates(),
         }
+    }
+
+    /// Updates about a node that it could not have sent of itself, dropped since gossip last
+    /// started (`authorship.rs`): a value not signed by its node, a heartbeat ahead of its
+    /// node's clock, or this node's own state sent back. Each is also in
+    /// [`refused_updates`](Self::refused_updates); a WARN says so, at most every 10 s.
+    pub fn forged_updates(&self) -> u64 {
+        self.inner
+            .refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, |r| r.forged())
+    }
+
+    /// Not an API: what a member holding the gossip key and its own certificate can do with a
+    /// build of its own, for the tests of `authorship.rs`. Rewrites this node's copy of the
+    /// newest generation of `victim`'s state (`edit`, and its heartbeat if given), signs what
+    /// changed with this node's own key, and pushes it to its peers.
+    #[doc(hidden)]
+    pub async fn __forge(
+        &self,
+        victim: &str,
+        heartbeat: Option<u64>,
+        edit: impl FnOnce(&mut chitchat::NodeState),
+    ) -> bool {
+        let Some(running) = self.running() else {
+            return false;
+        };
+        let forged = {
+            let mut cc = running.chitchat.lock().await;
+            let Some(id) = cc
+                .node_states()
+                .keys()
+                .filter(|id| &*id.node_id == victim)
+                .max_by_key(|id| id.generation_id)
+                .cloned()
+            else {
+                return false;
+            };
+            chitchat::auth::forge::rewrite(&mut cc, &id, heartbeat.map(chitchat::Heartbeat), edit)
+        };
+        running.push.notify_one();
+        forged
     }
 
     /// Gossip datagrams dropped since the registry was made: not sealed, not opened with any
@@ -337,12 +396,47 @@ impl GossipRegistry {
         Ok((cluster, carriage))
     }
 
+    /// Who signs this node's state and judges the others' (`authorship.rs`), with the value of
+    /// its certificate key: on a sealed registry whose node has an identity. None on an
+    /// `insecure()` one, or a sealed one without an identity (a WARN says so).
+    fn authorship(
+        &self,
+        carriage: &transport::GossipTransport,
+    ) -> Result<Option<Signing>, RegistryError> {
+        if carriage.sealer.is_none() {
+            return Ok(None);
+        }
+        let identity = self
+            .inner
+            .identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(identity) = identity else {
+            tracing::warn!(
+                "gossip is sealed but NOT SIGNED: the node has no identity, so any holder of the gossip key can rewrite any node's state here"
+            );
+            return Ok(None);
+        };
+        let (authorship, cert) = authorship::Authorship::new(&identity)
+            .map_err(|e| RegistryError::Gossip(format!("signed gossip: {e}")))?;
+        Ok(Some((Arc::new(authorship), cert)))
+    }
+
     /// Starts chitchat. With port 0 the port is picked before chitchat binds it (chitchat must
     /// advertise it first), so another socket may take it in between: then a new port is
     /// picked, a few times.
     async fn spawn(&self, own: &NodeInfo) -> Result<ChitchatHandle, RegistryError> {
         let config = &self.inner.config;
         let (cluster_id, carriage) = self.carriage()?;
+        let mut keys = state::initial_keys(own);
+        let auth = self.authorship(&carriage)?;
+        if let Some((_, cert)) = &auth {
+            // First: its version is below every value it vouches for, so that a peer holds it
+            // before it reads them.
+            keys.insert(0, (authorship::CERT.to_owned(), cert.clone()));
+        }
+        let auth = auth.map(|(a, _)| a);
         let mut tries = 0;
         loop {
             tries += 1;
@@ -380,10 +474,11 @@ impl GossipRegistry {
                 max_keys_per_node: config.max_keys_per_node,
                 max_bytes_per_node: config.max_bytes_per_node,
             };
-            match chitchat::spawn_chitchat_with_limits(
+            match chitchat::spawn_chitchat_with(
                 chitchat_config,
                 limits,
-                state::initial_keys(own),
+                auth.clone(),
+                keys.clone(),
                 &carriage,
             )
             .await
@@ -549,6 +644,16 @@ impl Registry for GossipRegistry {
             )));
         }
         *self.inner.bound.lock().unwrap_or_else(|p| p.into_inner()) = Some(cluster.to_owned());
+        Ok(())
+    }
+
+    fn bind_identity(&self, identity: &crate::Identity) -> Result<(), RegistryError> {
+        self.bind_cluster(identity.cluster())?;
+        *self
+            .inner
+            .identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(identity.clone());
         Ok(())
     }
 

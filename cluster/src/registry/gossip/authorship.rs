@@ -1,0 +1,466 @@
+//! Who wrote a node's gossip state: each node signs its own, every receiver checks (issue 35).
+//!
+//! The gossip key proves membership, not authorship: any holder of it could publish state
+//! under another node's name (tombstones for its entries at higher versions, `status =
+//! leaving`, another `rpc` address, a heartbeat pinned at 2^64). So, on a sealed registry whose
+//! node has an identity:
+//!
+//! 1. **The certificate is published.** Each node puts its certificate chain (DER, base64, `,`
+//!    between certificates) in its own state under [`CERT`], among its first keys
+//!    (`GossipRegistry::spawn`), so its version is below every value it signs.
+//! 2. **Every key-value is signed by its owner**, once per version: chitchat signs what changed
+//!    before it builds a delta (`vendor/chitchat/src/auth.rs`), with the node's certificate
+//!    key (ECDSA P-256, ring). What is signed ([`message`]): a domain tag, the cluster, the
+//!    owner's node id, generation and gossip address, the key, the value, its version and
+//!    whether it is set or deleted. So a tombstone is signed like a value, and a signature
+//!    cannot be moved to another node, another generation, another key or another version.
+//! 3. **Relaying keeps the signature.** A node stores each signature beside the value it came
+//!    with, and sends the two on together: epidemic spread needs no word from the owner.
+//! 4. **Every receiver verifies** ([`Authorship::verify`]) before chitchat applies a value: the
+//!    owner's [`CERT`] value must chain to the cluster's CA (now: expiry counts) and name
+//!    `spiffe://<cluster>/node/<owner's node id>`, and the signature must be that
+//!    certificate's key's. The [`CERT`] value itself is verified with the key it carries. A
+//!    value is verified once: chitchat applies only versions above the one held, so the same
+//!    value relayed by every peer is checked the first time only (that is the cache by node,
+//!    key and version). Verified certificates are cached by node and content ([`MAX_CERTS`]),
+//!    with their expiry.
+//! 5. **What is refused is dropped and counted** (`GossipRegistry::forged_updates`, a WARN at
+//!    most every 10 s): a value unsigned, signed by another node, or with a certificate that
+//!    does not chain or names another node. The rest of that node's delta goes with it (a gap
+//!    chitchat would never ask for again), and its max version moves only as far as what was
+//!    applied: a forged max version would stop a receiver from asking for the node's true
+//!    values, and a forged GC version used to wipe them.
+//! 6. **Heartbeats are bounded by time, not signed.** A heartbeat changes on every message a
+//!    node handles, and rides in every digest: signing each would cost a signature per round
+//!    per node and 70 bytes per node in every digest (about four times a quiet cluster's
+//!    bytes). Instead a node's heartbeat is the milliseconds since its generation (its start,
+//!    nanoseconds since 1970), at most [`LEAD_MS`] ahead of its clock
+//!    ([`Authorship::own_heartbeat`]), and a receiver refuses a heartbeat above the time since
+//!    that generation on its own clock plus [`LEAD_MS`] and [`MAX_SKEW_MS`]
+//!    ([`Authorship::heartbeat_ceiling`]). Pinning a node at 2^64 is refused; the most a liar
+//!    can do is put a node's heartbeat up to 600 ms ahead, which holds its own heartbeats back
+//!    that long (below `dead_after`, 2 s), and each such lie is itself a heartbeat: a liar can
+//!    make a node look alive (while it answers no call, which callers pass over), not dead.
+//!    Clocks must agree within [`MAX_SKEW_MS`]; a node whose clock is further ahead has its
+//!    heartbeats refused (counted, with a WARN that says so).
+//!
+//! On an `insecure()` registry nothing is signed and nothing is checked. A node of an earlier
+//! build in a signing cluster cannot read a signed value (an unknown op: it drops the whole
+//! delta), and its own values are unsigned, which signing nodes refuse: the two builds do not
+//! see each other's entries (`docs/security.md`, "Signed gossip").
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use chitchat::{Authenticator, ChitchatId, Heartbeat, NodeState, Signature, SignedKeyValue};
+use ring::rand::SystemRandom;
+use ring::signature::{self, EcdsaKeyPair, KeyPair as _, UnparsedPublicKey};
+use rustls::pki_types::CertificateDer;
+
+use crate::security::Identity;
+use crate::security::{names, tls};
+
+/// The key under which a node publishes its certificate chain.
+pub(crate) const CERT: &str = "cert";
+/// How far a node's own heartbeat may run ahead of its clock (ms): it goes up on every message,
+/// and a burst of messages within a millisecond may take it a little ahead.
+pub(crate) const LEAD_MS: u64 = 100;
+/// How far ahead of a receiver's clock a node's may be (ms) before its heartbeats are refused.
+pub(crate) const MAX_SKEW_MS: u64 = 500;
+/// Verified certificates held at most; past it the cache starts again empty.
+pub(crate) const MAX_CERTS: usize = 4096;
+/// A generation below this (2001 in nanoseconds since 1970) is no start time (tests use small
+/// numbers): such a node's heartbeats are not bounded, and its own count as upstream's do.
+const PLAUSIBLE_GENERATION: u64 = 1_000_000_000_000_000_000;
+const DOMAIN: &[u8] = b"cluster gossip kv 1\0";
+
+/// Signs this node's gossip state and judges every other node's (chitchat's [`Authenticator`]).
+pub(crate) struct Authorship {
+    cluster: String,
+    ca: Vec<CertificateDer<'static>>,
+    key: EcdsaKeyPair,
+    rng: SystemRandom,
+    certs: Mutex<HashMap<CertSlot, Verified>>,
+}
+
+/// A certificate value as cached: its owner's node id and the SHA-256 of the value.
+type CertSlot = (Arc<str>, [u8; 32]);
+
+/// A certificate value judged: the public key it carries and when it expires, or refused.
+#[derive(Clone)]
+enum Verified {
+    Key { public: Arc<[u8]>, not_after: i64 },
+    Refused,
+}
+
+impl std::fmt::Debug for Authorship {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authorship")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Authorship {
+    /// The authorship of `identity`'s node, and the value of its [`CERT`] key. Refused if its
+    /// key is not an ECDSA P-256 key in PKCS#8 (what `cluster init` and `Authority` make).
+    pub(crate) fn new(identity: &Identity) -> Result<(Self, String), String> {
+        let id = &identity.inner;
+        let rng = SystemRandom::new();
+        let key = EcdsaKeyPair::from_pkcs8(
+            &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            id.key.secret_der(),
+            &rng,
+        )
+        .map_err(|e| {
+            format!(
+                "signed gossip needs the node's key as ECDSA P-256 in PKCS#8, as `cluster issue` writes it: {e}"
+            )
+        })?;
+        let cert = id
+            .chain
+            .iter()
+            .map(|c| STANDARD.encode(c.as_ref()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let authorship = Self {
+            cluster: id.cluster.clone(),
+            ca: id.ca.clone(),
+            key,
+            rng,
+            certs: Mutex::default(),
+        };
+        // The key must be the certificate's: a node signing with another would be refused by
+        // every peer, silently.
+        let public = authorship.key.public_key().as_ref().to_vec();
+        match authorship.judge(&id.node, &cert) {
+            Verified::Key {
+                public: certified, ..
+            } if *certified == *public => {}
+            _ => return Err("the node's key is not its certificate's".to_owned()),
+        }
+        Ok((authorship, cert))
+    }
+
+    /// The public key of `owner`'s certificate value, if it chains to the CA and names `owner`
+    /// of this cluster; cached by owner and content.
+    fn certified(&self, owner: &str, cert: &str) -> Option<Arc<[u8]>> {
+        let digest = ring::digest::digest(&ring::digest::SHA256, cert.as_bytes());
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(digest.as_ref());
+        let slot = (Arc::<str>::from(owner), hash);
+        let cached = self
+            .certs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&slot)
+            .cloned();
+        let verified = match cached {
+            Some(verified) => verified,
+            None => {
+                let verified = self.judge(owner, cert);
+                let mut certs = self.certs.lock().unwrap_or_else(|p| p.into_inner());
+                if certs.len() >= MAX_CERTS {
+                    certs.clear();
+                }
+                certs.insert(slot, verified.clone());
+                verified
+            }
+        };
+        match verified {
+            Verified::Key { public, not_after } if not_after > now_secs() => Some(public),
+            _ => None,
+        }
+    }
+
+    /// Reads and checks a certificate value (uncached).
+    fn judge(&self, owner: &str, cert: &str) -> Verified {
+        let chain: Result<Vec<CertificateDer<'static>>, _> = cert
+            .split(',')
+            .map(|c| STANDARD.decode(c).map(CertificateDer::from))
+            .collect();
+        let Ok(chain) = chain else {
+            return Verified::Refused;
+        };
+        if chain.is_empty() || tls::verify_chain(&self.ca, &chain).is_err() {
+            return Verified::Refused;
+        }
+        match names::of_certificate(&chain[0]) {
+            Ok((cluster, node)) if cluster == self.cluster && node == owner => {}
+            _ => return Verified::Refused,
+        }
+        let Ok((_, parsed)) = x509_parser::parse_x509_certificate(&chain[0]) else {
+            return Verified::Refused;
+        };
+        Verified::Key {
+            public: Arc::from(parsed.public_key().subject_public_key.data.as_ref()),
+            not_after: parsed.validity().not_after.timestamp(),
+        }
+    }
+}
+
+/// The bytes a signature covers.
+pub(crate) fn message(cluster: &str, owner: &ChitchatId, kv: SignedKeyValue<'_>) -> Vec<u8> {
+    let addr = owner.gossip_advertise_addr.to_string();
+    let mut m = Vec::with_capacity(
+        DOMAIN.len()
+            + cluster.len()
+            + owner.node_id.len()
+            + addr.len()
+            + kv.key.len()
+            + kv.value.len()
+            + 48,
+    );
+    m.extend_from_slice(DOMAIN);
+    for part in [
+        cluster.as_bytes(),
+        owner.node_id.as_bytes(),
+        addr.as_bytes(),
+    ] {
+        m.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        m.extend_from_slice(part);
+    }
+    m.extend_from_slice(&owner.generation_id.to_be_bytes());
+    m.extend_from_slice(&(kv.key.len() as u32).to_be_bytes());
+    m.extend_from_slice(kv.key.as_bytes());
+    m.extend_from_slice(&kv.version.to_be_bytes());
+    m.push(kv.status);
+    m.extend_from_slice(&(kv.value.len() as u32).to_be_bytes());
+    m.extend_from_slice(kv.value.as_bytes());
+    m
+}
+
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn now_secs() -> i64 {
+    (now_nanos() / 1_000_000_000) as i64
+}
+
+/// Milliseconds since `generation` (a start time in nanoseconds), if it is one.
+fn since(generation: u64) -> Option<u64> {
+    (generation >= PLAUSIBLE_GENERATION).then(|| now_nanos().saturating_sub(generation) / 1_000_000)
+}
+
+impl Authenticator for Authorship {
+    fn sign(&self, own: &ChitchatId, kv: SignedKeyValue<'_>) -> Option<Signature> {
+        let signed = self
+            .key
+            .sign(&self.rng, &message(&self.cluster, own, kv))
+            .ok()?;
+        Some(Arc::from(signed.as_ref()))
+    }
+
+    fn verify(
+        &self,
+        owner: &ChitchatId,
+        kv: SignedKeyValue<'_>,
+        signature: Option<&[u8]>,
+        held: &NodeState,
+    ) -> bool {
+        let Some(signature) = signature else {
+            return false;
+        };
+        let cert = if kv.key == CERT {
+            // Its own key vouches for it, once the CA has vouched for the key. A certificate is
+            // never deleted.
+            if kv.status != 0 {
+                return false;
+            }
+            kv.value
+        } else {
+            match held.get(CERT) {
+                Some(cert) => cert,
+                None => return false,
+            }
+        };
+        let Some(public) = self.certified(&owner.node_id, cert) else {
+            return false;
+        };
+        UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_ASN1, &*public)
+            .verify(&message(&self.cluster, owner, kv), signature)
+            .is_ok()
+    }
+
+    fn heartbeat_ceiling(&self, node: &ChitchatId) -> Option<Heartbeat> {
+        // A node whose generation is ahead of this clock by more than the skew allowed has a
+        // ceiling of 0 until this clock catches up.
+        let ahead = node.generation_id.saturating_sub(now_nanos()) / 1_000_000;
+        let ms = since(node.generation_id)?;
+        Some(Heartbeat(
+            (ms + LEAD_MS + MAX_SKEW_MS).saturating_sub(ahead),
+        ))
+    }
+
+    fn own_heartbeat(&self, own: &ChitchatId, current: Heartbeat) -> Heartbeat {
+        let Some(ms) = since(own.generation_id) else {
+            return Heartbeat(current.0.saturating_add(1));
+        };
+        if ms > current.0 {
+            Heartbeat(ms)
+        } else if current.0 < ms + LEAD_MS {
+            Heartbeat(current.0 + 1)
+        } else {
+            current
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::Instant;
+
+    use super::*;
+
+    fn id(name: &str) -> ChitchatId {
+        ChitchatId::new(
+            name.to_owned(),
+            now_nanos(),
+            SocketAddr::from(([127, 0, 0, 1], 7280)),
+        )
+    }
+
+    fn held_cert(cert: &str) -> NodeState {
+        let mut state = NodeState::for_test();
+        state.set(CERT, cert);
+        state
+    }
+
+    fn kv<'a>(key: &'a str, value: &'a str, version: u64) -> SignedKeyValue<'a> {
+        SignedKeyValue {
+            key,
+            value,
+            version,
+            status: 0,
+        }
+    }
+
+    #[test]
+    fn a_value_signed_by_its_node_verifies_and_nothing_else_does() {
+        let ca = crate::Authority::new("test").expect("a CA");
+        let (a, a_cert) = Authorship::new(&ca.issue("a").expect("a")).expect("signs");
+        let (b, b_cert) = Authorship::new(&ca.issue("b").expect("b")).expect("signs");
+        let (a_id, b_id) = (id("a"), id("b"));
+        let value = kv("status", "up", 7);
+        let signed = a.sign(&a_id, value).expect("signed");
+        assert!(b.verify(&a_id, value, Some(&signed), &held_cert(&a_cert)));
+        assert!(
+            b.verify(
+                &a_id,
+                kv(CERT, &a_cert, 1),
+                a.sign(&a_id, kv(CERT, &a_cert, 1)).as_deref(),
+                &NodeState::for_test()
+            ),
+            "a certificate vouches for itself"
+        );
+        // Changed value, version, key, owner: refused.
+        assert!(!b.verify(
+            &a_id,
+            kv("status", "leaving", 7),
+            Some(&signed),
+            &held_cert(&a_cert)
+        ));
+        assert!(!b.verify(
+            &a_id,
+            kv("status", "up", 8),
+            Some(&signed),
+            &held_cert(&a_cert)
+        ));
+        assert!(!b.verify(
+            &a_id,
+            kv("rpc", "up", 7),
+            Some(&signed),
+            &held_cert(&a_cert)
+        ));
+        assert!(!b.verify(&a_id, value, None, &held_cert(&a_cert)));
+        // b signs a's value with its own key: b's certificate does not name a.
+        let forged = b.sign(&a_id, value).expect("signed");
+        assert!(!a.verify(&a_id, value, Some(&forged), &held_cert(&a_cert)));
+        assert!(!a.verify(&a_id, value, Some(&forged), &held_cert(&b_cert)));
+        // A certificate of another CA naming `a`.
+        let other = crate::Authority::new("test").expect("another CA");
+        let (c, c_cert) = Authorship::new(&other.issue("a").expect("a")).expect("signs");
+        let forged = c.sign(&a_id, value).expect("signed");
+        assert!(!b.verify(&a_id, value, Some(&forged), &held_cert(&c_cert)));
+        // A certificate is never deleted.
+        let mut gone = kv(CERT, "", 9);
+        gone.status = 1;
+        assert!(!b.verify(
+            &a_id,
+            gone,
+            a.sign(&a_id, gone).as_deref(),
+            &held_cert(&a_cert)
+        ));
+        let _ = b_id;
+    }
+
+    #[test]
+    fn heartbeats_follow_the_clock_and_are_bounded_by_it() {
+        let ca = crate::Authority::new("test").expect("a CA");
+        let (a, _) = Authorship::new(&ca.issue("a").expect("a")).expect("signs");
+        let own = ChitchatId::new(
+            "a".to_owned(),
+            now_nanos() - 5_000_000_000,
+            SocketAddr::from(([127, 0, 0, 1], 7280)),
+        );
+        let beat = a.own_heartbeat(&own, Heartbeat(1));
+        assert!((5_000..5_100).contains(&beat.0), "{beat:?}");
+        // A burst runs ahead of the clock by LEAD_MS at most.
+        let mut h = beat;
+        for _ in 0..1_000 {
+            h = a.own_heartbeat(&own, h);
+        }
+        let ceiling = a.heartbeat_ceiling(&own).expect("bounded");
+        assert!(
+            h.0 <= beat.0 + LEAD_MS + 10 && h < ceiling,
+            "{h:?} {ceiling:?}"
+        );
+        assert!(ceiling.0 < 5_000 + LEAD_MS + MAX_SKEW_MS + 100);
+        // A generation that is no start time is not bounded.
+        let test_id = ChitchatId::new("t".to_owned(), 1, own.gossip_advertise_addr);
+        assert_eq!(a.heartbeat_ceiling(&test_id), None);
+        assert_eq!(a.own_heartbeat(&test_id, Heartbeat(3)), Heartbeat(4));
+    }
+
+    /// What a signature and a verification cost (`docs/benchmarks.md`, "What signed gossip
+    /// costs"): `cargo test -p cluster --release --lib signing_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn signing_cost() {
+        let ca = crate::Authority::new("test").expect("a CA");
+        let (a, a_cert) = Authorship::new(&ca.issue("a").expect("a")).expect("signs");
+        let (b, _) = Authorship::new(&ca.issue("b").expect("b")).expect("signs");
+        let a_id = id("a");
+        let held = held_cert(&a_cert);
+        let value = "x".repeat(400);
+        const N: u64 = 2_000;
+        let start = Instant::now();
+        let mut signatures = Vec::new();
+        for v in 0..N {
+            signatures.push(a.sign(&a_id, kv("svc:search", &value, v)).expect("signed"));
+        }
+        let sign = start.elapsed() / N as u32;
+        let start = Instant::now();
+        for (v, s) in signatures.iter().enumerate() {
+            assert!(b.verify(&a_id, kv("svc:search", &value, v as u64), Some(s), &held));
+        }
+        let verify = start.elapsed() / N as u32;
+        let start = Instant::now();
+        for _ in 0..200 {
+            assert!(matches!(b.judge("a", &a_cert), Verified::Key { .. }));
+        }
+        let judge = start.elapsed() / 200;
+        println!(
+            "sign {sign:?}, verify {verify:?} (certificate cached), certificate check {judge:?}, signature {} bytes, certificate value {} bytes",
+            signatures[0].len(),
+            a_cert.len()
+        );
+    }
+}
