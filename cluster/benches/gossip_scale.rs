@@ -25,6 +25,7 @@
 //! cargo bench -p cluster --bench gossip_scale -- --soak                    # rolling restart of 300
 //! cargo bench -p cluster --bench gossip_scale -- --smoke                   # 12 nodes, 1 round (CI)
 //! cargo bench -p cluster --bench gossip_scale -- --nodes 100 --no-wait     # even on a busy machine
+//! cargo bench -p cluster --bench gossip_scale -- --nodes 100 --signed      # each signs its state
 //! ```
 
 use std::collections::HashSet;
@@ -55,6 +56,18 @@ const QUIET_LOAD: f64 = 2.5;
 const MAX_RSS: u64 = 12 << 30;
 /// Every this many restarts of the soak, the digest is read at one registry.
 const DIGEST_EVERY: usize = 25;
+
+/// `--signed`: every registry signs its gossip state (`docs/benchmarks.md`, "What signed gossip
+/// costs").
+static SIGNED: AtomicBool = AtomicBool::new(false);
+
+/// A certificate of the bench's CA for `name`.
+fn identity(name: &str) -> cluster::Identity {
+    static CA: OnceLock<cluster::Authority> = OnceLock::new();
+    CA.get_or_init(|| cluster::Authority::new(CLUSTER).expect("a CA"))
+        .issue(name)
+        .expect("an identity")
+}
 
 fn keyring() -> cluster::Keyring {
     static KEY: OnceLock<cluster::GossipKey> = OnceLock::new();
@@ -550,6 +563,20 @@ impl Cluster {
                 .cluster_id(CLUSTER)
                 .seeds(seeds),
         );
+        // `--signed`: each registry signs its state with a certificate of the bench's CA, as a
+        // node's does, and its generation is its start time, as a node's is (its heartbeats
+        // then count milliseconds: `registry/gossip/authorship.rs`).
+        let generation = if SIGNED.load(Ordering::Relaxed) {
+            registry
+                .bind_identity(&identity(&pod(number)))
+                .expect("binds");
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            now.max(generation)
+        } else {
+            generation
+        };
         // Nothing listens there: the registry only carries it. One address per pod, kept
         // across its generations, as a pod's name is.
         let rpc = SocketAddr::from(([127, 0, 0, 1], 20_000 + number as u16));
@@ -857,6 +884,8 @@ struct Steady {
     parts: usize,
     digest_bytes: usize,
     oversized: u64,
+    /// Updates refused as forged, over every registry (`--signed`: 0 unless signing is wrong).
+    forged: u64,
     flaps: FlapCount,
     losses: (u64, u64),
     queues: String,
@@ -899,6 +928,7 @@ async fn steady(cluster: &Cluster, window: Duration, probe: &Lateness) -> Steady
             .zip(&after)
             .map(|(b, a)| a.oversized_datagrams - b.oversized_datagrams)
             .sum(),
+        forged: after.iter().map(|a| a.forged_updates).sum(),
         flaps: cluster.flaps.count() - flaps,
         losses: difference(cluster.losses(), losses),
         queues,
@@ -928,6 +958,11 @@ fn print_steady(s: &Steady) {
         s.parts,
         s.oversized,
         s.flaps
+    );
+    println!(
+        "signed: {}; updates refused as forged since the start, all registries: {}",
+        SIGNED.load(Ordering::Relaxed),
+        s.forged
     );
     println!(
         "CPU: this process {:.0} % of a core (2 cores: 200 %), the machine {:.0} % busy, a task waiting for a CPU {:.0} % of the time; a 20 ms sleep woke late by {}",
@@ -1180,6 +1215,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let smoke = args.iter().any(|a| a == "--smoke");
     let soak_only = args.iter().any(|a| a == "--soak");
+    SIGNED.store(args.iter().any(|a| a == "--signed"), Ordering::Relaxed);
     // For profiling and trials: the runs do not wait for a quiet machine.
     let wait = !smoke && !args.iter().any(|a| a == "--no-wait");
     let nodes = flag(&args, "--nodes");

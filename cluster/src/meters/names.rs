@@ -123,6 +123,11 @@ pub(crate) const GOSSIP_DATAGRAMS: Name = counter(
     "Gossip datagrams, by direction: sent, received (a gossip registry only).",
 );
 
+pub(crate) const GOSSIP_FORGED: Name = counter(
+    "cluster_gossip_forged_updates_total",
+    "Gossip updates about a node that it did not sign or could not have sent, refused (a gossip registry only).",
+);
+
 /// Every metric, in the order `docs/operations.md` lists them.
 pub(crate) const ALL: &[Name] = &[
     CALLS,
@@ -144,4 +149,5 @@ pub(crate) const ALL: &[Name] = &[
     REGISTRY_EVENTS,
     GOSSIP_BYTES,
     GOSSIP_DATAGRAMS,
+    GOSSIP_FORGED,
 ];

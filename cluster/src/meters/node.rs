@@ -28,6 +28,7 @@ pub(crate) struct NodeMeters {
     registry: [Gauge; 3],
     events: [Counter; 4],
     gossip: [Counter; 4],
+    forged: Counter,
 }
 
 impl NodeMeters {
@@ -57,6 +58,7 @@ impl NodeMeters {
                 sink.counter(&names::GOSSIP_DATAGRAMS, &direction("sent")),
                 sink.counter(&names::GOSSIP_DATAGRAMS, &direction("received")),
             ],
+            forged: sink.counter(&names::GOSSIP_FORGED, &[]),
         }
     }
 
@@ -81,6 +83,7 @@ impl NodeMeters {
             for (counter, count) in self.gossip.iter().zip(counts) {
                 counter.absolute(count);
             }
+            self.forged.absolute(t.forged_updates);
         }
     }
 }
