@@ -21,7 +21,7 @@
 //!    `last_gc_version` wiped it): it is applied as any other, from the max version held.
 //! 4. A heartbeat past [`Authenticator::heartbeat_ceiling`] is not taken (`Refusal::Heartbeat`),
 //!    and this node's own heartbeat follows [`Authenticator::own_heartbeat`]: in `cluster`, the
-//!    milliseconds since the node's generation (its start time), so that a receiver bounds any
+//!    hundredths of a second since the node's generation (its start time), so that a receiver bounds any
 //!    node's heartbeat by its own clock and a forged one can lead the truth by a bound only.
 
 use std::sync::Arc;
