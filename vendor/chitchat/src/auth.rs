@@ -28,6 +28,11 @@ use std::sync::Arc;
 
 use crate::{ChitchatId, Heartbeat, NodeState, VersionedValue};
 
+/// The most key-values of a message refused for their signature (each refusal ends its node's
+/// part of the delta): past it the rest of the message is not read. A peer holding the cluster's
+/// key could otherwise make each datagram cost a verification per node it names.
+pub const MAX_REFUSED_PER_MESSAGE: u64 = 4;
+
 /// A signature over one key-value of one node, as it travels in deltas.
 pub type Signature = Arc<[u8]>;
 
@@ -292,6 +297,25 @@ mod tests {
         assert_eq!(now.get("svc:x"), Some("1"), "neither deleted nor reset");
         assert_eq!(now.max_version(), max);
         assert_eq!(other.refusals().unsigned(), 1);
+    }
+
+    #[test]
+    fn a_message_of_forgeries_costs_a_few_verifications_at_most() {
+        let mut other = node(20_041, &[]);
+        let mut victims = Vec::new();
+        for port in 0..20 {
+            let mut victim = node(20_100 + port, &[("svc:x", "1")]);
+            exchange(&mut victim, &mut other);
+            victims.push(victim.self_chitchat_id().clone());
+        }
+        let mut delta = crate::delta::Delta::default();
+        for id in &victims {
+            let max = other.node_state(id).expect("held").max_version();
+            delta.add_node(id.clone(), 0, max);
+            delta.add_kv(id, "svc:x", "", max + 1, true);
+        }
+        other.process_message(ChitchatMessage::Ack { delta });
+        assert_eq!(other.refusals().unsigned(), MAX_REFUSED_PER_MESSAGE);
     }
 
     #[test]
