@@ -36,12 +36,12 @@
 //!    bytes). Instead a node's heartbeat counts [`TICK_MS`] since its generation (its start,
 //!    nanoseconds since 1970), at most [`LEAD_MS`] ahead of its clock
 //!    ([`Authorship::own_heartbeat`]), and a receiver refuses a heartbeat above the time since
-//!    that generation on its own clock plus [`LEAD_MS`] and [`MAX_SKEW_MS`]
+//!    that generation on its own clock plus [`LEAD_MS`] and `GossipConfig::clock_skew` (500 ms)
 //!    ([`Authorship::heartbeat_ceiling`]). Pinning a node at 2^64 is refused; the most a liar
 //!    can do is put a node's heartbeat up to 600 ms ahead, which holds its own heartbeats back
 //!    that long (below `dead_after`, 2 s), and each such lie is itself a heartbeat: a liar can
 //!    make a node look alive (while it answers no call, which callers pass over), not dead.
-//!    Clocks must agree within [`MAX_SKEW_MS`]; a node whose clock is further ahead has its
+//!    Clocks must agree within `clock_skew`; a node whose clock is further ahead has its
 //!    heartbeats refused (counted, with a WARN that says so).
 //!
 //! On an `insecure()` registry nothing is signed and nothing is checked. A node of an earlier
@@ -72,7 +72,9 @@ pub(crate) const TICK_MS: u64 = 10;
 /// How far a node's own heartbeat may run ahead of its clock (ms): it goes up on every message,
 /// and a burst of messages within a millisecond may take it a little ahead.
 pub(crate) const LEAD_MS: u64 = 100;
-/// How far ahead of a receiver's clock a node's may be (ms) before its heartbeats are refused.
+/// How far ahead of a receiver's clock a node's may be (ms) before its heartbeats are refused,
+/// by default (`GossipConfig::clock_skew`).
+#[cfg(test)]
 pub(crate) const MAX_SKEW_MS: u64 = 500;
 /// Verified certificates held at most; past it the cache starts again empty.
 pub(crate) const MAX_CERTS: usize = 4096;
@@ -88,6 +90,8 @@ pub(crate) struct Authorship {
     key: EcdsaKeyPair,
     rng: SystemRandom,
     certs: Mutex<HashMap<CertSlot, Verified>>,
+    /// `GossipConfig::clock_skew`, in ms.
+    skew_ms: u64,
 }
 
 /// A certificate value as cached: its owner's node id and the SHA-256 of the value.
@@ -111,7 +115,10 @@ impl std::fmt::Debug for Authorship {
 impl Authorship {
     /// The authorship of `identity`'s node, and the value of its [`CERT`] key. Refused if its
     /// key is not an ECDSA P-256 key in PKCS#8 (what `cluster init` and `Authority` make).
-    pub(crate) fn new(identity: &Identity) -> Result<(Self, String), String> {
+    pub(crate) fn new(
+        identity: &Identity,
+        clock_skew: std::time::Duration,
+    ) -> Result<(Self, String), String> {
         let id = &identity.inner;
         let rng = SystemRandom::new();
         let key = EcdsaKeyPair::from_pkcs8(
@@ -136,6 +143,7 @@ impl Authorship {
             key,
             rng,
             certs: Mutex::default(),
+            skew_ms: u64::try_from(clock_skew.as_millis()).unwrap_or(u64::MAX),
         };
         // The key must be the certificate's: a node signing with another would be refused by
         // every peer, silently.
@@ -303,7 +311,7 @@ impl Authenticator for Authorship {
         let ahead = node.generation_id.saturating_sub(now_nanos()) / 1_000_000 / TICK_MS;
         let ticks = ticks_since(node.generation_id)?;
         Some(Heartbeat(
-            (ticks + (LEAD_MS + MAX_SKEW_MS) / TICK_MS).saturating_sub(ahead),
+            (ticks + (LEAD_MS + self.skew_ms) / TICK_MS).saturating_sub(ahead),
         ))
     }
 
@@ -327,6 +335,8 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+
+    const SKEW: std::time::Duration = std::time::Duration::from_millis(MAX_SKEW_MS);
 
     fn id(name: &str) -> ChitchatId {
         ChitchatId::new(
@@ -354,8 +364,8 @@ mod tests {
     #[test]
     fn a_value_signed_by_its_node_verifies_and_nothing_else_does() {
         let ca = crate::Authority::new("test").expect("a CA");
-        let (a, a_cert) = Authorship::new(&ca.issue("a").expect("a")).expect("signs");
-        let (b, b_cert) = Authorship::new(&ca.issue("b").expect("b")).expect("signs");
+        let (a, a_cert) = Authorship::new(&ca.issue("a").expect("a"), SKEW).expect("signs");
+        let (b, b_cert) = Authorship::new(&ca.issue("b").expect("b"), SKEW).expect("signs");
         let (a_id, b_id) = (id("a"), id("b"));
         let value = kv("status", "up", 7);
         let signed = a.sign(&a_id, value).expect("signed");
@@ -395,7 +405,7 @@ mod tests {
         assert!(!a.verify(&a_id, value, Some(&forged), &held_cert(&b_cert)));
         // A certificate of another CA naming `a`.
         let other = crate::Authority::new("test").expect("another CA");
-        let (c, c_cert) = Authorship::new(&other.issue("a").expect("a")).expect("signs");
+        let (c, c_cert) = Authorship::new(&other.issue("a").expect("a"), SKEW).expect("signs");
         let forged = c.sign(&a_id, value).expect("signed");
         assert!(!b.verify(&a_id, value, Some(&forged), &held_cert(&c_cert)));
         // A certificate is never deleted.
@@ -413,7 +423,7 @@ mod tests {
     #[test]
     fn heartbeats_follow_the_clock_and_are_bounded_by_it() {
         let ca = crate::Authority::new("test").expect("a CA");
-        let (a, _) = Authorship::new(&ca.issue("a").expect("a")).expect("signs");
+        let (a, _) = Authorship::new(&ca.issue("a").expect("a"), SKEW).expect("signs");
         let own = ChitchatId::new(
             "a".to_owned(),
             now_nanos() - 5_000_000_000,
@@ -432,6 +442,18 @@ mod tests {
             "{h:?} {ceiling:?}"
         );
         assert!(ceiling.0 < (5_000 + LEAD_MS + MAX_SKEW_MS + 100) / TICK_MS);
+        // `clock_skew` moves the ceiling: with none, only the lead is allowed.
+        let (strict, _) =
+            Authorship::new(&ca.issue("s").expect("s"), std::time::Duration::ZERO).expect("signs");
+        let strict = strict.heartbeat_ceiling(&own).expect("bounded");
+        assert!(
+            strict.0 + MAX_SKEW_MS / TICK_MS <= ceiling.0 + 1,
+            "{strict:?} {ceiling:?}"
+        );
+        assert!(
+            h <= strict,
+            "a node's own heartbeat is within its lead: {h:?} {strict:?}"
+        );
         // A generation that is no start time is not bounded.
         let test_id = ChitchatId::new("t".to_owned(), 1, own.gossip_advertise_addr);
         assert_eq!(a.heartbeat_ceiling(&test_id), None);
@@ -444,8 +466,8 @@ mod tests {
     #[ignore]
     fn signing_cost() {
         let ca = crate::Authority::new("test").expect("a CA");
-        let (a, a_cert) = Authorship::new(&ca.issue("a").expect("a")).expect("signs");
-        let (b, _) = Authorship::new(&ca.issue("b").expect("b")).expect("signs");
+        let (a, a_cert) = Authorship::new(&ca.issue("a").expect("a"), SKEW).expect("signs");
+        let (b, _) = Authorship::new(&ca.issue("b").expect("b"), SKEW).expect("signs");
         let a_id = id("a");
         let held = held_cert(&a_cert);
         let value = "x".repeat(400);

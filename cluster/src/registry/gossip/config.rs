@@ -16,6 +16,7 @@ use crate::registry::RegistryError;
 /// | `keyring` or `insecure` | neither: joining fails | a keyring seals every datagram (ChaCha20-Poly1305); `insecure()` gossips in plaintext, said by name |
 /// | `cluster_id` | the cluster of the node's certificate | set it only for an `insecure()` registry, where it is required |
 /// | `replay_window` | 30 s | a sealed datagram sent longer ago (by the sender's clock) is refused: nodes' clocks must agree within it |
+/// | `clock_skew` | 500 ms | on a signed registry (`docs/security.md`, "Signed gossip"), a heartbeat more than this (and 100 ms) ahead of this node's clock, counted from its node's start, is refused: nodes' clocks must agree within it. A lying member can hold a node's heartbeats back by as much: keep it below `dead_after` |
 /// | `gossip_interval` | 200 ms | a crashed node is out of every lookup in about 2 s (30 nodes) |
 /// | `phi_threshold` | 6 | past it a node is *suspect*: still in lookups, called only when no replica that is not suspect can be (about 0.4–1.2 s of silence, shorter in larger clusters, where heartbeats are relayed more often) |
 /// | `dead_after` | 2 s | the least silence before a node is dead and out of every lookup: a stall shorter than this (a pause, a starved CPU) takes no provider away; a crash is out of every lookup in this and one round. 0: no suspect phase, phi alone declares a node dead (as before issue 14: after about 0.6 s of silence) |
@@ -50,6 +51,8 @@ pub struct GossipConfig {
     pub insecure: bool,
     /// How old a sealed datagram may be.
     pub replay_window: Duration,
+    /// How far ahead of this node's clock another node's may be, on a signed registry.
+    pub clock_skew: Duration,
     /// Time between gossip rounds.
     pub gossip_interval: Duration,
     /// The failure detector's threshold, past which a node is suspect.
@@ -82,6 +85,7 @@ impl Default for GossipConfig {
             keyring: None,
             insecure: false,
             replay_window: Duration::from_secs(30),
+            clock_skew: Duration::from_millis(500),
             gossip_interval: Duration::from_millis(200),
             phi_threshold: 6.0,
             dead_after: Duration::from_secs(2),
@@ -144,6 +148,13 @@ impl GossipConfig {
     /// How old a sealed datagram may be before it is refused as a replay.
     pub fn replay_window(mut self, window: Duration) -> Self {
         self.replay_window = window;
+        self
+    }
+
+    /// How far ahead of this node's clock another node's may be before its heartbeats are
+    /// refused, on a signed registry (`docs/security.md`, "Signed gossip").
+    pub fn clock_skew(mut self, skew: Duration) -> Self {
+        self.clock_skew = skew;
         self
     }
 
@@ -252,6 +263,9 @@ impl GossipConfig {
         if !within(self.replay_window, &REPLAY_WINDOW) {
             return bad("replay_window", &self.replay_window, "1s..=1 day");
         }
+        if !within(self.clock_skew, &CLOCK_SKEW) {
+            return bad("clock_skew", &self.clock_skew, "0s..=10min");
+        }
         if !(self.phi_threshold.is_finite() && self.phi_threshold > 0.0) {
             return bad(
                 "phi_threshold",
@@ -295,6 +309,7 @@ const GOSSIP_INTERVAL: RangeInclusive<Duration> =
 const DEAD_AFTER: RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(3600);
 const PURGE_AFTER: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(30 * 24 * 3600);
+const CLOCK_SKEW: RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(600);
 const REPLAY_WINDOW: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(24 * 3600);
 /// From IPv4's least datagram every host must take whole to UDP's largest.
@@ -365,6 +380,7 @@ mod tests {
         refused(c().purge_after(Duration::MAX), "purge_after");
         refused(c().purge_after(Duration::ZERO), "purge_after");
         refused(c().replay_window(Duration::MAX), "replay_window");
+        refused(c().clock_skew(Duration::MAX), "clock_skew");
         refused(c().phi_threshold(f64::NAN), "phi_threshold");
         refused(c().phi_threshold(-1.0), "phi_threshold");
         refused(c().phi_threshold(f64::INFINITY), "phi_threshold");

@@ -418,8 +418,9 @@ impl GossipRegistry {
             );
             return Ok(None);
         };
-        let (authorship, cert) = authorship::Authorship::new(&identity)
-            .map_err(|e| RegistryError::Gossip(format!("signed gossip: {e}")))?;
+        let (authorship, cert) =
+            authorship::Authorship::new(&identity, self.inner.config.clock_skew)
+                .map_err(|e| RegistryError::Gossip(format!("signed gossip: {e}")))?;
         Ok(Some((Arc::new(authorship), cert)))
     }
 
