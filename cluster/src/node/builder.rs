@@ -524,7 +524,7 @@ impl NodeBuilder {
             .with_max_frame(Some(max_frame))
             .with_wire(Some(wire.clone()));
         match &self.identity {
-            Some(identity) => registry.bind_cluster(identity.cluster())?,
+            Some(identity) => registry.bind_identity(identity)?,
             None if over_tcp => tracing::warn!(
                 "node {info} serves and calls in PLAINTEXT (insecure()): anyone who reaches {addr} can call it"
             ),

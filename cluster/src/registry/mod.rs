@@ -46,6 +46,13 @@ pub trait Registry: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Told before [`join`](Self::join), by a node with an identity: the identity itself. A
+    /// backend that proves names with certificates (the gossip registry's name claim) keeps
+    /// it. The default binds the cluster its certificate is for ([`bind_cluster`](Self::bind_cluster)).
+    fn bind_identity(&self, identity: &crate::Identity) -> Result<(), RegistryError> {
+        self.bind_cluster(identity.cluster())
+    }
+
     /// Adds a node (no services yet), so that others see it come up.
     fn join(&self, node: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>>;
 

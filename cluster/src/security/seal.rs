@@ -193,6 +193,26 @@ impl Sealer {
     }
 }
 
+impl Keyring {
+    /// `plain` sealed as a node of `cluster` holding this keyring seals a gossip datagram. Not
+    /// a public API: what the tests of `cluster/tests/registry/` forge as a member holding the
+    /// key.
+    #[doc(hidden)]
+    pub fn seal_datagram(&self, cluster: &str, plain: &[u8]) -> Vec<u8> {
+        Sealer::new(self.clone(), cluster, Duration::from_secs(30)).seal(plain)
+    }
+
+    /// The payload of a gossip datagram sealed for `cluster` under a key of this keyring, if
+    /// it opens. Not a public API, as [`seal_datagram`](Self::seal_datagram).
+    #[doc(hidden)]
+    pub fn open_datagram(&self, cluster: &str, sealed: &[u8]) -> Option<Vec<u8>> {
+        Sealer::new(self.clone(), cluster, Duration::from_secs(30))
+            .open_timed(sealed)
+            .ok()
+            .map(|(plain, _)| plain)
+    }
+}
+
 pub(crate) fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use cluster::Node;
 use cluster::registry::{GossipConfig, GossipRegistry, Registry};
+use cluster::{Keyring, Node};
 use tokio::net::UdpSocket;
 
 /// The cluster of every node here.
@@ -178,6 +178,8 @@ pub fn rle_frame(byte: u8, len: u32) -> Vec<u8> {
 pub struct Peer {
     pub socket: UdpSocket,
     pub to: SocketAddr,
+    /// A member's keyring: what it sends is sealed, what it reads opened.
+    pub keyring: Option<Keyring>,
 }
 
 impl Peer {
@@ -185,6 +187,15 @@ impl Peer {
         Self {
             socket: UdpSocket::bind("127.0.0.1:0").await.unwrap(),
             to: registry.gossip_addr().expect("gossiping"),
+            keyring: None,
+        }
+    }
+
+    /// A member holding `keyring`, speaking to a secure registry (of cluster [`CLUSTER`]).
+    pub async fn member_of(registry: &GossipRegistry, keyring: Keyring) -> Self {
+        Self {
+            keyring: Some(keyring),
+            ..Self::to(registry).await
         }
     }
 
@@ -193,6 +204,14 @@ impl Peer {
     }
 
     pub async fn send(&self, datagram: &[u8]) {
+        let sealed;
+        let datagram = match &self.keyring {
+            Some(keyring) => {
+                sealed = keyring.seal_datagram(CLUSTER, datagram);
+                &sealed[..]
+            }
+            None => datagram,
+        };
         self.socket.send_to(datagram, self.to).await.unwrap();
     }
 
@@ -204,7 +223,10 @@ impl Peer {
             .ok()?
             .ok()?;
         buf.truncate(len);
-        Some(buf)
+        match &self.keyring {
+            Some(keyring) => keyring.open_datagram(CLUSTER, &buf),
+            None => Some(buf),
+        }
     }
 
     /// Sends `syn` and returns the node's SYN-ACK: proof that its gossip task is alive, and

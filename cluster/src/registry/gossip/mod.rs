@@ -80,6 +80,9 @@ struct Inner {
     withdrawn: Mutex<Option<tokio::time::Instant>>,
     /// The cluster of the node's certificate, once its node has said it.
     bound: Mutex<Option<String>>,
+    /// The node's TLS side, once its node has said its identity: the name claim's probe
+    /// proves a holder by its certificate (`claim.rs`).
+    tls: OnceLock<Arc<crate::security::tls::Tls>>,
     dropped: Arc<transport::Dropped>,
     traffic: Arc<transport::Traffic>,
     /// Why gossip ended without being told to, if it did.
@@ -123,6 +126,7 @@ impl GossipRegistry {
                 running: Mutex::new(None),
                 withdrawn: Mutex::new(None),
                 bound: Mutex::new(None),
+                tls: OnceLock::new(),
                 dropped: Arc::default(),
                 traffic: Arc::default(),
                 failure: Mutex::new(None),
@@ -549,6 +553,14 @@ impl Registry for GossipRegistry {
             )));
         }
         *self.inner.bound.lock().unwrap_or_else(|p| p.into_inner()) = Some(cluster.to_owned());
+        Ok(())
+    }
+
+    fn bind_identity(&self, identity: &crate::Identity) -> Result<(), RegistryError> {
+        self.bind_cluster(identity.cluster())?;
+        let tls = crate::security::tls::Tls::new(identity)
+            .map_err(|e| RegistryError::Gossip(e.to_string()))?;
+        let _ = self.inner.tls.set(Arc::new(tls));
         Ok(())
     }
 
