@@ -813,3 +813,126 @@ async fn row10_500_connection_resets_with_warn_logs_nobody_reads() {
 async fn part_a_thousands_of_debug_lines_into_pipes_nobody_reads() {
     unread_output("part A", "debug", 3_000, 3_000).await;
 }
+
+/// Deposits one member makes at most: more than its share of the at-most-once record holds.
+const MAX_DEPOSITS: u64 = 150_000;
+
+/// Compromised members filling the victim's record of at-most-once calls
+/// (`cluster/src/server/record.rs`): each makes deposits with fresh call ids, as the library
+/// gives every call, 64 at a time, on a 10-minute budget (so each is kept 10 minutes) and with
+/// no retries, until the record refuses it (`Overloaded`, before the deposit runs) or
+/// [`MAX_DEPOSITS`]. Then a legitimate deposit must run at once.
+async fn fill_the_record(row: &str, members: &[&str]) {
+    let (mut victim, baseline) = warmed(Setup {
+        secure: true,
+        bank: true,
+        ..Setup::default()
+    })
+    .await;
+    let mut failures = Failures::default();
+    let start = Instant::now();
+    let mut attacks = Vec::new();
+    for (m, name) in members.iter().enumerate() {
+        let member = Arc::new(Legit::named(&victim, name).await);
+        attacks.push(tokio::spawn(async move {
+            let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let refused = Arc::new(AtomicUsize::new(0));
+            let workers: Vec<_> = (0..64)
+                .map(|_| {
+                    let (member, next, refused) = (member.clone(), next.clone(), refused.clone());
+                    tokio::spawn(async move {
+                        let mut ran = 0u64;
+                        while refused.load(Ordering::Relaxed) < 64 {
+                            let id = next.fetch_add(1, Ordering::Relaxed);
+                            if id >= MAX_DEPOSITS {
+                                break;
+                            }
+                            // Retries on, as a call id is given only to a call that may be
+                            // retried; one the record refuses is retried until the test
+                            // stops waiting for it.
+                            let call = member
+                                .bank()
+                                .deposit((m as u64) << 32 | id)
+                                .budget(Duration::from_secs(600));
+                            match tokio::time::timeout(Duration::from_secs(3), call.into_future())
+                                .await
+                            {
+                                Ok(Ok(_)) => ran += 1,
+                                Ok(Err(e)) if e.to_string().contains("record of at-most-once") => {
+                                    refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(Err(e)) => panic!("a deposit failed otherwise: {e}"),
+                                Err(_) => {
+                                    refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        ran
+                    })
+                })
+                .collect();
+            let mut ran = 0;
+            for worker in workers {
+                ran += worker.await.unwrap();
+            }
+            Arc::into_inner(member)
+                .expect("the workers are done")
+                .stop()
+                .await;
+            (ran, refused.load(Ordering::Relaxed))
+        }));
+    }
+    let mut kept = Vec::new();
+    for attack in attacks {
+        kept.push(attack.await.unwrap());
+    }
+    eprintln!(
+        "{row} | {} member(s): deposits kept, refused: {kept:?}, run {} in all, in {:?}",
+        members.len(),
+        victim.deposits(),
+        start.elapsed()
+    );
+    for (name, (ran, refused)) in members.iter().zip(&kept) {
+        failures.check(*refused > 0, || {
+            format!("{name}'s {ran} deposits never filled its share of the record")
+        });
+    }
+    failures.memory(row, &victim, baseline);
+    let growth = victim.peak_rss().saturating_sub(baseline);
+    failures.check(growth <= RSS_GROWTH_LIMIT * members.len() as u64, || {
+        format!(
+            "RSS grew {:.1} MiB for {} member(s), over {:.0} MiB each",
+            mib(growth),
+            members.len(),
+            mib(RSS_GROWTH_LIMIT)
+        )
+    });
+    let legit = Legit::new(&victim).await;
+    let started = Instant::now();
+    let deposit = legit
+        .bank()
+        .deposit(u64::MAX)
+        .timeout(LEGIT_LIMIT)
+        .budget(LEGIT_LIMIT);
+    let outcome = match tokio::time::timeout(LEGIT_LIMIT, deposit.into_future()).await {
+        Ok(Ok(_)) => Ok(started.elapsed()),
+        Ok(Err(e)) => Err(format!("failed after {:?}: {e}", started.elapsed())),
+        Err(_) => Err(format!("no answer within {LEGIT_LIMIT:?}")),
+    };
+    failures.legit(row, "(a deposit, after the attack)", &outcome);
+    legit.stop().await;
+    failures.no_panic(&mut victim);
+    failures.finish(row);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row11a_a_member_fills_the_at_most_once_record_with_fresh_call_ids() {
+    fill_the_record("row 11a", &[abuse::victim::ATTACKER]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row11b_four_members_fill_the_at_most_once_record_at_once() {
+    let mut members = vec![abuse::victim::ATTACKER];
+    members.extend(abuse::victim::MORE_ATTACKERS);
+    fill_the_record("row 11b", &members).await;
+}
