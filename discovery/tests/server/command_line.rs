@@ -151,13 +151,22 @@ fn a_misuse_exits_2_and_names_the_problem() {
     misuse(&["--tls-cert", "server.pem"], &["--tls-key"]);
     // Open is said by name, and then no credential goes with it.
     misuse(&["--open", "--user", "app"], &["--open", "--user"]);
-    misuse(&["--peer-user", "peer", "--open"], &["--open", "--peer-user"]);
-    misuse(&["--open", "--protect-reads"], &["--open", "--protect-reads"]);
+    misuse(
+        &["--peer-user", "peer", "--open"],
+        &["--open", "--peer-user"],
+    );
+    misuse(
+        &["--open", "--protect-reads"],
+        &["--open", "--protect-reads"],
+    );
 }
 
 #[test]
 fn serve_without_credentials_or_open_refuses_at_once_and_says_what_to_pass() {
-    for args in [&["--port", "0"][..], &["--port", "0", "--no-warm-up", "--open-dashboard"]] {
+    for args in [
+        &["--port", "0"][..],
+        &["--port", "0", "--no-warm-up", "--open-dashboard"],
+    ] {
         let started = Instant::now();
         misuse(
             args,
@@ -198,7 +207,11 @@ async fn open_serves_without_credentials_and_warns_that_anyone_may_write() {
         .send()
         .await
         .unwrap();
-    assert_eq!(registered.status(), 204, "open: a write needs no credentials");
+    assert_eq!(
+        registered.status(),
+        204,
+        "open: a write needs no credentials"
+    );
     // SIGTERM, so that it exits 0 with its log flushed; then its stderr is whole.
     let mut stderr = server.0.stderr.take().unwrap();
     let term = Command::new("kill")
