@@ -110,6 +110,11 @@ fn help_exits_0_and_names_every_option_and_its_default() {
         for word in OPTIONS {
             assert!(out.contains(word), "{args:?} should name {word}:\n{out}");
         }
+        // `--open` is also the start of `--open-dashboard`: its own line.
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with("--open ")),
+            "{args:?} should name --open:\n{out}"
+        );
         // The defaults are the server's own (Limits::default(), ServerConfig::default()).
         for default in ["[default: 8761]", "[default: 90]", "[default: 1048576]"] {
             assert!(out.contains(default), "{args:?}: {default}:\n{out}");
