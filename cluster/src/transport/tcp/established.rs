@@ -28,6 +28,14 @@ pub(super) enum Peer {
     Address(IpAddr),
 }
 
+#[cfg(test)]
+impl Peer {
+    /// The peer at 10.0.0.`n`, as an insecure node knows it.
+    pub(super) fn test(n: u8) -> Self {
+        Peer::Address(IpAddr::from([10, 0, 0, n]))
+    }
+}
+
 pub(super) struct Established {
     cap: usize,
     inner: Mutex<Inner>,
@@ -177,7 +185,7 @@ mod tests {
             max_in_flight: 10,
             per_connection: 1 << 20,
         };
-        Account::new(Budget::new(1 << 20), limits)
+        Account::new(Budget::new(1 << 20), &Peer::test(1), limits)
     }
 
     /// An account with a request in flight, and the hold that keeps it so.

@@ -289,11 +289,11 @@ async fn opened<S>(
     let opened = tokio::time::timeout(OPENING_TIMEOUT, handshake::open(&mut stream)).await;
     // It has spoken (or given up): no longer one of the connections opening.
     drop(opening);
-    let account = Account::new(shared.budget.clone(), config.connection);
     let who = match &verified {
         Some(name) => Peer::Named(Arc::from(name.as_str())),
         None => Peer::Address(peer.ip()),
     };
+    let account = Account::new(shared.budget.clone(), &who, config.connection);
     match opened {
         Ok(Ok(Opening::Hello(hello))) => {
             let mut welcome = handshake::welcome(&hello, &config.versions, &config.node, max_frame);
