@@ -428,7 +428,7 @@ async fn row03a_2500_silent_tcp_connections_to_a_secure_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row03b_2500_idle_connections_past_tls_and_the_handshake() {
     let row = "row 3b";
-    let (mut victim, _) = warmed(Setup {
+    let (mut victim, baseline) = warmed(Setup {
         secure: true,
         ..Setup::default()
     })
@@ -459,6 +459,8 @@ async fn row03b_2500_idle_connections_past_tls_and_the_handshake() {
             MAX_CONNECTIONS + OWN_FDS
         )
     });
+    // Each established connection a member holds costs its TLS state and the serving task.
+    failures.memory(row, &victim, baseline);
     let legit = Legit::new(&victim).await;
     let outcome = legit.greet(LEGIT_LIMIT).await;
     failures.legit(row, "with the idle connections held", &outcome);
