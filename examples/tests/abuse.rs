@@ -311,24 +311,38 @@ async fn row01_one_connection_sends_20000_requests_of_60_kb_and_never_reads_a_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row02_100_connections_each_send_almost_all_of_an_8_mib_frame_and_hold() {
-    hold_frames("row 2", false).await;
+    hold_frames("row 2", false, &[ATTACKER]).await;
 }
 
 /// Row 2 over mutual TLS, the attacker a compromised member: TLS adds each connection's
 /// record buffers to what the frames take.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row02b_the_same_over_mutual_tls_from_a_member() {
-    hold_frames("row 2b", true).await;
+    hold_frames("row 2b", true, &[ATTACKER]).await;
 }
 
-/// 100 connections (TLS or plaintext) each send all but a byte of an 8 MiB frame and hold.
-async fn hold_frames(row: &str, secure: bool) {
+/// Row 2b from four members at once, 25 connections each: together they may hold the node's
+/// whole budget, a quarter each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row02c_the_same_from_four_members_at_once() {
+    let mut members = vec![ATTACKER];
+    members.extend(abuse::victim::MORE_ATTACKERS);
+    hold_frames("row 2c", true, &members).await;
+}
+
+/// 100 connections (TLS from `members` in turn, or plaintext) each send all but a byte of an
+/// 8 MiB frame and hold.
+async fn hold_frames(row: &str, secure: bool, members: &[&str]) {
     let (mut victim, baseline) = warmed(Setup {
         secure,
         ..Setup::default()
     })
     .await;
-    let tls = secure.then(|| Arc::new(raw::tls_connector(victim.certs().dir(), ATTACKER)));
+    let tls: Vec<_> = members
+        .iter()
+        .filter(|_| secure)
+        .map(|member| Arc::new(raw::tls_connector(victim.certs().dir(), member)))
+        .collect();
     let mut failures = Failures::default();
     let announced = raw::MAX_FRAME - 1;
     let body = Arc::new(vec![0xa5u8; announced - 1]);
@@ -337,15 +351,17 @@ async fn hold_frames(row: &str, secure: bool) {
     // Each connection is held to the end however far its writes got: a victim that stops
     // reading one (its budget spent) must not see it closed by the attacker.
     let attackers: Vec<_> = (0..100)
-        .map(|_| {
-            let (body, rpc, tls) = (body.clone(), victim.rpc, tls.clone());
+        .map(|i| {
+            let (body, rpc) = (body.clone(), victim.rpc);
+            let member = members[i % members.len()].to_owned();
+            let tls = (!tls.is_empty()).then(|| tls[i % tls.len()].clone());
             tokio::spawn(async move {
                 let mut io = match tokio::time::timeout_at(deadline, async {
                     let mut io: Box<dyn raw::Wire> = match &tls {
                         Some(tls) => Box::new(raw::connect_tls(tls, rpc, "victim").await?),
                         None => Box::new(raw::connect(rpc).await?),
                     };
-                    raw::handshake(&mut io, ATTACKER).await?;
+                    raw::handshake(&mut io, &member).await?;
                     Ok::<_, std::io::Error>(io)
                 })
                 .await
