@@ -22,6 +22,62 @@ fn beat(peer: Arc<Peer>, id: Id) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// Forges live generations `7..` of `name`, up at each of `at`, into `registry` (of a secure
+/// cluster), and waits until it holds them all: the heartbeats go on until the tasks are
+/// aborted.
+async fn forge_holders(
+    registry: &GossipRegistry,
+    name: &str,
+    at: &[std::net::SocketAddr],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let known = registry.nodes().len() + at.len();
+    let peer = Arc::new(Peer::member_of(registry, keyring()).await);
+    let mut beats = Vec::new();
+    for (generation, at) in (7..).zip(at) {
+        let id = Id::new(name, generation, peer.addr());
+        assert!(peer.syn_ack(&syn(&[(id.clone(), 1)])).await.is_some());
+        let ops = Ops::default()
+            .node(&id)
+            .set("rpc", &at.to_string(), 1)
+            .set("status", "up", 2);
+        peer.send(&ops.ack()).await;
+        beats.push(beat(peer.clone(), id));
+    }
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while registry.nodes().iter().all(|n| n.name != name)
+        || usize::from(digest_len(&peer.syn_ack(&syn(&[])).await.expect("answers"))) < known
+    {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the forged holders were never taken: {:?}, digest of {}, {known} expected",
+            registry.nodes(),
+            digest_len(&peer.syn_ack(&syn(&[])).await.expect("answers"))
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    beats
+}
+
+/// A secure node named `name` seeded with `seeds`, listening on `listen` if given.
+async fn start(
+    name: &str,
+    seeds: &[std::net::SocketAddr],
+    listen: Option<std::net::SocketAddr>,
+) -> Result<(Node, GossipRegistry), cluster::StartError> {
+    let registry = GossipRegistry::new(
+        GossipConfig::new()
+            .keyring(keyring())
+            .seeds(seeds.iter().map(ToString::to_string)),
+    );
+    let mut builder = Node::builder()
+        .identity(identity(name))
+        .registry(registry.clone());
+    if let Some(listen) = listen {
+        builder = builder.listen(listen);
+    }
+    Ok((builder.start().await?, registry))
+}
+
 #[tokio::test]
 async fn a_forged_up_holder_of_a_name_does_not_keep_the_name_from_its_owner() {
     let (web, web_registry) = gossip_node("web-1", &[]).await;
@@ -37,42 +93,10 @@ async fn a_forged_up_holder_of_a_name_does_not_keep_the_name_from_its_owner() {
             held.push(stream);
         }
     });
-
-    // The member forges two live generations of `search-1` that say they are up, one at each.
-    let peer = Arc::new(Peer::member_of(&web_registry, keyring()).await);
-    let mut beats = Vec::new();
-    for (generation, at) in [(7, mallory.addr()), (8, bare_addr)] {
-        let id = Id::new("search-1", generation, peer.addr());
-        assert!(peer.syn_ack(&syn(&[(id.clone(), 1)])).await.is_some());
-        let ops = Ops::default()
-            .node(&id)
-            .set("rpc", &at.to_string(), 1)
-            .set("status", "up", 2);
-        peer.send(&ops.ack()).await;
-        beats.push(beat(peer.clone(), id));
-    }
-    // web-1 holds both: its digest lists itself, mallory-1 and the two.
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
-    while web_registry.nodes().iter().all(|n| n.name != "search-1")
-        || digest_len(&peer.syn_ack(&syn(&[])).await.expect("web-1 answers")) < 4
-    {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "web-1 never took the forged holders"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let beats = forge_holders(&web_registry, "search-1", &[mallory.addr(), bare_addr]).await;
 
     // The real search-1 starts: neither forged holder presents its certificate.
-    let registry = GossipRegistry::new(
-        GossipConfig::new()
-            .keyring(keyring())
-            .seeds(seeds.iter().map(ToString::to_string)),
-    );
-    let owner = Node::builder()
-        .identity(identity("search-1"))
-        .registry(registry.clone())
-        .start()
+    let (owner, _) = start("search-1", &seeds, None)
         .await
         .expect("the owner of the name starts though forged holders say they are up");
     let engine = Arc::new(Engine::new("search-1", Mode::Answer));
@@ -90,5 +114,42 @@ async fn a_forged_up_holder_of_a_name_does_not_keep_the_name_from_its_owner() {
     accepting.abort();
     owner.shutdown().await;
     mallory.shutdown().await;
+    web.shutdown().await;
+}
+
+/// Forged holders whose addresses reach the owner's own port: the same port under another
+/// address (IPv4-mapped IPv6), and a forwarder of the member's. The owner accepts nothing
+/// until it has claimed its name, so its own port cannot answer the probe as the holder.
+#[tokio::test]
+async fn a_forged_holder_that_reaches_the_owners_own_port_does_not_count() {
+    let (web, web_registry) = gossip_node("web-1", &[]).await;
+    let seeds = [web_registry.gossip_addr().expect("gossiping")];
+    let own = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let forwarder = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let forwarder_addr = forwarder.local_addr().unwrap();
+    let forwarding = tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = forwarder.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(own).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let alias =
+        std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped(), own.port()));
+    let beats = forge_holders(&web_registry, "search-1", &[alias, forwarder_addr]).await;
+    let (owner, _) = start("search-1", &seeds, Some(own))
+        .await
+        .expect("the owner starts: what answers at those addresses is itself");
+    assert_eq!(owner.addr(), own);
+    for beat in beats {
+        beat.abort();
+    }
+    forwarding.abort();
+    owner.shutdown().await;
     web.shutdown().await;
 }

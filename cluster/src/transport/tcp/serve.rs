@@ -82,6 +82,7 @@ pub(crate) async fn serve(
     dispatcher: Arc<Dispatcher>,
     config: ServeConfig,
     mut stop: watch::Receiver<bool>,
+    mut accepting: watch::Receiver<bool>,
 ) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>, Incoming)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -96,6 +97,14 @@ pub(crate) async fn serve(
     });
     let incoming = Incoming(shared.established.clone());
     let task = tokio::spawn(async move {
+        // Bound but not accepting until told (`node/builder.rs`: once the node has claimed its
+        // name); connections wait in the kernel's backlog meanwhile.
+        tokio::select! {
+            _ = stop.wait_for(|stopped| *stopped) => return,
+            told = accepting.wait_for(|open| *open) => if told.is_err() {
+                return;
+            },
+        }
         let mut connections = JoinSet::new();
         let mut pause = false;
         // Accept failures in a row: the first is logged, the rest counted until one succeeds.
