@@ -309,6 +309,106 @@ async fn row01_one_connection_sends_20000_requests_of_60_kb_and_never_reads_a_re
     failures.finish(row);
 }
 
+/// A compromised member on 1,000 connections (4 KiB receive buffers) sends greetings of 15 KB
+/// as fast as they go for 15 s, each with an hour to run, and reads 1 KiB of replies per
+/// connection every 3 s: never "none of its replies", so no connection is closed for that.
+/// Its replies pile up unread; the node stops reading every connection of a peer past its
+/// part of the buffered bytes (`budget.rs`) and holds 256 of its connections at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row01b_a_member_reads_a_trickle_of_its_replies_on_1000_connections() {
+    let row = "row 1b";
+    let (mut victim, baseline) = warmed(Setup {
+        secure: true,
+        ..Setup::default()
+    })
+    .await;
+    let mut failures = Failures::default();
+    let tls = Arc::new(raw::tls_connector(victim.certs().dir(), ATTACKER));
+    let name: Arc<str> = "x".repeat(15_000).into();
+    let (opened, sent) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let stop_at = tokio::time::Instant::now() + ATTACK_TIME;
+    let rpc = victim.rpc;
+    let opening = Arc::new(tokio::sync::Semaphore::new(64));
+    let connections: Vec<_> = (0..1_000)
+        .map(|_| {
+            let (tls, name, opened, sent, opening) = (
+                tls.clone(),
+                name.clone(),
+                opened.clone(),
+                sent.clone(),
+                opening.clone(),
+            );
+            tokio::spawn(async move {
+                let io = {
+                    let _turn = opening.acquire().await.unwrap();
+                    let open = async {
+                        let tcp = raw::connect_small(rpc, 4096).await?;
+                        let mut io = raw::tls_over(&tls, tcp, "victim").await?;
+                        raw::handshake(&mut io, ATTACKER).await?;
+                        Ok::<_, std::io::Error>(io)
+                    };
+                    match tokio::time::timeout(ATTEMPT_LIMIT, open).await {
+                        Ok(Ok(io)) => io,
+                        _ => return,
+                    }
+                };
+                opened.fetch_add(1, Ordering::Relaxed);
+                let (mut read, mut write) = tokio::io::split(io);
+                let writing = tokio::spawn(async move {
+                    for id in 0u64.. {
+                        let mut call = Call::greet(id, &name);
+                        call.deadline = Deadline::in_(Duration::from_secs(3600));
+                        if tokio::time::Instant::now() > stop_at
+                            || write.write_all(&call.frame()).await.is_err()
+                        {
+                            break;
+                        }
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::future::pending::<()>().await;
+                });
+                let mut trickle = [0u8; 1024];
+                while tokio::time::Instant::now() < stop_at {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(100), read.read(&mut trickle))
+                            .await;
+                }
+                writing.abort();
+                std::future::pending::<()>().await;
+            })
+        })
+        .collect();
+    tokio::time::sleep_until(stop_at).await;
+    eprintln!(
+        "{row} | {} of 1,000 connections opened, {} requests of 15 KB sent in {ATTACK_TIME:?}; victim fds {}",
+        opened.load(Ordering::Relaxed),
+        sent.load(Ordering::Relaxed),
+        victim.fds()
+    );
+    // Not yet within the 64 MiB aim (docs/reliability.md, "Still open"): this bound catches
+    // the +257 MiB this attack reached before replies counted against the peer's part.
+    let (now, peak) = (victim.rss(), victim.peak_rss());
+    let growth = peak.saturating_sub(baseline);
+    eprintln!(
+        "{row} | RSS baseline {:.1} MiB, now {:.1} MiB, peak {:.1} MiB (growth {:.1} MiB)",
+        mib(baseline),
+        mib(now),
+        mib(peak),
+        mib(growth)
+    );
+    failures.check(growth <= 2 * RSS_GROWTH_LIMIT, || {
+        format!("RSS grew {:.1} MiB, more than 128 MiB", mib(growth))
+    });
+    let legit = Legit::new(&victim).await;
+    let outcome = legit.greet(LEGIT_LIMIT).await;
+    failures.legit(row, "during the attack", &outcome);
+    failures.no_panic(&mut victim);
+    connections.iter().for_each(tokio::task::JoinHandle::abort);
+    legit.stop().await;
+    failures.finish(row);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row02_100_connections_each_send_almost_all_of_an_8_mib_frame_and_hold() {
     hold_frames("row 2", false, &[ATTACKER]).await;

@@ -181,10 +181,16 @@ impl Account {
         cx: &mut Context<'_>,
     ) -> Poll<Reservation> {
         let mut state = self.state();
+        let peer = self.peer.load(Ordering::Acquire);
         let busy = state.ids.len() >= self.limits.max_in_flight
             // A frame alone may always be held (the frame limit bounds it); past that, the
-            // connection waits for its own requests to end.
-            || (state.held > 0 && state.held.saturating_add(n) > self.limits.per_connection);
+            // connection waits for its own requests to end, and so does every connection of a
+            // peer past its part: replies are counted even past the limits (they exist), and
+            // a peer that reads them slowly on many connections must not go on sending
+            // requests through each one's floor while they pile up.
+            || (state.held > 0
+                && (state.held.saturating_add(n) > self.limits.per_connection
+                    || peer.saturating_add(n) > self.limits.per_connection));
         if busy {
             state.reader = Some(cx.waker().clone());
             return Poll::Pending;
@@ -358,6 +364,44 @@ mod tests {
         assert!(poll(&other, 1 << 20).is_some(), "another peer's is not");
         drop(held);
         assert!(poll(&second, FLOOR + 1).is_some(), "given back to the peer");
+    }
+
+    /// Replies a peer does not read are counted past the limits; once its part is taken, a
+    /// connection of its that holds anything reads nothing more, floor or not.
+    #[test]
+    fn a_peer_past_its_part_in_unread_replies_reads_no_more_on_any_connection_holding_some() {
+        let budget = Budget::new(4 << 20);
+        let member = Peer::test(1);
+        let connections: Vec<_> = (0..4)
+            .map(|_| Account::new(budget.clone(), &member, LIMITS))
+            .collect();
+        // Each has a small request in flight, from its floor, and its reply waits unwritten.
+        let mut holds = Vec::new();
+        for (id, account) in connections.iter().enumerate() {
+            let hold = account
+                .hold(id as u64, poll(account, 100).expect("a floor"))
+                .unwrap();
+            account.add_reply(id as u64, 200 << 10);
+            holds.push(hold);
+        }
+        assert!(
+            poll(&connections[0], 100).is_some(),
+            "under the peer's part"
+        );
+        connections[1].add_reply(1, 1 << 20);
+        for account in &connections {
+            assert!(poll(account, 100).is_none(), "the peer's part is taken");
+        }
+        let fresh = Account::new(budget.clone(), &member, LIMITS);
+        assert!(
+            poll(&fresh, 100).is_some(),
+            "a connection holding nothing has its floor"
+        );
+        drop(holds);
+        assert!(
+            poll(&connections[1], 100).is_some(),
+            "read again once written"
+        );
     }
 
     #[test]
