@@ -232,7 +232,6 @@ async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
 /// presents a certificate naming it (`registry/gossip/claim.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_forging_up_holders_of_a_name_cannot_keep_its_process_from_starting() {
-    use std::sync::Arc;
     let certs = Certs::of_cluster(forge::CLUSTER, &["client", "greeter-a", "mallory"]);
     let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
     let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring.clone()));
@@ -252,38 +251,8 @@ async fn a_member_forging_up_holders_of_a_name_cannot_keep_its_process_from_star
             held.push(stream);
         }
     });
-    let peer = Arc::new(forge::Peer::member_of(&registry, keyring).await);
-    let mut beats = Vec::new();
-    for (generation, at) in [(7, mallory.rpc), (8, bare_addr)] {
-        let id = forge::Id::new("greeter-a", generation, peer.addr());
-        assert!(
-            peer.syn_ack(&forge::syn(&[(id.clone(), 1)]))
-                .await
-                .is_some()
-        );
-        let ops = forge::Ops::default()
-            .node(&id)
-            .set("rpc", &at.to_string(), 1)
-            .set("status", "up", 2);
-        peer.send(&ops.ack()).await;
-        let peer = peer.clone();
-        beats.push(tokio::spawn(async move {
-            for heartbeat in 2.. {
-                peer.send(&forge::syn(&[(id.clone(), heartbeat)])).await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }));
-    }
-    // The client holds both forged generations (and itself and mallory): they are relayed to
-    // the starting process.
-    let give_up = Instant::now() + Duration::from_secs(10);
-    while forge::digest_len(&peer.syn_ack(&forge::syn(&[])).await.expect("answered")) < 4 {
-        assert!(
-            Instant::now() < give_up,
-            "the client never took the forged holders"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let beats =
+        forge::forge_holders(&registry, keyring, "greeter-a", &[mallory.rpc, bare_addr]).await;
 
     let greeter = Process::start("greeter-a", &certs, &[seed]);
     until(

@@ -262,3 +262,49 @@ pub fn description(name: &str, pad: usize) -> String {
         "x".repeat(pad)
     )
 }
+
+/// Keeps `id` alive at the peer's node: a heartbeat every 20 ms, as long as the task runs.
+pub fn beat(peer: std::sync::Arc<Peer>, id: Id) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for heartbeat in 2.. {
+            peer.send(&syn(&[(id.clone(), heartbeat)])).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// As a member holding `keyring`: live generations `7..` of node `name`, each saying it is up
+/// at one of `at`, forged into `registry` (of a secure cluster [`CLUSTER`]); returns once
+/// `registry` holds them all. Their heartbeats go on until the tasks are aborted.
+pub async fn forge_holders(
+    registry: &GossipRegistry,
+    keyring: Keyring,
+    name: &str,
+    at: &[SocketAddr],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let known = registry.nodes().len() + at.len();
+    let peer = std::sync::Arc::new(Peer::member_of(registry, keyring).await);
+    let mut beats = Vec::new();
+    for (generation, at) in (7..).zip(at) {
+        let id = Id::new(name, generation, peer.addr());
+        assert!(peer.syn_ack(&syn(&[(id.clone(), 1)])).await.is_some());
+        let ops = Ops::default()
+            .node(&id)
+            .set("rpc", &at.to_string(), 1)
+            .set("status", "up", 2);
+        peer.send(&ops.ack()).await;
+        beats.push(beat(peer.clone(), id));
+    }
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while registry.nodes().iter().all(|n| n.name != name)
+        || usize::from(digest_len(&peer.syn_ack(&syn(&[])).await.expect("answers"))) < known
+    {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the forged holders were never taken: {:?}",
+            registry.nodes()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    beats
+}

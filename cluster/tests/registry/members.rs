@@ -2,61 +2,14 @@
 //! certificate of its own (`docs/security.md`, "A compromised member").
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use cluster::registry::{GossipConfig, GossipRegistry};
 use cluster::{Node, Registry};
 
-use crate::forge::{Id, Ops, Peer, digest_len, syn};
+use crate::forge::forge_holders;
 use crate::support::{
     Engine, Mode, SearchClient, SearchServer, gossip_node, identity, keyring, until,
 };
-
-/// Keeps `id` alive at the peer's node: a heartbeat every 20 ms, as long as the task runs.
-fn beat(peer: Arc<Peer>, id: Id) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        for heartbeat in 2.. {
-            peer.send(&syn(&[(id.clone(), heartbeat)])).await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-}
-
-/// Forges live generations `7..` of `name`, up at each of `at`, into `registry` (of a secure
-/// cluster), and waits until it holds them all: the heartbeats go on until the tasks are
-/// aborted.
-async fn forge_holders(
-    registry: &GossipRegistry,
-    name: &str,
-    at: &[std::net::SocketAddr],
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let known = registry.nodes().len() + at.len();
-    let peer = Arc::new(Peer::member_of(registry, keyring()).await);
-    let mut beats = Vec::new();
-    for (generation, at) in (7..).zip(at) {
-        let id = Id::new(name, generation, peer.addr());
-        assert!(peer.syn_ack(&syn(&[(id.clone(), 1)])).await.is_some());
-        let ops = Ops::default()
-            .node(&id)
-            .set("rpc", &at.to_string(), 1)
-            .set("status", "up", 2);
-        peer.send(&ops.ack()).await;
-        beats.push(beat(peer.clone(), id));
-    }
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
-    while registry.nodes().iter().all(|n| n.name != name)
-        || usize::from(digest_len(&peer.syn_ack(&syn(&[])).await.expect("answers"))) < known
-    {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "the forged holders were never taken: {:?}, digest of {}, {known} expected",
-            registry.nodes(),
-            digest_len(&peer.syn_ack(&syn(&[])).await.expect("answers"))
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    beats
-}
 
 /// A secure node named `name` seeded with `seeds`, listening on `listen` if given.
 async fn start(
@@ -93,7 +46,13 @@ async fn a_forged_up_holder_of_a_name_does_not_keep_the_name_from_its_owner() {
             held.push(stream);
         }
     });
-    let beats = forge_holders(&web_registry, "search-1", &[mallory.addr(), bare_addr]).await;
+    let beats = forge_holders(
+        &web_registry,
+        keyring(),
+        "search-1",
+        &[mallory.addr(), bare_addr],
+    )
+    .await;
 
     // The real search-1 starts: neither forged holder presents its certificate.
     let (owner, _) = start("search-1", &seeds, None)
@@ -141,7 +100,13 @@ async fn a_forged_holder_that_reaches_the_owners_own_port_does_not_count() {
     });
     let alias =
         std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped(), own.port()));
-    let beats = forge_holders(&web_registry, "search-1", &[alias, forwarder_addr]).await;
+    let beats = forge_holders(
+        &web_registry,
+        keyring(),
+        "search-1",
+        &[alias, forwarder_addr],
+    )
+    .await;
     let (owner, _) = start("search-1", &seeds, Some(own))
         .await
         .expect("the owner starts: what answers at those addresses is itself");
