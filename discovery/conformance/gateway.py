@@ -14,10 +14,14 @@ registry stopped by SIGTERM (it exits 0; the gateway's cache keeps routing). Exi
 on the first failed check; tears everything down in any case.
 
 The registry runs with --no-warm-up: it is new, not restarted (run.sh's first server shows
-the warm-up to py-eureka-client).
+the warm-up to py-eureka-client). It runs with credentials (--user app, the password from
+DISCOVERY_PASSWORD), as a registry should: py-eureka-client writes with `app:PASSWORD@` in its
+URL and the operator's status override sends HTTP Basic; the gateway only reads, which needs
+none (reads are open unless --protect-reads).
 """
 
 import asyncio
+import base64
 import concurrent.futures
 import os
 import signal
@@ -35,6 +39,8 @@ import logging
 eureka_logger.set_handler(logging.StreamHandler(sys.stderr))
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.abspath(sys.argv[1])
+# py-eureka-client's URL parser takes only [A-Za-z0-9-_~!.%] in a password.
+USER, PASSWORD = "app", "gateway-conformance-pw"
 CHECKS = 0
 PROCS = []
 
@@ -61,9 +67,13 @@ def listening(p):
     return line.strip().removeprefix("listening on ")
 
 
-def request(method, url, body=None):
-    """(status, text); a refused or broken connection is (0, why)."""
+def request(method, url, body=None, auth=None):
+    """(status, text); a refused or broken connection is (0, why). `auth`: (user, password),
+    sent as HTTP Basic."""
     req = urllib.request.Request(url, method=method, data=body)
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.read().decode()
@@ -87,14 +97,16 @@ def until(what, condition, seconds=20):
 
 
 async def main():
-    registry = spawn([BIN, "serve", "--port", "0", "--no-warm-up"], stderr=subprocess.DEVNULL)
+    registry = spawn([BIN, "serve", "--port", "0", "--no-warm-up", "--user", USER],
+                     stderr=subprocess.DEVNULL, env={**os.environ, "DISCOVERY_PASSWORD": PASSWORD})
     server = listening(registry)  # http://127.0.0.1:PORT/eureka/
+    writer = server.replace("://", f"://{USER}:{PASSWORD}@", 1)  # what the clients write with
     upstreams = [spawn([sys.executable, os.path.join(HERE, "upstream.py")]) for _ in range(3)]
     ports = [int(u.stdout.readline()) for u in upstreams]
     clients = []
     for port in ports:
         c = eureka_client.EurekaClient(
-            eureka_server=server, app_name="orders", instance_id=f"orders-{port}",
+            eureka_server=writer, app_name="orders", instance_id=f"orders-{port}",
             instance_host="127.0.0.1", instance_ip="127.0.0.1", instance_port=port,
             renewal_interval_in_secs=1, duration_in_secs=30)
         await c.start()
@@ -103,7 +115,7 @@ async def main():
     # An instance serving HTTPS only: its plain port disabled, its securePort enabled. Its plain
     # port is a live upstream's, so an address resolved from it would answer 200.
     tls_only = eureka_client.EurekaClient(
-        eureka_server=server, app_name="vault", instance_id="vault-1",
+        eureka_server=writer, app_name="vault", instance_id="vault-1",
         instance_host="127.0.0.1", instance_ip="127.0.0.1", instance_port=ports[2],
         instance_unsecure_port_enabled=False, instance_secure_port=8443,
         instance_secure_port_enabled=True, renewal_interval_in_secs=1, duration_in_secs=30)
@@ -177,15 +189,19 @@ resolver = "eureka"
 
     # OUT_OF_SERVICE, as an operator sets it; the gateway's cache refreshes every second.
     out = ports[1]
-    status, _ = await run(request, "PUT", f"{server}apps/ORDERS/orders-{out}/status?value=OUT_OF_SERVICE")
-    check(status == 200, "status override set")
+    override = f"{server}apps/ORDERS/orders-{out}/status?value=OUT_OF_SERVICE"
+    status, _ = await run(request, "PUT", override)
+    check(status == 401, f"a status override without credentials: 401 ({status})")
+    status, _ = await run(request, "PUT", override, None, (USER, PASSWORD))
+    check(status == 200, "status override set with the client credentials")
 
     def none_reach_out():
         return all(port_of(request("GET", f"{url}/api/orders/1")[1]) != out for _ in range(30))
     await run(until, "the gateway stops sending to the instance out of service", none_reach_out)
     hits = [port_of((await run(request, "GET", f"{url}/api/orders/1"))[1]) for _ in range(60)]
     check(out not in hits, "an instance OUT_OF_SERVICE receives nothing")
-    status, _ = await run(request, "DELETE", f"{server}apps/ORDERS/orders-{out}/status?value=UP")
+    status, _ = await run(request, "DELETE", f"{server}apps/ORDERS/orders-{out}/status?value=UP",
+                          None, (USER, PASSWORD))
     check(status == 200, "status override removed")
 
     # One instance killed (SIGKILL) under load; it stays registered, heartbeats go on from here.

@@ -23,19 +23,26 @@
 //! use cluster_discovery::client::{EurekaClient, Registrar};
 //! use cluster_discovery::model::Instance;
 //! use cluster_discovery::resolve::{Discovery, Resolve};
-//! use cluster_discovery::server::{Dashboard, RegistryServer, ServerConfig};
+//! use cluster_discovery::server::{Access, Credentials, Dashboard, RegistryServer, ServerConfig};
 //!
 //! // A server that starts with nothing to take from a peer answers reads 503 for one renewal
 //! // interval while its instances register again after a restart (its warm-up). This one is
 //! // new, with nobody to wait for.
 //! let mut config = ServerConfig::default();
 //! config.warm_up = false;
+//! // Writes need the client credentials, replication the peer's (the passwords come from a
+//! // file or the environment in production). `Access::open()` would let anyone write.
 //! let server = RegistryServer::new()
 //!     .config(config)
+//!     .access(Access::new(
+//!         Credentials::new("app", "app-pw"),
+//!         Credentials::new("peer", "peer-pw"),
+//!     ))
 //!     .dashboard(Dashboard::token("s3cret"))
 //!     .start(([127, 0, 0, 1], 0).into())
 //!     .await?;
-//! let client = EurekaClient::new([server.url()]);
+//! // Our clients send the credentials their server URL carries.
+//! let client = EurekaClient::new([format!("http://app:app-pw@{}/eureka/", server.addr())]);
 //! let mut registrar =
 //!     Registrar::new(client.clone(), Instance::new("orders", "127.0.0.1", 8080)).start();
 //! registrar.registered(1).await;

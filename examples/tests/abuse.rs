@@ -309,10 +309,140 @@ async fn row01_one_connection_sends_20000_requests_of_60_kb_and_never_reads_a_re
     failures.finish(row);
 }
 
+/// A compromised member on 1,000 connections (4 KiB receive buffers) sends greetings of 15 KB
+/// as fast as they go for 15 s, each with an hour to run, and reads 1 KiB of replies per
+/// connection every 3 s: never "none of its replies", so no connection is closed for that.
+/// Its replies pile up unread; the node stops reading every connection of a peer past its
+/// part of the buffered bytes (`budget.rs`) and holds 256 of its connections at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row01b_a_member_reads_a_trickle_of_its_replies_on_1000_connections() {
+    let row = "row 1b";
+    let (mut victim, baseline) = warmed(Setup {
+        secure: true,
+        ..Setup::default()
+    })
+    .await;
+    let mut failures = Failures::default();
+    let tls = Arc::new(raw::tls_connector(victim.certs().dir(), ATTACKER));
+    let name: Arc<str> = "x".repeat(15_000).into();
+    let (opened, sent) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let stop_at = tokio::time::Instant::now() + ATTACK_TIME;
+    let rpc = victim.rpc;
+    let opening = Arc::new(tokio::sync::Semaphore::new(64));
+    let connections: Vec<_> = (0..1_000)
+        .map(|_| {
+            let (tls, name, opened, sent, opening) = (
+                tls.clone(),
+                name.clone(),
+                opened.clone(),
+                sent.clone(),
+                opening.clone(),
+            );
+            tokio::spawn(async move {
+                let io = {
+                    let _turn = opening.acquire().await.unwrap();
+                    let open = async {
+                        let tcp = raw::connect_small(rpc, 4096).await?;
+                        let mut io = raw::tls_over(&tls, tcp, "victim").await?;
+                        raw::handshake(&mut io, ATTACKER).await?;
+                        Ok::<_, std::io::Error>(io)
+                    };
+                    match tokio::time::timeout(ATTEMPT_LIMIT, open).await {
+                        Ok(Ok(io)) => io,
+                        _ => return,
+                    }
+                };
+                opened.fetch_add(1, Ordering::Relaxed);
+                let (mut read, mut write) = tokio::io::split(io);
+                let writing = tokio::spawn(async move {
+                    for id in 0u64.. {
+                        let mut call = Call::greet(id, &name);
+                        call.deadline = Deadline::in_(Duration::from_secs(3600));
+                        if tokio::time::Instant::now() > stop_at
+                            || write.write_all(&call.frame()).await.is_err()
+                        {
+                            break;
+                        }
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::future::pending::<()>().await;
+                });
+                let mut trickle = [0u8; 1024];
+                while tokio::time::Instant::now() < stop_at {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(100), read.read(&mut trickle))
+                            .await;
+                }
+                writing.abort();
+                std::future::pending::<()>().await;
+            })
+        })
+        .collect();
+    tokio::time::sleep_until(stop_at).await;
+    eprintln!(
+        "{row} | {} of 1,000 connections opened, {} requests of 15 KB sent in {ATTACK_TIME:?}; victim fds {}",
+        opened.load(Ordering::Relaxed),
+        sent.load(Ordering::Relaxed),
+        victim.fds()
+    );
+    // Not yet within the 64 MiB aim (docs/reliability.md, "Still open"): this bound catches
+    // the +257 MiB this attack reached before replies counted against the peer's part.
+    let (now, peak) = (victim.rss(), victim.peak_rss());
+    let growth = peak.saturating_sub(baseline);
+    eprintln!(
+        "{row} | RSS baseline {:.1} MiB, now {:.1} MiB, peak {:.1} MiB (growth {:.1} MiB)",
+        mib(baseline),
+        mib(now),
+        mib(peak),
+        mib(growth)
+    );
+    failures.check(growth <= 2 * RSS_GROWTH_LIMIT, || {
+        format!("RSS grew {:.1} MiB, more than 128 MiB", mib(growth))
+    });
+    let legit = Legit::new(&victim).await;
+    let outcome = legit.greet(LEGIT_LIMIT).await;
+    failures.legit(row, "during the attack", &outcome);
+    failures.no_panic(&mut victim);
+    connections.iter().for_each(tokio::task::JoinHandle::abort);
+    legit.stop().await;
+    failures.finish(row);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row02_100_connections_each_send_almost_all_of_an_8_mib_frame_and_hold() {
-    let row = "row 2";
-    let (mut victim, baseline) = warmed(Setup::default()).await;
+    hold_frames("row 2", false, &[ATTACKER]).await;
+}
+
+/// Row 2 over mutual TLS, the attacker a compromised member: TLS adds each connection's
+/// record buffers to what the frames take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row02b_the_same_over_mutual_tls_from_a_member() {
+    hold_frames("row 2b", true, &[ATTACKER]).await;
+}
+
+/// Row 2b from four members at once, 25 connections each: together they may hold the node's
+/// whole budget, a quarter each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row02c_the_same_from_four_members_at_once() {
+    let mut members = vec![ATTACKER];
+    members.extend(abuse::victim::MORE_ATTACKERS);
+    hold_frames("row 2c", true, &members).await;
+}
+
+/// 100 connections (TLS from `members` in turn, or plaintext) each send all but a byte of an
+/// 8 MiB frame and hold.
+async fn hold_frames(row: &str, secure: bool, members: &[&str]) {
+    let (mut victim, baseline) = warmed(Setup {
+        secure,
+        ..Setup::default()
+    })
+    .await;
+    let tls: Vec<_> = members
+        .iter()
+        .filter(|_| secure)
+        .map(|member| Arc::new(raw::tls_connector(victim.certs().dir(), member)))
+        .collect();
     let mut failures = Failures::default();
     let announced = raw::MAX_FRAME - 1;
     let body = Arc::new(vec![0xa5u8; announced - 1]);
@@ -321,12 +451,17 @@ async fn row02_100_connections_each_send_almost_all_of_an_8_mib_frame_and_hold()
     // Each connection is held to the end however far its writes got: a victim that stops
     // reading one (its budget spent) must not see it closed by the attacker.
     let attackers: Vec<_> = (0..100)
-        .map(|_| {
+        .map(|i| {
             let (body, rpc) = (body.clone(), victim.rpc);
+            let member = members[i % members.len()].to_owned();
+            let tls = (!tls.is_empty()).then(|| tls[i % tls.len()].clone());
             tokio::spawn(async move {
                 let mut io = match tokio::time::timeout_at(deadline, async {
-                    let mut io = raw::connect(rpc).await?;
-                    raw::handshake(&mut io, ATTACKER).await?;
+                    let mut io: Box<dyn raw::Wire> = match &tls {
+                        Some(tls) => Box::new(raw::connect_tls(tls, rpc, "victim").await?),
+                        None => Box::new(raw::connect(rpc).await?),
+                    };
+                    raw::handshake(&mut io, &member).await?;
                     Ok::<_, std::io::Error>(io)
                 })
                 .await
@@ -409,7 +544,7 @@ async fn row03a_2500_silent_tcp_connections_to_a_secure_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row03b_2500_idle_connections_past_tls_and_the_handshake() {
     let row = "row 3b";
-    let (mut victim, _) = warmed(Setup {
+    let (mut victim, baseline) = warmed(Setup {
         secure: true,
         ..Setup::default()
     })
@@ -440,6 +575,8 @@ async fn row03b_2500_idle_connections_past_tls_and_the_handshake() {
             MAX_CONNECTIONS + OWN_FDS
         )
     });
+    // Each established connection a member holds costs its TLS state and the serving task.
+    failures.memory(row, &victim, baseline);
     let legit = Legit::new(&victim).await;
     let outcome = legit.greet(LEGIT_LIMIT).await;
     failures.legit(row, "with the idle connections held", &outcome);
@@ -812,4 +949,127 @@ async fn row10_500_connection_resets_with_warn_logs_nobody_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn part_a_thousands_of_debug_lines_into_pipes_nobody_reads() {
     unread_output("part A", "debug", 3_000, 3_000).await;
+}
+
+/// Deposits one member makes at most: more than its share of the at-most-once record holds.
+const MAX_DEPOSITS: u64 = 150_000;
+
+/// Compromised members filling the victim's record of at-most-once calls
+/// (`cluster/src/server/record.rs`): each makes deposits with fresh call ids, as the library
+/// gives every call, 64 at a time, on a 10-minute budget (so each is kept 10 minutes) and with
+/// no retries, until the record refuses it (`Overloaded`, before the deposit runs) or
+/// [`MAX_DEPOSITS`]. Then a legitimate deposit must run at once.
+async fn fill_the_record(row: &str, members: &[&str]) {
+    let (mut victim, baseline) = warmed(Setup {
+        secure: true,
+        bank: true,
+        ..Setup::default()
+    })
+    .await;
+    let mut failures = Failures::default();
+    let start = Instant::now();
+    let mut attacks = Vec::new();
+    for (m, name) in members.iter().enumerate() {
+        let member = Arc::new(Legit::named(&victim, name).await);
+        attacks.push(tokio::spawn(async move {
+            let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let refused = Arc::new(AtomicUsize::new(0));
+            let workers: Vec<_> = (0..64)
+                .map(|_| {
+                    let (member, next, refused) = (member.clone(), next.clone(), refused.clone());
+                    tokio::spawn(async move {
+                        let mut ran = 0u64;
+                        while refused.load(Ordering::Relaxed) < 64 {
+                            let id = next.fetch_add(1, Ordering::Relaxed);
+                            if id >= MAX_DEPOSITS {
+                                break;
+                            }
+                            // Retries on, as a call id is given only to a call that may be
+                            // retried; one the record refuses is retried until the test
+                            // stops waiting for it.
+                            let call = member
+                                .bank()
+                                .deposit((m as u64) << 32 | id)
+                                .budget(Duration::from_secs(600));
+                            match tokio::time::timeout(Duration::from_secs(3), call.into_future())
+                                .await
+                            {
+                                Ok(Ok(_)) => ran += 1,
+                                Ok(Err(e)) if e.to_string().contains("record of at-most-once") => {
+                                    refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(Err(e)) => panic!("a deposit failed otherwise: {e}"),
+                                Err(_) => {
+                                    refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        ran
+                    })
+                })
+                .collect();
+            let mut ran = 0;
+            for worker in workers {
+                ran += worker.await.unwrap();
+            }
+            Arc::into_inner(member)
+                .expect("the workers are done")
+                .stop()
+                .await;
+            (ran, refused.load(Ordering::Relaxed))
+        }));
+    }
+    let mut kept = Vec::new();
+    for attack in attacks {
+        kept.push(attack.await.unwrap());
+    }
+    eprintln!(
+        "{row} | {} member(s): deposits kept, refused: {kept:?}, run {} in all, in {:?}",
+        members.len(),
+        victim.deposits(),
+        start.elapsed()
+    );
+    for (name, (ran, refused)) in members.iter().zip(&kept) {
+        failures.check(*refused > 0, || {
+            format!("{name}'s {ran} deposits never filled its share of the record")
+        });
+    }
+    failures.memory(row, &victim, baseline);
+    let growth = victim.peak_rss().saturating_sub(baseline);
+    failures.check(growth <= RSS_GROWTH_LIMIT * members.len() as u64, || {
+        format!(
+            "RSS grew {:.1} MiB for {} member(s), over {:.0} MiB each",
+            mib(growth),
+            members.len(),
+            mib(RSS_GROWTH_LIMIT)
+        )
+    });
+    let legit = Legit::new(&victim).await;
+    let started = Instant::now();
+    let deposit = legit
+        .bank()
+        .deposit(u64::MAX)
+        .timeout(LEGIT_LIMIT)
+        .budget(LEGIT_LIMIT);
+    let outcome = match tokio::time::timeout(LEGIT_LIMIT, deposit.into_future()).await {
+        Ok(Ok(_)) => Ok(started.elapsed()),
+        Ok(Err(e)) => Err(format!("failed after {:?}: {e}", started.elapsed())),
+        Err(_) => Err(format!("no answer within {LEGIT_LIMIT:?}")),
+    };
+    failures.legit(row, "(a deposit, after the attack)", &outcome);
+    legit.stop().await;
+    failures.no_panic(&mut victim);
+    failures.finish(row);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row11a_a_member_fills_the_at_most_once_record_with_fresh_call_ids() {
+    fill_the_record("row 11a", &[abuse::victim::ATTACKER]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row11b_four_members_fill_the_at_most_once_record_at_once() {
+    let mut members = vec![abuse::victim::ATTACKER];
+    members.extend(abuse::victim::MORE_ATTACKERS);
+    fill_the_record("row 11b", &members).await;
 }

@@ -11,10 +11,17 @@ use cluster::Node;
 use cluster::registry::{GossipConfig, GossipRegistry};
 use examples::GreeterClient;
 
+/// chitchat's wire format written by hand, as a member holding the gossip key can send it
+/// (shared with the registry tests).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../cluster/tests/registry/forge.rs"]
+mod forge;
+
 /// A `cluster-node` process, killed when dropped so a failing test leaves nothing behind.
 struct Process {
     child: Child,
     gossip: SocketAddr,
+    rpc: SocketAddr,
 }
 
 /// A cluster's secrets in a directory of their own, written by `cluster-node init` and
@@ -23,6 +30,10 @@ struct Certs(std::path::PathBuf);
 
 impl Certs {
     fn new(nodes: &[&str]) -> Self {
+        Self::of_cluster("processes", nodes)
+    }
+
+    fn of_cluster(cluster: &str, nodes: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "cluster-processes-{}-{}",
             std::process::id(),
@@ -33,7 +44,7 @@ impl Certs {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         let dir_arg = dir.to_str().unwrap();
-        node_command(&["init", "--cluster", "processes", "--dir", dir_arg]);
+        node_command(&["init", "--cluster", cluster, "--dir", dir_arg]);
         for node in nodes {
             node_command(&["issue", "--dir", dir_arg, "--node", node]);
         }
@@ -84,12 +95,14 @@ impl Process {
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         out.read_line(&mut line).expect("its first line");
-        let gossip = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("gossip="))
-            .expect("gossip=")
-            .parse()
-            .unwrap();
+        let field = |name: &str| -> SocketAddr {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .unwrap_or_else(|| panic!("{name} in its first line: {line:?}"))
+                .parse()
+                .unwrap()
+        };
+        let (gossip, rpc) = (field("gossip="), field("rpc="));
         let (lines, rest) = std::sync::mpsc::channel();
         // Ends with the process's stdout.
         std::thread::spawn(move || {
@@ -99,7 +112,7 @@ impl Process {
                 }
             }
         });
-        (Self { child, gossip }, rest)
+        (Self { child, gossip, rpc }, rest)
     }
 
     fn signal(&self, signal: &str) {
@@ -210,6 +223,56 @@ async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
     )
     .await;
     println!("SIGTERM leave seen after {took:?}");
+    client_node.shutdown().await;
+}
+
+/// A compromised member (the gossip key, a certificate of its own) says that two live
+/// generations of `greeter-a` are up: one at the member's own port, one at a bare TCP
+/// listener. The real `greeter-a` process still starts, and is called: neither forged holder
+/// presents a certificate naming it (`registry/gossip/claim.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_forging_up_holders_of_a_name_cannot_keep_its_process_from_starting() {
+    let certs = Certs::of_cluster(forge::CLUSTER, &["client", "greeter-a", "mallory"]);
+    let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
+    let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring.clone()));
+    let client_node = Node::builder()
+        .identity(cluster::Identity::from_dir(&certs.0, "client").unwrap())
+        .registry(registry.clone())
+        .start()
+        .await
+        .unwrap();
+    let seed = registry.gossip_addr().unwrap();
+    let mallory = Process::start("mallory", &certs, &[seed]);
+    let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let bare_addr = bare.local_addr().unwrap();
+    let accepting = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = bare.accept().await {
+            held.push(stream);
+        }
+    });
+    let beats =
+        forge::forge_holders(&registry, keyring, "greeter-a", &[mallory.rpc, bare_addr]).await;
+
+    let greeter = Process::start("greeter-a", &certs, &[seed]);
+    until(
+        &client_node,
+        "greeter-a and mallory seen",
+        Duration::from_secs(10),
+        |n| n == 2,
+    )
+    .await;
+    let client = GreeterClient::new(&client_node);
+    let mut served_by = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        served_by.insert(client.greet("rust".into()).await.unwrap().node);
+    }
+    assert!(served_by.contains("greeter-a"), "{served_by:?}");
+    for beat in beats {
+        beat.abort();
+    }
+    accepting.abort();
+    drop((greeter, mallory));
     client_node.shutdown().await;
 }
 

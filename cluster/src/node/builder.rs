@@ -457,6 +457,11 @@ impl NodeBuilder {
             .registry
             .unwrap_or_else(|| Arc::new(MemoryRegistry::new()));
 
+        // The listener is bound now (its port goes in the registry entry), and accepts once the
+        // node has joined: the registry's name claim may probe an address that reaches this
+        // very port (another of its addresses, or a forwarder a member points at it), which
+        // must not answer as the holder of the node's own name (`registry/gossip/claim.rs`).
+        let (accept, accepting) = watch::channel(false);
         let (addr, listener, connector, incoming) = match self.memory {
             Some(network) => {
                 let addr = network.bind(&dispatcher);
@@ -494,7 +499,7 @@ impl NodeBuilder {
                     tls: tls.clone(),
                 };
                 let (local, task, incoming) =
-                    tcp::serve(addr, dispatcher.clone(), serving, stopped)
+                    tcp::serve(addr, dispatcher.clone(), serving, stopped, accepting)
                         .await
                         .map_err(|source| StartError::Listen { addr, source })?;
                 let connecting = ConnectConfig {
@@ -537,6 +542,7 @@ impl NodeBuilder {
         let _ = dispatcher.describe.set(describe);
         let _ = dispatcher.generation.set(generation);
         registry.join(info.clone()).await?;
+        let _ = accept.send(true);
         tracing::info!("node {info} started");
         let node = Node {
             inner: Arc::new(NodeInner {

@@ -46,9 +46,10 @@ pub trait Registry: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Told before [`join`](Self::join), by a node with an identity: the identity itself, for
-    /// a backend that signs what it publishes with the node's key (the gossip registry,
-    /// `docs/security.md`). The default binds the identity's cluster
+    /// Told before [`join`](Self::join), by a node with an identity: the identity itself. A
+    /// backend that proves names with certificates (the gossip registry's name claim) or signs
+    /// what it publishes with the node's key (the gossip registry's state, `docs/security.md`,
+    /// "Signed gossip") keeps it. The default binds the cluster its certificate is for
     /// ([`bind_cluster`](Self::bind_cluster)).
     fn bind_identity(&self, identity: &crate::Identity) -> Result<(), RegistryError> {
         self.bind_cluster(identity.cluster())

@@ -11,7 +11,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 
 use super::IdentityError;
 
-/// A gossip key: 32 random bytes (ChaCha20-Poly1305), written as 64 hex digits.
+/// A gossip key: 32 random bytes (XChaCha20-Poly1305), written as 64 hex digits.
 #[derive(Clone, PartialEq, Eq)]
 pub struct GossipKey([u8; 32]);
 
@@ -81,9 +81,22 @@ impl GossipKey {
         )
     }
 
-    fn sealing(&self) -> LessSafeKey {
-        LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &self.0).expect("a 32-byte key"))
+    fn sealing(&self) -> SealKey {
+        SealKey {
+            raw: self.0,
+            chacha: LessSafeKey::new(
+                UnboundKey::new(&CHACHA20_POLY1305, &self.0).expect("a 32-byte key"),
+            ),
+        }
     }
+}
+
+/// A key as `seal.rs` uses it: its bytes, from which XChaCha20-Poly1305 derives each datagram's
+/// subkey, and ring's ChaCha20-Poly1305 key of them, which opens the datagrams of the earlier
+/// format (a 96-bit nonce under the key itself).
+pub(crate) struct SealKey {
+    pub(crate) raw: [u8; 32],
+    pub(crate) chacha: LessSafeKey,
 }
 
 /// The keys a node seals and opens gossip with. Clones share one keyring: keep a clone to
@@ -107,7 +120,7 @@ pub struct Keyring {
 
 struct Keys {
     primary: KeyId,
-    keys: Vec<(KeyId, Arc<LessSafeKey>)>,
+    keys: Vec<(KeyId, Arc<SealKey>)>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -197,7 +210,7 @@ impl Keyring {
     }
 
     /// The primary key, to seal with.
-    pub(crate) fn sealing(&self) -> (KeyId, Arc<LessSafeKey>) {
+    pub(crate) fn sealing(&self) -> (KeyId, Arc<SealKey>) {
         let keys = self.read();
         let primary = keys.primary;
         let key = keys
@@ -210,7 +223,7 @@ impl Keyring {
     }
 
     /// The installed key of this id, to open with.
-    pub(crate) fn opening(&self, id: KeyId) -> Option<Arc<LessSafeKey>> {
+    pub(crate) fn opening(&self, id: KeyId) -> Option<Arc<SealKey>> {
         self.read()
             .keys
             .iter()

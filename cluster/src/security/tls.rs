@@ -63,6 +63,14 @@ pub(crate) struct Tls {
     pub(crate) cluster: String,
 }
 
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Tls {
     pub(crate) fn new(identity: &Identity) -> Result<Self, IdentityError> {
         let id = &identity.inner;

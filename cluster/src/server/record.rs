@@ -17,10 +17,19 @@
 //!    before the caller's budget ran out still finds it. The caller pins a retry to the process
 //!    the call may have run on (`Head::pinned`), and does not retry past `KEEP` (`client/attempt.rs`).
 //!
-//! Bounds: [`MAX_CALLS`] calls, [`MAX_CALLS_PER_CALLER`] of one caller, [`MAX_BYTES`] of kept
-//! replies. A call that finds the record full is refused as `Overloaded` before it runs (so it
-//! is retried elsewhere, never run twice); a reply too large for what is left is not kept, and a
-//! retry of that call is told it ran and its reply is gone.
+//! Bounds, in the bytes the record really takes (its table, its expiry lists and the replies
+//! kept, each counted as allocated: [`ENTRY_BYTES`], [`kept_bytes`]): [`MAX_CALLS`] calls and
+//! [`MAX_BYTES`] in all; a quarter of each for one caller; and the last eighth of each kept for
+//! callers holding less than a sixty-fourth ([`RESERVE`]), so that members filling the record
+//! with fresh call ids (each up to its quarter) leave room for everyone else's calls. A call
+//! that finds no room is refused as `Overloaded` before it runs (so it is retried elsewhere,
+//! never run twice); a reply too large for what is left is not kept, and a retry of that call
+//! is told it ran and its reply is gone.
+//!
+//! A small reply (a deposit's receipt) is kept inside the call's entry, not in an allocation
+//! of its own, and calls expire by the second from lists, not a tree of small nodes: a record
+//! filled with such calls is a few large allocations, which keeps the node's resident memory
+//! near what is counted (`examples/tests/abuse.rs`, rows 11a and 11b).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -38,15 +47,31 @@ pub(crate) const KEEP: Duration = Duration::from_secs(600);
 /// way, and the two nodes count the budget from moments a network trip apart.
 pub(crate) const GRACE: Duration = Duration::from_secs(5);
 /// The most calls kept: a caller making 1,000 at-most-once calls a second to one provider, on
-/// budgets of 30 s, needs 35,000.
-pub(crate) const MAX_CALLS: usize = 262_144;
+/// budgets of 25 s, needs its quarter of them.
+pub(crate) const MAX_CALLS: usize = 1 << 17;
 /// The most calls of one caller kept, and the most of [`MAX_BYTES`] its calls take: one node
 /// cannot fill the record for the others.
 pub(crate) const MAX_CALLS_PER_CALLER: usize = MAX_CALLS / 4;
-/// The most bytes the record takes: every call's entry ([`ENTRY_BYTES`]) and the replies kept.
-pub(crate) const MAX_BYTES: usize = 128 << 20;
-/// What one call's entry takes, besides its reply: its key, state and place in the order.
-const ENTRY_BYTES: usize = 192;
+/// The most bytes the record takes: every call's entry ([`ENTRY_BYTES`]) and the replies kept
+/// outside their entries ([`kept_bytes`]).
+pub(crate) const MAX_BYTES: usize = 64 << 20;
+/// The share of [`MAX_CALLS`] and [`MAX_BYTES`] (one part in this many) kept for callers that
+/// hold less than a sixty-fourth of each; the others stop short of it.
+const RESERVE: usize = 8;
+/// What one call's entry takes, besides a reply kept outside it: its slot in the table
+/// (hashbrown keeps a table at most 7/8 full and doubles it, so a slot costs between 8/7 and
+/// 16/7 of its size: counted at twice) and its place in an expiry list (a `Vec` that doubles:
+/// counted at twice). 316 bytes on x86-64.
+pub(crate) const ENTRY_BYTES: usize =
+    2 * (size_of::<(Key, Entry)>() + 1) + 2 * size_of::<(Key, u64)>();
+/// Replies of at most this many bytes are kept inside their entry.
+const INLINE: usize = 22;
+
+/// What a reply kept outside its entry takes: the reply, its `Arc` and its buffer, each
+/// allocation with the allocator's own 16 bytes.
+pub(crate) fn kept_bytes(reply: &Reply) -> usize {
+    reply.size() + size_of::<Reply>() + 2 * size_of::<usize>() + 2 * 16
+}
 
 /// A call, as the record knows it: who made it, of which function, and its id. The function is
 /// in the key so that a caller that used one id for two functions gets neither the other's
@@ -66,9 +91,11 @@ pub(crate) struct Record {
 #[derive(Debug, Default)]
 struct Inner {
     calls: HashMap<Key, Entry>,
-    /// Calls by when they expire (and the order they were entered in): expiring takes the
-    /// first, whatever was entered before or after.
-    order: BTreeMap<(Instant, u64), Key>,
+    /// Calls by the second they expire in, counted from `epoch` (each with the `seq` it was
+    /// entered with): a list is forgotten whole once its second has passed, so a call is
+    /// forgotten at most a second after it expires, never before.
+    expiring: BTreeMap<u64, Vec<(Key, u64)>>,
+    epoch: Option<Instant>,
     entered: u64,
     /// Each caller's calls kept, and the bytes they take.
     per_caller: HashMap<Arc<str>, (usize, usize)>,
@@ -77,7 +104,6 @@ struct Inner {
 
 #[derive(Debug)]
 struct Entry {
-    expires: Instant,
     seq: u64,
     state: State,
     /// The newest retry of the call ([`Record::seen`]): only it waits for a running call, an
@@ -90,9 +116,19 @@ struct Entry {
 #[derive(Debug)]
 enum State {
     Running(Arc<Notify>),
-    /// The reply, shared with every retry answered, or `None` when it was too large to keep.
-    Finished(Option<Arc<Reply>>, usize),
+    Finished(Kept),
     Interrupted,
+}
+
+/// A finished call's reply, as kept.
+#[derive(Debug)]
+enum Kept {
+    /// A `Done` reply of at most [`INLINE`] bytes, inside the entry.
+    Inline(u8, [u8; INLINE]),
+    /// Any other, shared with every retry answered, and the bytes it is counted at.
+    Shared(Arc<Reply>, usize),
+    /// Too large for the room left: not kept. Its size, for the retry's error.
+    Gone(usize),
 }
 
 /// What [`Record::begin`] found.
@@ -128,6 +164,7 @@ impl Record {
     pub(crate) fn begin(self: &Arc<Self>, key: Key, budget_end: Option<Instant>) -> Begin {
         let now = Instant::now();
         let mut inner = self.lock();
+        inner.epoch.get_or_insert(now);
         inner.expire(now);
         if let Some(recall) = inner.recall_of(key.clone()) {
             return Begin::Seen(recall);
@@ -137,14 +174,10 @@ impl Record {
             .get(&key.caller)
             .copied()
             .unwrap_or_default();
-        if inner.calls.len() >= MAX_CALLS
-            || mine >= MAX_CALLS_PER_CALLER
-            || inner.bytes + ENTRY_BYTES > MAX_BYTES
-            || my_bytes + ENTRY_BYTES > MAX_BYTES / 4
-        {
+        if !inner.has_room(mine, my_bytes, 1, ENTRY_BYTES) {
             return Begin::Full(format!(
                 "the record of at-most-once calls is full ({} calls, {mine} of this caller's, \
-                 {} bytes): it was not run here",
+                 {} bytes of {MAX_BYTES}): it was not run here",
                 inner.calls.len(),
                 inner.bytes
             ));
@@ -157,12 +190,16 @@ impl Record {
         let expires = budget_end.map_or(kept_until, |end| end.min(kept_until)) + GRACE;
         inner.entered += 1;
         let seq = inner.entered;
-        inner.order.insert((expires, seq), key.clone());
+        let second = inner.second_after(expires);
+        inner
+            .expiring
+            .entry(second)
+            .or_default()
+            .push((key.clone(), seq));
         let notify = Arc::new(Notify::new());
         inner.calls.insert(
             key.clone(),
             Entry {
-                expires,
                 seq,
                 state: State::Running(notify),
                 latest_recall: 0,
@@ -195,10 +232,14 @@ impl Record {
                     return Reply::Expired;
                 }
                 match entry.map(|e| &e.state) {
-                    Some(State::Finished(Some(reply), _)) => {
+                    Some(State::Finished(Kept::Inline(len, bytes))) => {
+                        let reply = Reply::Done(bytes[..usize::from(*len)].to_vec());
+                        return Reply::Recalled(Arc::new(reply));
+                    }
+                    Some(State::Finished(Kept::Shared(reply, _))) => {
                         return Reply::Recalled(reply.clone());
                     }
-                    Some(State::Finished(None, size)) => {
+                    Some(State::Finished(Kept::Gone(size))) => {
                         return Reply::Undeliverable(format!(
                             "the call ran here; its reply ({size} bytes) was more than the record \
                              of at-most-once calls had room to keep, so it is gone, and the call \
@@ -241,14 +282,43 @@ impl Inner {
         })
     }
 
-    /// Forgets the calls that expired, soonest first: each costs a look at the first of
-    /// `order`, never a walk of the record.
+    /// Whether a caller holding `mine` calls and `my_bytes` may enter `calls` more calls of
+    /// `bytes`: within its quarter, and within the record short of its reserve, or within the
+    /// whole record for a caller that holds less than a sixty-fourth.
+    fn has_room(&self, mine: usize, my_bytes: usize, calls: usize, bytes: usize) -> bool {
+        let (all, all_bytes) = (self.calls.len() + calls, self.bytes + bytes);
+        let (mine_after, my_bytes_after) = (mine + calls, my_bytes + bytes);
+        if mine_after > MAX_CALLS_PER_CALLER || my_bytes_after > MAX_BYTES / 4 {
+            return false;
+        }
+        let small = mine < MAX_CALLS / 64 && my_bytes < MAX_BYTES / 64;
+        let share = |max: usize| if small { max } else { max - max / RESERVE };
+        all <= share(MAX_CALLS) && all_bytes <= share(MAX_BYTES)
+    }
+
+    /// The second after the one `at` falls in, counted from the record's first call (no call
+    /// expires before it).
+    fn second_after(&self, at: Instant) -> u64 {
+        let epoch = self.epoch.unwrap_or(at);
+        at.saturating_duration_since(epoch).as_secs() + 1
+    }
+
+    /// Forgets the calls that expired: each whole second passed costs one look at the first
+    /// list, never a walk of the record.
     fn expire(&mut self, now: Instant) {
-        while let Some(first) = self.order.first_entry()
-            && first.key().0 <= now
+        let Some(epoch) = self.epoch else {
+            return;
+        };
+        let passed = now.saturating_duration_since(epoch).as_secs();
+        while let Some(first) = self.expiring.first_entry()
+            && *first.key() <= passed
         {
-            let key = first.remove();
-            self.forget(&key);
+            for (key, seq) in first.remove() {
+                // The same key entered again later is another call, in another list.
+                if self.calls.get(&key).is_some_and(|e| e.seq == seq) {
+                    self.forget(&key);
+                }
+            }
         }
     }
 
@@ -256,9 +326,8 @@ impl Inner {
         let Some(entry) = self.calls.remove(key) else {
             return;
         };
-        self.order.remove(&(entry.expires, entry.seq));
         let kept = match entry.state {
-            State::Finished(Some(_), size) => size,
+            State::Finished(Kept::Shared(_, size)) => size,
             _ => 0,
         };
         self.bytes -= ENTRY_BYTES + kept;
@@ -280,23 +349,35 @@ impl Inner {
             return;
         };
         let notify = notify.clone();
-        entry.state = match reply {
+        let state = match reply {
+            Some(Reply::Done(bytes)) if bytes.len() <= INLINE => {
+                let mut inline = [0; INLINE];
+                inline[..bytes.len()].copy_from_slice(bytes);
+                State::Finished(Kept::Inline(bytes.len() as u8, inline))
+            }
             Some(reply) => {
-                let size = reply.size() + 64;
-                let mine = self.per_caller.get_mut(&key.caller);
-                match mine {
-                    Some((_, my_bytes))
-                        if self.bytes + size <= MAX_BYTES && *my_bytes + size <= MAX_BYTES / 4 =>
-                    {
+                let size = kept_bytes(reply);
+                let (mine, my_bytes) = self
+                    .per_caller
+                    .get(&key.caller)
+                    .copied()
+                    .unwrap_or_default();
+                // Its own entry is counted already: the reply is room for no new call.
+                if self.has_room(mine, my_bytes, 0, size) {
+                    if let Some((_, my_bytes)) = self.per_caller.get_mut(&key.caller) {
                         *my_bytes += size;
-                        self.bytes += size;
-                        State::Finished(Some(Arc::new(reply.clone())), size)
                     }
-                    _ => State::Finished(None, size),
+                    self.bytes += size;
+                    State::Finished(Kept::Shared(Arc::new(reply.clone()), size))
+                } else {
+                    State::Finished(Kept::Gone(reply.size()))
                 }
             }
             None => State::Interrupted,
         };
+        if let Some(entry) = self.calls.get_mut(key) {
+            entry.state = state;
+        }
         notify.notify_waiters();
     }
 }
@@ -428,8 +509,13 @@ mod tests {
         running.finish(&Reply::Done(vec![1]));
         tokio::time::advance(Duration::from_secs(10) + GRACE).await;
         assert!(
+            matches!(record.begin(key("web-1", 1), None), Begin::Seen(_)),
+            "kept to the end of its budget and grace"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
             matches!(record.begin(key("web-1", 1), None), Begin::Run(_)),
-            "forgotten once its budget and grace are over"
+            "forgotten within a second after its budget and grace are over"
         );
         let mut refused = 0;
         for call in 0..MAX_CALLS_PER_CALLER as u128 + 10 {
@@ -481,7 +567,10 @@ mod tests {
                 Reply::Recalled(_)
             ));
         }
-        assert_eq!(kept, 3, "32 MiB of 128");
+        assert_eq!(
+            kept, 1,
+            "16 MiB of 64, and 8 MiB is more than half of it with its overhead"
+        );
         let Begin::Run(running) = record.begin(key("web-1", 1), None) else {
             panic!();
         };
@@ -522,6 +611,44 @@ mod tests {
             matches!(next, Begin::Run(_)),
             "refused as full; the record still holds {held} calls, all but one expired"
         );
+    }
+
+    /// Four members fill their quarters with fresh call ids: together they stop an eighth
+    /// short, which is kept for callers that hold little; a fifth member that tries gets
+    /// only a sixty-fourth of it.
+    #[tokio::test(start_paused = true)]
+    async fn members_filling_their_quarters_leave_the_reserve_to_callers_that_hold_little() {
+        let record = Arc::new(Record::default());
+        let mut run = 0;
+        for member in ["evil-1", "evil-2", "evil-3", "evil-4", "evil-5"] {
+            for call in 0..=MAX_CALLS_PER_CALLER as u128 {
+                match record.begin(key(member, call), Some(later(600))) {
+                    Begin::Run(running) => {
+                        running.finish(&Reply::Done(vec![1; 8]));
+                        run += 1;
+                    }
+                    Begin::Full(_) => break,
+                    Begin::Seen(_) => panic!(),
+                }
+            }
+        }
+        assert_eq!(run, MAX_CALLS - MAX_CALLS / RESERVE + MAX_CALLS / 64);
+        for call in 0..100 {
+            let Begin::Run(running) = record.begin(key("web-1", call), Some(later(600))) else {
+                panic!("an honest caller's call {call} was refused");
+            };
+            running.finish(&Reply::Done(vec![1; 8]));
+        }
+        let counted = record.lock().bytes;
+        assert!(counted <= MAX_BYTES, "{counted}");
+    }
+
+    /// What is counted covers what the record's own structures hold.
+    #[test]
+    fn an_entry_is_counted_at_least_at_its_slot_and_list_place() {
+        assert!(ENTRY_BYTES >= size_of::<(Key, Entry)>() + size_of::<(Key, u64)>());
+        assert!(size_of::<Entry>() <= 48, "{}", size_of::<Entry>());
+        assert!(kept_bytes(&Reply::Done(vec![0; 100])) >= 100 + size_of::<Reply>());
     }
 
     /// A caller that used one id for two functions gets neither the other's reply.

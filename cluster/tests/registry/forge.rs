@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use cluster::Node;
 use cluster::registry::{GossipConfig, GossipRegistry, Registry};
+use cluster::{Keyring, Node};
 use tokio::net::UdpSocket;
 
 /// The cluster of every node here.
@@ -178,6 +178,8 @@ pub fn rle_frame(byte: u8, len: u32) -> Vec<u8> {
 pub struct Peer {
     pub socket: UdpSocket,
     pub to: SocketAddr,
+    /// A member's keyring: what it sends is sealed, what it reads opened.
+    pub keyring: Option<Keyring>,
 }
 
 impl Peer {
@@ -185,6 +187,15 @@ impl Peer {
         Self {
             socket: UdpSocket::bind("127.0.0.1:0").await.unwrap(),
             to: registry.gossip_addr().expect("gossiping"),
+            keyring: None,
+        }
+    }
+
+    /// A member holding `keyring`, speaking to a secure registry (of cluster [`CLUSTER`]).
+    pub async fn member_of(registry: &GossipRegistry, keyring: Keyring) -> Self {
+        Self {
+            keyring: Some(keyring),
+            ..Self::to(registry).await
         }
     }
 
@@ -193,6 +204,14 @@ impl Peer {
     }
 
     pub async fn send(&self, datagram: &[u8]) {
+        let sealed;
+        let datagram = match &self.keyring {
+            Some(keyring) => {
+                sealed = keyring.seal_datagram(CLUSTER, datagram);
+                &sealed[..]
+            }
+            None => datagram,
+        };
         self.socket.send_to(datagram, self.to).await.unwrap();
     }
 
@@ -204,7 +223,10 @@ impl Peer {
             .ok()?
             .ok()?;
         buf.truncate(len);
-        Some(buf)
+        match &self.keyring {
+            Some(keyring) => keyring.open_datagram(CLUSTER, &buf),
+            None => Some(buf),
+        }
     }
 
     /// Sends `syn` and returns the node's SYN-ACK: proof that its gossip task is alive, and
@@ -239,4 +261,53 @@ pub fn description(name: &str, pad: usize) -> String {
         r#"{{"name":"{name}","version":"1.0.0","options":{{}},"functions":[],"wire":2,"pad":"{}"}}"#,
         "x".repeat(pad)
     )
+}
+
+/// Keeps `id` alive at the peer's node: a heartbeat every 20 ms, as long as the task runs.
+pub fn beat(peer: std::sync::Arc<Peer>, id: Id) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for heartbeat in 2.. {
+            peer.send(&syn(&[(id.clone(), heartbeat)])).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// As a member holding `keyring`: live generations `7..` of node `name`, each saying it is up
+/// at one of `at`, forged into `registry` (of a secure cluster [`CLUSTER`]); returns once
+/// `registry` holds them all, or has refused them: a registry whose node has an identity takes
+/// only values signed by the node they are about (`docs/security.md`, "Signed gossip"), and
+/// these are unsigned. Their heartbeats go on until the tasks are aborted.
+pub async fn forge_holders(
+    registry: &GossipRegistry,
+    keyring: Keyring,
+    name: &str,
+    at: &[SocketAddr],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let known = registry.nodes().len() + at.len();
+    let peer = std::sync::Arc::new(Peer::member_of(registry, keyring).await);
+    let mut beats = Vec::new();
+    for (generation, at) in (7..).zip(at) {
+        let id = Id::new(name, generation, peer.addr());
+        assert!(peer.syn_ack(&syn(&[(id.clone(), 1)])).await.is_some());
+        let ops = Ops::default()
+            .node(&id)
+            .set("rpc", &at.to_string(), 1)
+            .set("status", "up", 2);
+        peer.send(&ops.ack()).await;
+        beats.push(beat(peer.clone(), id));
+    }
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while (registry.nodes().iter().all(|n| n.name != name)
+        || usize::from(digest_len(&peer.syn_ack(&syn(&[])).await.expect("answers"))) < known)
+        && registry.forged_updates() < at.len() as u64
+    {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the forged holders were never taken: {:?}",
+            registry.nodes()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    beats
 }

@@ -10,7 +10,7 @@ use cluster::ServiceDescription;
 use cluster::registry::{GossipConfig, GossipRegistry, Registry, RegistryError, ServiceEntry};
 use cluster::{Node, StartError};
 
-use crate::forge::{Id, Ops, Peer, description, digest_len, syn, victim};
+use crate::forge::{Id, Ops, Peer, beat, description, digest_len, syn, victim};
 use crate::support::until;
 
 #[tokio::test]
@@ -24,16 +24,6 @@ async fn a_node_holds_at_most_max_nodes_however_many_ids_a_peer_names() {
     assert_eq!(digest_len(&reply), 50, "itself and 49 of them");
     assert_eq!(registry.refused_updates(), 451);
     node.shutdown().await;
-}
-
-/// Keeps `id` alive at the victim: a heartbeat every 20 ms, as long as the task runs.
-fn beat(peer: Arc<Peer>, id: Id) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        for heartbeat in 2.. {
-            peer.send(&syn(&[(id.clone(), heartbeat)])).await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
 }
 
 /// A forged node `name`, up at the victim with `services` of about `size` bytes each.

@@ -12,4 +12,5 @@ mod gossip;
 mod hostile;
 mod limits;
 mod liveness;
+mod members;
 mod v2_attacks;

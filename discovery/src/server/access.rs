@@ -1,8 +1,9 @@
 //! Who may do what: HTTP Basic credentials for clients and for peers, checked before any route
 //! runs (`guard`), as Spring's secured Eureka servers do.
 //!
-//! With no credentials configured the server is open (as Eureka without Spring Security). With
-//! any configured:
+//! A server is given its `Access` by name before it starts ([`super::RegistryServer::access`]):
+//! credentials, or [`Access::open`] (as Eureka without Spring Security), never open by default.
+//! With any credentials configured:
 //! - writes (register, renew, cancel, status overrides, metadata) need the client or the peer
 //!   credentials;
 //! - replication (`peerreplication/batch`, and any write marked `?isReplication=true` or
@@ -73,8 +74,9 @@ impl fmt::Debug for Credentials {
     }
 }
 
-/// Who may write, replicate and read. The default is open: no credentials.
-#[derive(Debug, Clone, Default)]
+/// Who may write, replicate and read. There is no default: open is [`Access::open`], said by
+/// name.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Access {
     /// What clients (instances registering, operators) send to write.
@@ -88,9 +90,16 @@ pub struct Access {
 }
 
 impl Access {
-    /// Open: anyone who reaches the port writes and replicates.
+    /// Open: no credentials, so anyone who reaches the port registers, cancels, overrides
+    /// statuses and replicates. Only behind an authenticating proxy, or on a laptop; the
+    /// server WARNs at start. Setting [`clients`](Self::clients) or [`peers`](Self::peers)
+    /// afterwards secures it.
     pub fn open() -> Self {
-        Self::default()
+        Self {
+            clients: None,
+            peers: None,
+            protect_reads: false,
+        }
     }
 
     /// Writes need `clients` (or the peers' credentials); replication needs `peers`.

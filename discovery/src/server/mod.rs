@@ -51,6 +51,11 @@ pub(crate) struct Shared {
 
 /// A Eureka-compatible registry server, to configure and then [`start`](Self::start) on a port
 /// or turn into an in-process [`service`](Self::service).
+///
+/// Who may write is said before it starts: [`access`](Self::access) with credentials
+/// ([`Access::new`]), or [`Access::open`] by name. Without either, [`start`](Self::start) and
+/// [`start_on`](Self::start_on) refuse (`InvalidInput`), as `cluster-discovery serve` does
+/// without `--user`, `--peer-user` or `--open`.
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct RegistryServer {
@@ -58,13 +63,16 @@ pub struct RegistryServer {
     clock: Clock,
     peers: Vec<String>,
     dashboard: Dashboard,
-    access: Access,
+    /// `None` until [`RegistryServer::access`] is called: a server does not start open unless
+    /// asked to by name.
+    access: Option<Access>,
     tls: Option<ServerTls>,
     peer_ca: Vec<u8>,
 }
 
 impl RegistryServer {
-    /// A server with Eureka's defaults, no peers, the dashboard behind a token.
+    /// A server with Eureka's defaults, no peers, the dashboard behind a token, and no
+    /// [`access`](Self::access) yet: give one before it starts.
     pub fn new() -> Self {
         Self::default()
     }
@@ -105,11 +113,24 @@ impl RegistryServer {
         self
     }
 
-    /// Who may write, replicate and read (open by default). The peer credentials are also
-    /// what this server sends when it replicates to its peers.
+    /// Who may write, replicate and read: [`Access::new`] (credentials) or [`Access::open`]
+    /// (anyone who reaches the port). Required before [`start`](Self::start). The peer
+    /// credentials are also what this server sends when it replicates to its peers.
     pub fn access(mut self, access: Access) -> Self {
-        self.access = access;
+        self.access = Some(access);
         self
+    }
+
+    /// The access configured, or why the server does not start without one.
+    fn configured_access(&self) -> std::io::Result<&Access> {
+        self.access.as_ref().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "no access configured: give RegistryServer::access(Access::new(clients, peers)) \
+                 for credentials, or RegistryServer::access(Access::open()) to let anyone who \
+                 reaches the port write (behind an authenticating proxy, or on a laptop)",
+            )
+        })
     }
 
     /// Serves HTTPS with this certificate and key (plaintext by default).
@@ -138,7 +159,10 @@ impl RegistryServer {
 
     fn shared(self, http: &reqwest::Client) -> Arc<Shared> {
         let timeout = self.config.peer_timeout;
-        let as_peer = self.access.peers.clone();
+        // In process (`service`), no access means open: there is no port, and whoever holds
+        // the service is its only caller. `start_on` has refused by now.
+        let access = self.access.unwrap_or_else(Access::open);
+        let as_peer = access.peers.clone();
         let throttle = Arc::new(Throttle::new(self.config.limits.warning_interval));
         Arc::new_cyclic(|weak| Shared {
             store: Store::new(self.config.clone(), self.clock),
@@ -161,14 +185,14 @@ impl RegistryServer {
             },
             dashboard: self.dashboard,
             config: self.config,
-            access: self.access,
+            access,
             throttle,
         })
     }
 
-    /// What an operator should know before trusting this configuration, logged at start.
-    fn warn_about(&self, addr: SocketAddr) {
-        if !self.access.is_secured() {
+    /// What an operator should know before trusting `access`, logged at start.
+    fn warn_about(&self, access: &Access, addr: SocketAddr) {
+        if !access.is_secured() {
             tracing::warn!(
                 "no credentials configured: anyone who reaches {addr} can register, cancel, \
                  override statuses and replicate (see --user in docs/discovery.md)"
@@ -181,7 +205,7 @@ impl RegistryServer {
                  clear (base64 is no encryption); give --tls-cert and --tls-key"
             );
         }
-        if !self.peers.is_empty() && self.access.peers.is_none() {
+        if !self.peers.is_empty() && access.peers.is_none() {
             tracing::warn!(
                 "peers are configured but no peer credentials: peers will refuse this \
                  server's replication, and this server theirs"
@@ -190,7 +214,7 @@ impl RegistryServer {
         if self
             .peers
             .iter()
-            .any(|p| p.starts_with("http://") && self.access.peers.is_some())
+            .any(|p| p.starts_with("http://") && access.peers.is_some())
         {
             tracing::warn!(
                 "a peer is named by http://: the peer password crosses the network in clear"
@@ -200,6 +224,8 @@ impl RegistryServer {
 
     /// The server as an in-process service (no socket): for [`crate::client::Transport`]'s
     /// in-process variant and for tests on a paused clock. Peers are not contacted at start.
+    /// With no port there is no one to keep out but the holder's own code, so it needs no
+    /// [`access`](Self::access): without one it is open.
     pub fn service(self) -> Service {
         let http = self.http().unwrap_or_default();
         let shared = self.shared(&http);
@@ -215,7 +241,10 @@ impl RegistryServer {
     /// When no peer gave it a registry, the server warms up (see [`ServerConfig::warm_up`]):
     /// reads answer 503 for [`ServerConfig::warm_up_window`] (one renewal interval by
     /// default), while registrations and heartbeats rebuild the registry.
+    ///
+    /// Fails with `InvalidInput`, before binding, when no [`access`](Self::access) was given.
     pub async fn start(self, addr: SocketAddr) -> std::io::Result<RunningServer> {
+        self.configured_access()?;
         self.start_on(tokio::net::TcpListener::bind(addr).await?)
             .await
     }
@@ -226,10 +255,11 @@ impl RegistryServer {
         self,
         listener: tokio::net::TcpListener,
     ) -> std::io::Result<RunningServer> {
+        let access = self.configured_access()?;
         let addr = listener.local_addr()?;
         let timeout = self.config.peer_timeout;
         let http = self.http()?;
-        self.warn_about(addr);
+        self.warn_about(access, addr);
         let tls = self.tls.clone();
         let shared = self.shared(&http);
         let synced = peers::sync_from_peers(&shared, &http, timeout).await;

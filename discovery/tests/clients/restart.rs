@@ -14,7 +14,7 @@ use cluster_discovery::backend::{EurekaRegistry, EurekaRegistryConfig};
 use cluster_discovery::client::{EurekaClient, Heartbeat};
 use cluster_discovery::model::Instance;
 use cluster_discovery::resolve::{Discovery, Endpoint, Resolve};
-use cluster_discovery::server::{Clock, RegistryServer, RunningServer, ServerConfig};
+use cluster_discovery::server::{Clock, RunningServer, ServerConfig};
 
 /// The read paths a warm-up answers 503 on.
 const READS: [&str; 5] = [
@@ -46,7 +46,7 @@ async fn running() -> RunningServer {
 async fn restart(server: RunningServer, clock: &Clock) -> RunningServer {
     let addr: SocketAddr = server.addr();
     server.shutdown().await;
-    RegistryServer::new()
+    crate::support::open_server()
         .clock(clock.clone())
         .start(addr)
         .await
@@ -68,7 +68,7 @@ async fn ids(server: &RunningServer) -> Vec<String> {
 #[tokio::test]
 async fn a_server_started_empty_answers_reads_503_for_its_whole_window_while_instances_register() {
     let clock = clock_now();
-    let s = RegistryServer::new()
+    let s = crate::support::open_server()
         .clock(clock.clone())
         .start(([127, 0, 0, 1], 0).into())
         .await
@@ -141,7 +141,7 @@ async fn the_window_can_be_set_or_switched_off() {
     let clock = clock_now();
     let mut config = ServerConfig::default();
     config.warm_up_window = Some(Duration::from_secs(5));
-    let s = RegistryServer::new()
+    let s = crate::support::open_server()
         .clock(clock.clone())
         .config(config)
         .start(([127, 0, 0, 1], 0).into())
@@ -156,7 +156,7 @@ async fn the_window_can_be_set_or_switched_off() {
 
     let mut config = ServerConfig::default();
     config.warm_up_window = Some(Duration::MAX);
-    let s = RegistryServer::new()
+    let s = crate::support::open_server()
         .clock(clock.clone())
         .config(config)
         .start(([127, 0, 0, 1], 0).into())

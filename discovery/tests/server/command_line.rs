@@ -1,25 +1,50 @@
 //! The `cluster-discovery` binary's command line: `--help` names every option; a misuse exits 2
-//! and says what was wrong; a command line with options of each kind still starts a server
-//! that does as they say; SIGTERM stops it as ctrl-c does, after the request in flight.
+//! and says what was wrong; `serve` without credentials refuses unless `--open` says so; a
+//! command line with options of each kind still starts a server that does as they say; SIGTERM
+//! stops it as ctrl-c does, after the request in flight.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::Server;
 
-/// What `cluster-discovery ARGS` did: its exit code, stdout and stderr.
+/// What `cluster-discovery ARGS` did: its exit code, stdout and stderr. A command that is still
+/// running after 10 s (a server that started where it should have refused) is killed and the
+/// test fails, rather than hangs.
 fn discovery(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))
-        .args(args)
-        .env_remove("DISCOVERY_PASSWORD")
-        .env_remove("DISCOVERY_PEER_PASSWORD")
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut child = Server(
+        Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))
+            .args(args)
+            .env_remove("DISCOVERY_PASSWORD")
+            .env_remove("DISCOVERY_PEER_PASSWORD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = pipe.read_to_end(&mut text);
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let out = read(Box::new(child.0.stdout.take().unwrap()));
+    let err = read(Box::new(child.0.stderr.take().unwrap()));
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{args:?} still running after 10 s (it should have exited)"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (code, out.join().unwrap(), err.join().unwrap())
 }
 
 /// Asserts that `serve ARGS` is a misuse: exit code 2, nothing on stdout (no server started),
@@ -34,7 +59,7 @@ fn misuse(args: &[&str], named: &[&str]) {
 }
 
 /// Every option of `serve`, and the environment variables it reads.
-const OPTIONS: [&str; 39] = [
+const OPTIONS: [&str; 40] = [
     "--port",
     "--bind",
     "--peer",
@@ -52,6 +77,7 @@ const OPTIONS: [&str; 39] = [
     "--peer-user",
     "--peer-password-file",
     "--protect-reads",
+    "--open",
     "--tls-cert",
     "--tls-key",
     "--tls-ca",
@@ -84,6 +110,11 @@ fn help_exits_0_and_names_every_option_and_its_default() {
         for word in OPTIONS {
             assert!(out.contains(word), "{args:?} should name {word}:\n{out}");
         }
+        // `--open` is also the start of `--open-dashboard`: its own line.
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with("--open ")),
+            "{args:?} should name --open:\n{out}"
+        );
         // The defaults are the server's own (Limits::default(), ServerConfig::default()).
         for default in ["[default: 8761]", "[default: 90]", "[default: 1048576]"] {
             assert!(out.contains(default), "{args:?}: {default}:\n{out}");
@@ -123,6 +154,87 @@ fn a_misuse_exits_2_and_names_the_problem() {
     misuse(&["--user", "app"], &["--user app", "DISCOVERY_PASSWORD"]);
     misuse(&["--protect-reads"], &["--protect-reads", "--user"]);
     misuse(&["--tls-cert", "server.pem"], &["--tls-key"]);
+    // Open is said by name, and then no credential goes with it.
+    misuse(&["--open", "--user", "app"], &["--open", "--user"]);
+    misuse(
+        &["--peer-user", "peer", "--open"],
+        &["--open", "--peer-user"],
+    );
+    misuse(
+        &["--open", "--protect-reads"],
+        &["--open", "--protect-reads"],
+    );
+}
+
+#[test]
+fn serve_without_credentials_or_open_refuses_at_once_and_says_what_to_pass() {
+    for args in [
+        &["--port", "0"][..],
+        &["--port", "0", "--no-warm-up", "--open-dashboard"],
+    ] {
+        let started = Instant::now();
+        misuse(
+            args,
+            &[
+                "--user",
+                "--password-file",
+                "DISCOVERY_PASSWORD",
+                "--peer-user",
+                "--peer-password-file",
+                "DISCOVERY_PEER_PASSWORD",
+                "--open",
+                "authenticating proxy",
+            ],
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_serves_without_credentials_and_warns_that_anyone_may_write() {
+    let mut server = Server(
+        Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))
+            .args(["serve", "--port", "0", "--open", "--no-warm-up"])
+            .env_remove("DISCOVERY_PASSWORD")
+            .env_remove("DISCOVERY_PEER_PASSWORD")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts"),
+    );
+    let url = listening(&mut server).await;
+    let registered = reqwest::Client::new()
+        .post(format!("{url}apps/ORDERS"))
+        .header("content-type", "application/json")
+        .body(crate::support::js_body("orders", "o-1", 8080))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        registered.status(),
+        204,
+        "open: a write needs no credentials"
+    );
+    // SIGTERM, so that it exits 0 with its log flushed; then its stderr is whole.
+    let mut stderr = server.0.stderr.take().unwrap();
+    let term = Command::new("kill")
+        .args(["-TERM", &server.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let log = tokio::task::spawn_blocking(move || {
+        let mut log = String::new();
+        stderr.read_to_string(&mut log).unwrap();
+        log
+    })
+    .await
+    .unwrap();
+    assert!(
+        log.contains("WARN") && log.contains("no credentials configured: anyone who reaches"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,6 +311,12 @@ async fn serve(args: &[&str]) -> (Server, String) {
             .spawn()
             .expect("the binary starts"),
     );
+    let url = listening(&mut server).await;
+    (server, url)
+}
+
+/// The URL of a started `serve`, from the `listening on URL` line it prints first.
+async fn listening(server: &mut Server) -> String {
     let stdout = server.0.stdout.take().unwrap();
     let line = tokio::task::spawn_blocking(move || {
         let mut line = String::new();
@@ -207,18 +325,16 @@ async fn serve(args: &[&str]) -> (Server, String) {
     })
     .await
     .unwrap();
-    let url = line
-        .trim()
+    line.trim()
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("`listening on URL` first: {line}"))
-        .to_owned();
-    (server, url)
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_up_sets_the_window_and_no_warm_up_switches_it_off() {
     let http = reqwest::Client::new();
-    let (_server, url) = serve(&["--warm-up", "1"]).await;
+    let (_server, url) = serve(&["--open", "--warm-up", "1"]).await;
     let registered = http
         .post(format!("{url}apps/ORDERS"))
         .header("content-type", "application/json")
@@ -238,8 +354,8 @@ async fn warm_up_sets_the_window_and_no_warm_up_switches_it_off() {
 
     // The last of the two wins.
     for (args, status) in [
-        (&["--warm-up", "60", "--no-warm-up"][..], 200),
-        (&["--no-warm-up", "--warm-up", "60"], 503),
+        (&["--open", "--warm-up", "60", "--no-warm-up"][..], 200),
+        (&["--open", "--no-warm-up", "--warm-up", "60"], 503),
     ] {
         let (_server, url) = serve(args).await;
         let read = http.get(format!("{url}apps/")).send().await.unwrap();
@@ -251,7 +367,7 @@ async fn warm_up_sets_the_window_and_no_warm_up_switches_it_off() {
 async fn sigterm_stops_serve_after_the_request_in_flight_and_exits_0() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-    let (mut server, url) = serve(&[]).await;
+    let (mut server, url) = serve(&["--open"]).await;
     let addr = url
         .strip_prefix("http://")
         .and_then(|rest| rest.strip_suffix("/eureka/"))

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use cluster_discovery::server::{Limits, RegistryServer, RunningServer, ServerConfig, ServerTls};
+use cluster_discovery::server::{Limits, RunningServer, ServerConfig, ServerTls};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -14,7 +14,7 @@ async fn start(limits: Limits) -> RunningServer {
     let mut config = ServerConfig::default();
     config.warm_up = false;
     config.limits = limits;
-    RegistryServer::new()
+    crate::support::open_server()
         .config(config)
         .start("127.0.0.1:0".parse().unwrap())
         .await
@@ -179,7 +179,7 @@ async fn a_tls_handshake_never_started_is_closed_after_the_header_timeout() {
     let mut config = ServerConfig::default();
     config.warm_up = false;
     config.limits = quick();
-    let server = RegistryServer::new()
+    let server = crate::support::open_server()
         .config(config)
         .tls(ServerTls::from_pem(cert.pem().as_bytes(), key.serialize_pem().as_bytes()).unwrap())
         .start("127.0.0.1:0".parse().unwrap())

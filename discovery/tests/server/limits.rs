@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cluster_discovery::server::{Clock, Limits, RegistryServer, RunningServer, ServerConfig};
+use cluster_discovery::server::{Clock, Limits, RunningServer, ServerConfig};
 use reqwest::{Method, StatusCode};
 
 /// 2021-01-01, on a clock that only moves when told.
@@ -19,7 +19,7 @@ fn config(limits: Limits) -> ServerConfig {
 }
 
 async fn start(clock: &Clock, limits: Limits) -> RunningServer {
-    RegistryServer::new()
+    crate::support::open_server()
         .clock(clock.clone())
         .config(config(limits))
         .start("127.0.0.1:0".parse().unwrap())
@@ -457,7 +457,7 @@ async fn a_peer_away_holds_at_most_its_queue_the_oldest_writes_given_up() {
     });
     let mut limits = Limits::default();
     limits.max_peer_queue = 5;
-    let server = RegistryServer::new()
+    let server = crate::support::open_server()
         .clock(Clock::manual(NOW))
         .config(config(limits))
         .peers([format!("http://{peer}/eureka/")])

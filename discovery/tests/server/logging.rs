@@ -16,6 +16,7 @@ async fn a_log_nobody_reads_never_stops_the_server_and_repeated_warnings_are_wri
                 "serve",
                 "--port",
                 "0",
+                "--open",
                 "--no-warm-up",
                 "--log-buffer-lines",
                 "64",

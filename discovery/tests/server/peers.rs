@@ -4,7 +4,7 @@
 use crate::until;
 use std::time::Duration;
 
-use cluster_discovery::server::{RegistryServer, RunningServer, ServerConfig};
+use cluster_discovery::server::{RunningServer, ServerConfig};
 
 /// The JSON a server answers, or `null` while it is warming up (503) or otherwise not ready.
 async fn get(url: &str) -> serde_json::Value {
@@ -53,14 +53,14 @@ async fn a_write_on_one_server_is_seen_on_the_other_and_not_echoed_back() {
     // b's port is bound but not served yet: a's start-up fetch from it can only time out.
     let mut quick = no_warm_up();
     quick.peer_timeout = Duration::from_millis(100);
-    let a = RegistryServer::new()
+    let a = crate::support::open_server()
         .config(quick)
         .peers([url(pa), url(pb)])
         .own_url(&url(pa))
         .start_on(la)
         .await
         .unwrap();
-    let b = RegistryServer::new()
+    let b = crate::support::open_server()
         .config(no_warm_up())
         .peers([url(pa), url(pb)])
         .own_url(&url(pb))
@@ -124,12 +124,12 @@ async fn a_write_on_one_server_is_seen_on_the_other_and_not_echoed_back() {
 
 #[tokio::test]
 async fn a_single_write_marked_as_a_replication_is_applied_and_not_forwarded() {
-    let b = RegistryServer::new()
+    let b = crate::support::open_server()
         .config(no_warm_up())
         .start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
-    let a = RegistryServer::new()
+    let a = crate::support::open_server()
         .config(no_warm_up())
         .peers([b.url()])
         .start(([127, 0, 0, 1], 0).into())
@@ -153,7 +153,7 @@ async fn a_single_write_marked_as_a_replication_is_applied_and_not_forwarded() {
 
 #[tokio::test]
 async fn a_starting_server_pulls_the_registry_from_a_peer() {
-    let a = RegistryServer::new()
+    let a = crate::support::open_server()
         .config(no_warm_up())
         .start(([127, 0, 0, 1], 0).into())
         .await
@@ -167,7 +167,7 @@ async fn a_starting_server_pulls_the_registry_from_a_peer() {
             .await
             .unwrap();
     }
-    let b = RegistryServer::new()
+    let b = crate::support::open_server()
         .peers([a.url()])
         .start(([127, 0, 0, 1], 0).into())
         .await
@@ -189,7 +189,7 @@ async fn a_starting_server_pulls_the_registry_from_a_peer() {
 #[tokio::test]
 async fn a_server_whose_peer_is_warming_up_warms_up_too() {
     // a restarted empty: an instance registered with it again, which it does not serve yet.
-    let a = RegistryServer::new()
+    let a = crate::support::open_server()
         .start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
@@ -203,7 +203,7 @@ async fn a_server_whose_peer_is_warming_up_warms_up_too() {
     assert_eq!(registered.status(), 204);
     // b starts meanwhile: a's 503 is no registry to take, so b warms up as well, rather than
     // serve the one instance back so far as the whole registry.
-    let b = RegistryServer::new()
+    let b = crate::support::open_server()
         .peers([a.url()])
         .start(([127, 0, 0, 1], 0).into())
         .await

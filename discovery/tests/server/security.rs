@@ -115,6 +115,48 @@ fn assert_challenge(status: StatusCode, headers: &reqwest::header::HeaderMap, wh
 }
 
 #[tokio::test]
+async fn a_server_given_no_access_does_not_start_and_says_what_to_give() {
+    let says_what_to_give = |e: std::io::Error, what: &str| {
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{what}: {e}");
+        let text = e.to_string();
+        for word in ["no access configured", "Access::new", "Access::open()"] {
+            assert!(text.contains(word), "{what} should name {word}: {text}");
+        }
+    };
+    // Refused before binding: on a port already taken, the error is the missing access, not
+    // the port.
+    let (taken, port) = listener().await;
+    let e = RegistryServer::new()
+        .config(quick())
+        .start(([127, 0, 0, 1], port).into())
+        .await
+        .expect_err("no access: no server");
+    says_what_to_give(e, "start");
+    drop(taken);
+    let (l, _) = listener().await;
+    let e = RegistryServer::new()
+        .config(quick())
+        .start_on(l)
+        .await
+        .expect_err("no access: no server");
+    says_what_to_give(e, "start_on");
+
+    // Open, said by name: it starts, and anyone writes.
+    let (l, _) = listener().await;
+    let open = RegistryServer::new()
+        .config(quick())
+        .access(Access::open())
+        .start_on(l)
+        .await
+        .expect("open by name");
+    let http = reqwest::Client::new();
+    let url = format!("{}apps/ORDERS", open.url());
+    let (status, _, _) = send(&http, Method::POST, &url, None, register_body("o-1")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(ids(&open).await, ["o-1"]);
+}
+
+#[tokio::test]
 async fn every_write_without_credentials_is_401_and_changes_nothing() {
     let server = secured(access()).await;
     let http = reqwest::Client::new();

@@ -3,7 +3,7 @@
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Request, StatusCode};
-use cluster_discovery::server::Service;
+use cluster_discovery::server::{Access, RegistryServer, Service};
 use http_body_util::BodyExt as _;
 
 /// An answer, read whole.
@@ -118,12 +118,18 @@ pub fn ids(doc: &serde_json::Value) -> Vec<String> {
     out
 }
 
+/// A server for a test that is not about credentials: open, said by name, as a server given no
+/// `Access` refuses to start (`discovery/tests/server/security.rs` tests the credentials).
+pub fn open_server() -> RegistryServer {
+    RegistryServer::new().access(Access::open())
+}
+
 /// A server on a free loopback port that answers reads at once: no warm-up, as a server with
-/// nothing registered before it (or one up for a while) needs none.
+/// nothing registered before it (or one up for a while) needs none. Open (`open_server`).
 pub async fn answering_server() -> cluster_discovery::server::RunningServer {
     let mut config = cluster_discovery::server::ServerConfig::default();
     config.warm_up = false;
-    cluster_discovery::server::RegistryServer::new()
+    open_server()
         .config(config)
         .start(([127, 0, 0, 1], 0).into())
         .await

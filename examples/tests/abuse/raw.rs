@@ -110,6 +110,18 @@ pub(crate) async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     Ok(stream)
 }
 
+/// A TCP connection to `addr`, from [`ATTACKER_IP`], whose receive buffer is `bytes`: the
+/// node's writes to it stall early.
+pub(crate) async fn connect_small(addr: SocketAddr, bytes: u32) -> io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.set_recv_buffer_size(bytes)?;
+    socket.bind(SocketAddr::from((ATTACKER_IP, 0)))?;
+    let stream = socket.connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
 /// A TCP connection to `addr` that resets (RST, not FIN) when dropped.
 #[allow(deprecated)] // SO_LINGER 0 does not block the thread on drop: the socket resets at once.
 pub(crate) fn resets_on_drop(stream: &TcpStream) -> io::Result<()> {
@@ -142,7 +154,15 @@ pub(crate) async fn connect_tls(
     addr: SocketAddr,
     name: &str,
 ) -> io::Result<TlsStream<TcpStream>> {
-    let tcp = connect(addr).await?;
+    tls_over(tls, connect(addr).await?, name).await
+}
+
+/// TLS over `tcp`, to the node `name`.
+pub(crate) async fn tls_over(
+    tls: &TlsConnector,
+    tcp: TcpStream,
+    name: &str,
+) -> io::Result<TlsStream<TcpStream>> {
     let name = ServerName::try_from(name.to_owned()).map_err(invalid)?;
     tls.connect(name, tcp).await
 }

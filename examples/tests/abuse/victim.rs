@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cluster::registry::{NodeInfo, ServiceEntry};
 use cluster::{Identity, MemoryRegistry, Node, Registry};
-use examples::{GreeterClient, ProbeClient};
+use examples::{BankClient, GreeterClient, ProbeClient};
 
 /// The node's name, as its certificate says it on a secure victim.
 pub(crate) const VICTIM: &str = "victim";
@@ -20,6 +20,9 @@ const CLIENT: &str = "client";
 
 /// The compromised peer's name: a certificate of the cluster, in the wrong hands.
 pub(crate) const ATTACKER: &str = "attacker";
+
+/// Three more compromised members, for attacks from several at once.
+pub(crate) const MORE_ATTACKERS: [&str; 3] = ["attacker-2", "attacker-3", "attacker-4"];
 
 /// How long a victim has to print its addresses.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -47,7 +50,7 @@ impl Certs {
         let _ = std::fs::remove_dir_all(&dir);
         let dir_arg = dir.to_str().expect("a UTF-8 temp dir");
         node_command(&["init", "--cluster", "abuse", "--dir", dir_arg]);
-        for node in [VICTIM, CLIENT, ATTACKER] {
+        for node in [VICTIM, CLIENT, ATTACKER].into_iter().chain(MORE_ATTACKERS) {
             node_command(&["issue", "--dir", dir_arg, "--node", node]);
         }
         Self(dir)
@@ -97,6 +100,9 @@ pub(crate) struct Setup {
     pub(crate) max_files: Option<u32>,
     /// Serve `probe` beside `greeter` (`--probe`).
     pub(crate) probe: bool,
+    /// Serve `bank` beside `greeter` (`--bank`); its `deposit N` lines are read and counted
+    /// ([`Victim::deposits`]).
+    pub(crate) bank: bool,
 }
 
 impl Default for Setup {
@@ -107,6 +113,7 @@ impl Default for Setup {
             stderr: Stderr::Kept,
             max_files: None,
             probe: false,
+            bank: false,
         }
     }
 }
@@ -118,6 +125,8 @@ pub(crate) struct Victim {
     pub(crate) rpc: SocketAddr,
     certs: Option<Certs>,
     kept: Option<Arc<Mutex<String>>>,
+    /// Deposits run, counted from its stdout (with [`Setup::bank`]).
+    deposits: Arc<std::sync::atomic::AtomicU64>,
     // Held open and never read again: the pipes stay full once full.
     _stdout: Option<ChildStdout>,
     unread_stderr: Option<ChildStderr>,
@@ -143,6 +152,9 @@ impl Victim {
         };
         if setup.probe {
             command.arg("--probe");
+        }
+        if setup.bank {
+            command.arg("--bank");
         }
         match setup.rust_log {
             Some(level) => command.env("RUST_LOG", level),
@@ -191,14 +203,40 @@ impl Victim {
             let said = kept.map(|k| k.lock().unwrap().clone()).unwrap_or_default();
             panic!("cluster-node printed no rpc= line within {START_TIMEOUT:?}: {said}");
         };
+        let deposits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stdout = match setup.bank {
+            // Each deposit prints a line: read them all, or the pipe fills and the node stalls.
+            true => {
+                let deposits = deposits.clone();
+                std::thread::spawn(move || {
+                    for line in BufReader::new(stdout).lines() {
+                        match line {
+                            Ok(line) if line.starts_with("deposit ") => {
+                                deposits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            Ok(_) => {}
+                            Err(_) => break,
+                        }
+                    }
+                });
+                None
+            }
+            false => Some(stdout),
+        };
         Self {
             child,
             rpc,
             certs,
             kept,
-            _stdout: Some(stdout),
+            deposits,
+            _stdout: stdout,
             unread_stderr,
         }
+    }
+
+    /// The deposits it has run (with [`Setup::bank`]).
+    pub(crate) fn deposits(&self) -> u64 {
+        self.deposits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The process id.
@@ -307,16 +345,27 @@ pub(crate) struct Legit {
     node: Node,
     greeter: GreeterClient,
     probe: ProbeClient,
+    bank: BankClient,
 }
 
 impl Legit {
     /// A caller of `victim`.
     pub(crate) async fn new(victim: &Victim) -> Self {
+        Self::named(victim, CLIENT).await
+    }
+
+    /// A caller of `victim` under the certificate of `name`: one of [`ATTACKER`] and
+    /// [`MORE_ATTACKERS`] is a compromised member using the library as any member would.
+    pub(crate) async fn named(victim: &Victim, name: &str) -> Self {
         let registry = MemoryRegistry::new();
         let info = NodeInfo::new(VICTIM, victim.rpc, 1)
             .with_max_frame(Some(cluster::DEFAULT_MAX_FRAME))
             .with_wire(Some(cluster::WIRE_VERSIONS));
-        for description in [GreeterClient::description(), ProbeClient::description()] {
+        for description in [
+            GreeterClient::description(),
+            ProbeClient::description(),
+            BankClient::description(),
+        ] {
             registry
                 .register(ServiceEntry::new(
                     info.clone(),
@@ -325,18 +374,20 @@ impl Legit {
                 .await
                 .unwrap();
         }
-        let builder = Node::builder().name(CLIENT).registry(registry);
+        let builder = Node::builder().name(name).registry(registry);
         let builder = match &victim.certs {
-            Some(certs) => builder.identity(Identity::from_dir(certs.dir(), CLIENT).unwrap()),
+            Some(certs) => builder.identity(Identity::from_dir(certs.dir(), name).unwrap()),
             None => builder.insecure(),
         };
         let node = builder.start().await.expect("the client node starts");
         let greeter = GreeterClient::new(&node);
         let probe = ProbeClient::new(&node);
+        let bank = BankClient::new(&node);
         Self {
             node,
             greeter,
             probe,
+            bank,
         }
     }
 
@@ -348,6 +399,11 @@ impl Legit {
     /// The probe client.
     pub(crate) fn probe(&self) -> &ProbeClient {
         &self.probe
+    }
+
+    /// The bank client.
+    pub(crate) fn bank(&self) -> &BankClient {
+        &self.bank
     }
 
     /// One `greet`, given `limit` in all (its own timeout and the test's); how long it took,

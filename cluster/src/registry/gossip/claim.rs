@@ -8,10 +8,15 @@
 //! 3. For five rounds, probe each holder that looks live (heartbeats can be replayed) on its
 //!    RPC port, up to [`PROBES`] times (a slow accept is not a crash). The deadline is checked
 //!    before every probe, so forged holders cost at most the five rounds and one probe (1 s).
+//!    On a node with an identity a probe is a mutual TLS handshake, and answers only if the
+//!    certificate presented names this node: a member that forges an "up" holder pointing at
+//!    any open port (its own, another node's) cannot keep the name from its owner. On an
+//!    `insecure()` node a probe is a TCP connect, which anyone who can gossip can fake.
 //! 4. A holder that answers: the name is taken. None: this node takes the name over.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chitchat::ChitchatId;
@@ -19,6 +24,7 @@ use tokio::time::Instant;
 
 use super::{GossipRegistry, Running, state};
 use crate::registry::RegistryError;
+use crate::security::tls::{self, Tls};
 
 /// Holders probed at most, newest generations first. A crashed generation stays up in gossip
 /// until it is purged (`purge_after`), so a name restarted a few times has a few.
@@ -91,6 +97,9 @@ impl GossipRegistry {
                     .filter(|(id, _)| cc.live_nodes().any(|n| n == id))
                     .collect()
             };
+            let tls = self.inner.tls.get().cloned();
+            let name = own.node_id.clone();
+            let answers = |addr, wait| holds(addr, wait, name.clone(), tls.clone());
             let found = probe_holders(probed, later(rounds), poll, live, answers).await;
             if let Some((id, addr)) = found {
                 tracing::error!(
@@ -169,12 +178,30 @@ where
     None
 }
 
-/// Whether something accepts TCP connections at `addr` within `wait`.
-async fn answers(addr: SocketAddr, wait: Duration) -> bool {
-    matches!(
-        tokio::time::timeout(wait, crate::net::TcpStream::connect(addr)).await,
-        Ok(Ok(_))
-    )
+/// Whether the node `name` answers at `addr` within `wait`: with `tls`, a mutual TLS handshake
+/// whose certificate names it; without (an `insecure()` node), anything accepting TCP there.
+async fn holds(addr: SocketAddr, wait: Duration, name: Arc<str>, tls: Option<Arc<Tls>>) -> bool {
+    let probe = async {
+        let stream = crate::net::TcpStream::connect(addr).await.ok()?;
+        let Some(tls) = tls else {
+            return Some(true);
+        };
+        let stream = tokio_rustls::TlsConnector::from(tls.client.clone())
+            .connect(tls::server_name(&name, addr), stream)
+            .await
+            .ok()?;
+        let presented = tls.peer_of(stream.get_ref().1.peer_certificates());
+        if presented.as_deref() != Ok(&*name) {
+            // A forged holder: gossip says `name` is up there, and something else answers.
+            tracing::warn!(
+                "the registry says node `{name}` is up at {addr}, but what answers there is {}: not a holder of the name",
+                presented.map_or_else(|why| why, |node| format!("node `{node}`"))
+            );
+            return Some(false);
+        }
+        Some(true)
+    };
+    matches!(tokio::time::timeout(wait, probe).await, Ok(Some(true)))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::registry::RegistryError;
 /// | `listen` | `127.0.0.1:0` (a port the OS picks) | |
 /// | `advertise` | the listen address; required when that is a wildcard (`0.0.0.0`, `[::]`) | set it when peers reach this node by another address (NAT, a container's port mapping); its port 0 stands for the listen port |
 /// | `seeds` | none | a few `host:port` gossip addresses of other nodes |
-/// | `keyring` or `insecure` | neither: joining fails | a keyring seals every datagram (ChaCha20-Poly1305); `insecure()` gossips in plaintext, said by name |
+/// | `keyring` or `insecure` | neither: joining fails | a keyring seals every datagram (XChaCha20-Poly1305); `insecure()` gossips in plaintext, said by name |
 /// | `cluster_id` | the cluster of the node's certificate | set it only for an `insecure()` registry, where it is required |
 /// | `replay_window` | 30 s | a sealed datagram sent longer ago (by the sender's clock) is refused: nodes' clocks must agree within it |
 /// | `clock_skew` | 500 ms | on a signed registry (`docs/security.md`, "Signed gossip"), a heartbeat more than this (and 100 ms) ahead of this node's clock, counted from its node's start, is refused: nodes' clocks must agree within it. A lying member can hold a node's heartbeats back by as much: keep it below `dead_after` |

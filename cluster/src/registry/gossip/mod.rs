@@ -93,6 +93,9 @@ struct Inner {
     /// The node's identity, once its node has given it: a sealed registry signs its state
     /// with it (`authorship.rs`).
     identity: Mutex<Option<crate::Identity>>,
+    /// The node's TLS side, once its node has said its identity: the name claim's probe
+    /// proves a holder by its certificate (`claim.rs`).
+    tls: OnceLock<Arc<crate::security::tls::Tls>>,
     dropped: Arc<transport::Dropped>,
     traffic: Arc<transport::Traffic>,
     /// Why gossip ended without being told to, if it did.
@@ -137,6 +140,7 @@ impl GossipRegistry {
                 withdrawn: Mutex::new(None),
                 bound: Mutex::new(None),
                 identity: Mutex::new(None),
+                tls: OnceLock::new(),
                 dropped: Arc::default(),
                 traffic: Arc::default(),
                 failure: Mutex::new(None),
@@ -655,6 +659,9 @@ impl Registry for GossipRegistry {
             .identity
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(identity.clone());
+        let tls = crate::security::tls::Tls::new(identity)
+            .map_err(|e| RegistryError::Gossip(e.to_string()))?;
+        let _ = self.inner.tls.set(Arc::new(tls));
         Ok(())
     }
 

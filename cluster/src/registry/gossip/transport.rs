@@ -105,6 +105,7 @@ impl Transport for GossipTransport {
             pending: VecDeque::new(),
             next_id: rand_u64(),
             lateness: Default::default(),
+            formats: Formats::default(),
         }))
     }
 }
@@ -120,6 +121,55 @@ struct GossipSocket {
     pending: VecDeque<(SocketAddr, u64, Instant, Vec<u8>)>,
     next_id: u64,
     lateness: super::lateness::Lateness,
+    formats: Formats,
+}
+
+/// The most peers remembered as sealing with XChaCha20-Poly1305: twice the default
+/// `max_nodes`. Past it the oldest is forgotten, and sent the earlier format again.
+const MAX_XCHACHA_PEERS: usize = 4_096;
+
+/// Which peers are answered in which seal format (`security/seal.rs`). A peer heard sealing
+/// with XChaCha20-Poly1305 is sent it; any other, in ChaCha20-Poly1305 with a 96-bit nonce,
+/// which every build opens. A node of an earlier build reads only that, and answers only
+/// what it reads: were a newcomer to send it XChaCha first, neither would ever hear the
+/// other. So a first datagram to a peer goes in the earlier format, and from the first
+/// XChaCha datagram heard from it on, everything is XChaCha. Only an authentic datagram
+/// moves a peer, so no one without the key can choose another's format.
+#[derive(Default)]
+struct Formats {
+    xchacha: std::collections::HashSet<SocketAddr>,
+    order: VecDeque<SocketAddr>,
+}
+
+impl Formats {
+    fn heard(&mut self, from: SocketAddr, format: seal::Format) {
+        match format {
+            seal::Format::XChaCha => {
+                if self.xchacha.insert(from) {
+                    self.order.push_back(from);
+                    if self.order.len() > MAX_XCHACHA_PEERS
+                        && let Some(oldest) = self.order.pop_front()
+                    {
+                        self.xchacha.remove(&oldest);
+                    }
+                }
+            }
+            // A peer at that address now seals the earlier way: an earlier build started there.
+            seal::Format::ChaCha => {
+                if self.xchacha.remove(&from) {
+                    self.order.retain(|a| *a != from);
+                }
+            }
+        }
+    }
+
+    fn for_peer(&self, to: SocketAddr) -> seal::Format {
+        if self.xchacha.contains(&to) {
+            seal::Format::XChaCha
+        } else {
+            seal::Format::ChaCha
+        }
+    }
 }
 
 #[async_trait]
@@ -135,7 +185,7 @@ impl Socket for GossipSocket {
     ) -> anyhow::Result<SendOutcome> {
         let plain = envelope.serialize_to_vec();
         let bytes = match &self.sealer {
-            Some(sealer) => sealer.seal(&plain),
+            Some(sealer) => sealer.seal_as(self.formats.for_peer(to), &plain, seal::now_micros()),
             None => plain,
         };
         // A failed send costs that datagram (gossip sends again next round), never the
@@ -205,9 +255,14 @@ impl Socket for GossipSocket {
             } else {
                 datagram
             };
-            let plain = match (&self.sealer, whole.starts_with(&seal::MAGIC)) {
+            let plain = match (&self.sealer, seal::Format::of(&whole).is_some()) {
                 (Some(sealer), _) => match sealer.open_timed(&whole) {
-                    Ok((plain, sent)) => {
+                    Ok(seal::Opened {
+                        plain,
+                        sent,
+                        format,
+                    }) => {
+                        self.formats.heard(from, format);
                         // Waited too long in the queue: newer news is behind it (`lateness.rs`).
                         if let Some(waited) = self.lateness.late(from, sent) {
                             self.traffic.late_datagrams.fetch_add(1, Ordering::Relaxed);
@@ -377,7 +432,59 @@ mod tests {
             pending: VecDeque::new(),
             next_id: 0,
             lateness: Default::default(),
+            formats: Formats::default(),
         }
+    }
+
+    /// A node of an earlier build opens only ChaCha20-Poly1305 datagrams, and speaks only
+    /// after it is spoken to: it is sent that format until it is heard in the other, and so
+    /// is every peer this node has not heard XChaCha20 from.
+    #[tokio::test]
+    async fn a_peer_is_sent_xchacha_only_once_it_is_heard_in_it() {
+        let key = crate::security::GossipKey::generate();
+        let (mut victim, sealer) = sealed(&key).await;
+        let to = victim.socket.local_addr().unwrap();
+        let honest = sealer();
+        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let at = peer.local_addr().unwrap();
+        let answer = async |victim: &mut GossipSocket| {
+            let envelope = ChitchatEnvelope::deserialize(&mut &syn()[..]).unwrap();
+            victim.send(at, envelope).await.unwrap();
+            let mut buf = vec![0; 2048];
+            let (len, _) = peer.recv_from(&mut buf).await.unwrap();
+            seal::Format::of(&buf[..len]).unwrap()
+        };
+        assert_eq!(
+            answer(&mut victim).await,
+            seal::Format::ChaCha,
+            "not heard yet"
+        );
+        peer.send_to(&honest.seal(&syn()), to).await.unwrap();
+        victim.recv().await.unwrap();
+        assert_eq!(answer(&mut victim).await, seal::Format::XChaCha);
+        // An earlier build restarted at that address.
+        let old = honest.seal_as(seal::Format::ChaCha, &syn(), seal::now_micros());
+        peer.send_to(&old, to).await.unwrap();
+        victim.recv().await.unwrap();
+        assert_eq!(answer(&mut victim).await, seal::Format::ChaCha);
+    }
+
+    #[test]
+    fn the_peers_remembered_as_sealing_with_xchacha_are_bounded() {
+        let mut formats = Formats::default();
+        let first = SocketAddr::from(([10, 0, 0, 1], 1));
+        formats.heard(first, seal::Format::XChaCha);
+        for i in 0..MAX_XCHACHA_PEERS {
+            let at = SocketAddr::from(([10, 1, (i >> 8) as u8, i as u8], 2));
+            formats.heard(at, seal::Format::XChaCha);
+        }
+        assert_eq!(formats.xchacha.len(), MAX_XCHACHA_PEERS);
+        assert_eq!(formats.order.len(), MAX_XCHACHA_PEERS);
+        assert_eq!(
+            formats.for_peer(first),
+            seal::Format::ChaCha,
+            "the oldest forgotten"
+        );
     }
 
     #[tokio::test]

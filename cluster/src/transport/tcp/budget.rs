@@ -8,7 +8,10 @@
 //! Each connection may hold a small allowance (`floor`) without touching the node's budget, so
 //! that a legitimate caller's small request gets through while others hold the whole budget;
 //! past that, bytes come from the node-wide budget, and one connection may hold at most
-//! `per_connection` of it. A connection that may not reserve waits, unread: that is the
+//! `per_connection` of it. So may one peer over all its connections ([`Budget::share`]; a peer
+//! is its certificate's name, or its address on an insecure node, as in `established.rs`):
+//! a member that opens a hundred connections holds no more of the budget than with one, only
+//! their floors. A connection that may not reserve waits, unread: that is the
 //! backpressure on a peer that sends requests and never reads the replies.
 //!
 //! A request's hold is given back when its reply is handed to the writer, or when the request is
@@ -16,10 +19,12 @@
 //! to it when the handler returns ([`Account::add_reply`]), and the writer keeps what it has
 //! not yet written counted ([`Account::force`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
+use super::established::Peer;
 use crate::fast_map::FastMap;
 
 /// The default node-wide budget for bytes held for peers.
@@ -36,7 +41,14 @@ pub(crate) struct Budget {
     /// Connections waiting for bytes, by connection: woken when bytes come back.
     waiting: Mutex<FastMap<u64, Waker>>,
     next_connection: AtomicU64,
+    /// Each peer's bytes of the budget, shared by its connections' accounts; an entry whose
+    /// accounts are all gone is dropped when the map is next pruned.
+    peers: Mutex<HashMap<Peer, Weak<AtomicUsize>>>,
 }
+
+/// Peers remembered before the map is pruned of those with no connection left: about the
+/// connections a node holds at once.
+const PEERS_BEFORE_PRUNING: usize = 2048;
 
 impl Budget {
     pub(crate) fn new(limit: usize) -> Arc<Self> {
@@ -45,7 +57,22 @@ impl Budget {
             used: AtomicUsize::new(0),
             waiting: Mutex::default(),
             next_connection: AtomicU64::new(0),
+            peers: Mutex::default(),
         })
+    }
+
+    /// `peer`'s share: the bytes of the budget its connections hold together.
+    pub(super) fn share(&self, peer: &Peer) -> Arc<AtomicUsize> {
+        let mut peers = lock(&self.peers);
+        if let Some(share) = peers.get(peer).and_then(Weak::upgrade) {
+            return share;
+        }
+        if peers.len() >= PEERS_BEFORE_PRUNING {
+            peers.retain(|_, share| share.strong_count() > 0);
+        }
+        let share = Arc::new(AtomicUsize::new(0));
+        peers.insert(peer.clone(), Arc::downgrade(&share));
+        share
     }
 
     /// Bytes held now, node-wide (outside the connections' floors).
@@ -91,6 +118,8 @@ pub(crate) struct ConnectionLimits {
 #[derive(Debug)]
 pub(super) struct Account {
     budget: Arc<Budget>,
+    /// Its peer's bytes of the budget, over all the peer's connections.
+    peer: Arc<AtomicUsize>,
     limits: ConnectionLimits,
     id: u64,
     state: Mutex<State>,
@@ -125,9 +154,10 @@ pub(super) struct Hold {
 }
 
 impl Account {
-    pub(super) fn new(budget: Arc<Budget>, limits: ConnectionLimits) -> Arc<Self> {
+    pub(super) fn new(budget: Arc<Budget>, peer: &Peer, limits: ConnectionLimits) -> Arc<Self> {
         let id = budget.next_connection.fetch_add(1, Ordering::Relaxed);
         Arc::new(Self {
+            peer: budget.share(peer),
             budget,
             limits,
             id,
@@ -151,10 +181,16 @@ impl Account {
         cx: &mut Context<'_>,
     ) -> Poll<Reservation> {
         let mut state = self.state();
+        let peer = self.peer.load(Ordering::Acquire);
         let busy = state.ids.len() >= self.limits.max_in_flight
             // A frame alone may always be held (the frame limit bounds it); past that, the
-            // connection waits for its own requests to end.
-            || (state.held > 0 && state.held.saturating_add(n) > self.limits.per_connection);
+            // connection waits for its own requests to end, and so does every connection of a
+            // peer past its part: replies are counted even past the limits (they exist), and
+            // a peer that reads them slowly on many connections must not go on sending
+            // requests through each one's floor while they pile up.
+            || (state.held > 0
+                && (state.held.saturating_add(n) > self.limits.per_connection
+                    || peer.saturating_add(n) > self.limits.per_connection));
         if busy {
             state.reader = Some(cx.waker().clone());
             return Poll::Pending;
@@ -166,7 +202,7 @@ impl Account {
         }
         // Registered before trying, so that bytes given back in between wake this reader.
         lock(&self.budget.waiting).insert(self.id, cx.waker().clone());
-        if self.budget.try_take(n) {
+        if self.take(n) {
             lock(&self.budget.waiting).remove(&self.id);
             state.held += n;
             return Poll::Ready(self.reservation(0, n));
@@ -174,6 +210,25 @@ impl Account {
         // Woken by the budget or by one of its own requests ending.
         state.reader = Some(cx.waker().clone());
         Poll::Pending
+    }
+
+    /// `n` bytes of the node's budget, within the peer's share of it (`per_connection`, as
+    /// one connection: a frame alone always fits a peer holding nothing).
+    fn take(&self, n: usize) -> bool {
+        let within_share = self
+            .peer
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used.saturating_add(n) <= self.limits.per_connection).then_some(used + n)
+            })
+            .is_ok();
+        if !within_share {
+            return false;
+        }
+        if self.budget.try_take(n) {
+            return true;
+        }
+        self.peer.fetch_sub(n, Ordering::AcqRel);
+        false
     }
 
     fn reservation(self: &Arc<Self>, floor: usize, node: usize) -> Reservation {
@@ -202,12 +257,14 @@ impl Account {
         if let Some(reply) = state.ids.get_mut(&id) {
             *reply += n;
             state.held += n;
+            self.peer.fetch_add(n, Ordering::AcqRel);
             self.budget.force(n);
         }
     }
 
     /// Counts `n` bytes that exist already (replies being written), even past the limits.
     pub(super) fn force(self: &Arc<Self>, n: usize) -> Reservation {
+        self.peer.fetch_add(n, Ordering::AcqRel);
         self.budget.force(n);
         self.state().held += n;
         self.reservation(0, n)
@@ -221,6 +278,8 @@ impl Account {
             state.held -= floor + node + reply;
             (state.reader.take(), node + reply)
         };
+        // The peer's share first: the budget wakes the connections waiting, this peer's too.
+        self.peer.fetch_sub(node, Ordering::AcqRel);
         self.budget.give_back(node);
         if let Some(reader) = reader {
             reader.wake();
@@ -282,10 +341,73 @@ mod tests {
         per_connection: 1 << 20,
     };
 
+    /// A peer's second connection holds no more of the budget than its first left it: a
+    /// member opening many connections gains only their floors. Another peer gets the rest.
+    #[test]
+    fn one_peers_connections_share_one_connections_part_of_the_budget() {
+        let budget = Budget::new(4 << 20);
+        let member = Peer::test(1);
+        let (first, second) = (
+            Account::new(budget.clone(), &member, LIMITS),
+            Account::new(budget.clone(), &member, LIMITS),
+        );
+        let held = poll(&first, 1 << 20).expect("a frame alone fits");
+        assert!(
+            poll(&second, 100).is_some(),
+            "the floor is each connection's"
+        );
+        assert!(
+            poll(&second, FLOOR + 1).is_none(),
+            "the peer's part is taken"
+        );
+        let other = Account::new(budget.clone(), &Peer::test(2), LIMITS);
+        assert!(poll(&other, 1 << 20).is_some(), "another peer's is not");
+        drop(held);
+        assert!(poll(&second, FLOOR + 1).is_some(), "given back to the peer");
+    }
+
+    /// Replies a peer does not read are counted past the limits; once its part is taken, a
+    /// connection of its that holds anything reads nothing more, floor or not.
+    #[test]
+    fn a_peer_past_its_part_in_unread_replies_reads_no_more_on_any_connection_holding_some() {
+        let budget = Budget::new(4 << 20);
+        let member = Peer::test(1);
+        let connections: Vec<_> = (0..4)
+            .map(|_| Account::new(budget.clone(), &member, LIMITS))
+            .collect();
+        // Each has a small request in flight, from its floor, and its reply waits unwritten.
+        let mut holds = Vec::new();
+        for (id, account) in connections.iter().enumerate() {
+            let hold = account
+                .hold(id as u64, poll(account, 100).expect("a floor"))
+                .unwrap();
+            account.add_reply(id as u64, 200 << 10);
+            holds.push(hold);
+        }
+        assert!(
+            poll(&connections[0], 100).is_some(),
+            "under the peer's part"
+        );
+        connections[1].add_reply(1, 1 << 20);
+        for account in &connections {
+            assert!(poll(account, 100).is_none(), "the peer's part is taken");
+        }
+        let fresh = Account::new(budget.clone(), &member, LIMITS);
+        assert!(
+            poll(&fresh, 100).is_some(),
+            "a connection holding nothing has its floor"
+        );
+        drop(holds);
+        assert!(
+            poll(&connections[1], 100).is_some(),
+            "read again once written"
+        );
+    }
+
     #[test]
     fn small_frames_use_the_floor_and_large_ones_the_budget() {
         let budget = Budget::new(1 << 20);
-        let a = Account::new(budget.clone(), LIMITS);
+        let a = Account::new(budget.clone(), &Peer::test(1), LIMITS);
         let small = poll(&a, 1000).expect("within the floor");
         assert_eq!(budget.used(), 0);
         let large = poll(&a, 512 << 10).expect("from the budget");
@@ -299,10 +421,10 @@ mod tests {
     #[test]
     fn an_exhausted_budget_leaves_every_connection_its_floor() {
         let budget = Budget::new(1 << 20);
-        let hog = Account::new(budget.clone(), LIMITS);
+        let hog = Account::new(budget.clone(), &Peer::test(1), LIMITS);
         let _all = poll(&hog, 1 << 20).expect("the whole budget");
         assert!(poll(&hog, FLOOR + 1).is_none(), "nothing left");
-        let other = Account::new(budget.clone(), LIMITS);
+        let other = Account::new(budget.clone(), &Peer::test(2), LIMITS);
         assert!(poll(&other, 100).is_some(), "a small request still gets in");
         assert!(poll(&other, FLOOR + 1).is_none());
     }
@@ -310,7 +432,7 @@ mod tests {
     #[test]
     fn requests_in_flight_and_reused_ids_are_bounded() {
         let budget = Budget::new(1 << 20);
-        let a = Account::new(budget, LIMITS);
+        let a = Account::new(budget, &Peer::test(1), LIMITS);
         let mut holds: Vec<Hold> = (0..3)
             .map(|id| a.hold(id, poll(&a, 10).unwrap()).unwrap())
             .collect();
@@ -326,7 +448,7 @@ mod tests {
     #[test]
     fn a_reply_is_counted_until_its_hold_ends() {
         let budget = Budget::new(1 << 20);
-        let a = Account::new(budget.clone(), LIMITS);
+        let a = Account::new(budget.clone(), &Peer::test(1), LIMITS);
         let hold = a.hold(1, poll(&a, 10).unwrap()).unwrap();
         a.add_reply(1, 2 << 20);
         a.add_reply(99, 1 << 30);

@@ -9,6 +9,13 @@
 //! reserve), and a caller that shares an address with a flood (insecure nodes tell peers by
 //! address) still gets in while the flood's connections are idle. Of B's connections, the
 //! oldest with nothing in flight goes first.
+//!
+//! A named peer (a certificate's node) holds at most a quarter of the bound at any time: its
+//! newcomer past that closes one of its own idle connections, or is refused. A node opens one
+//! connection per provider it calls; a compromised member that opens a thousand holds 256, and
+//! the memory they cost (about 28 KiB each past TLS) stays inside its share
+//! (`docs/reliability.md`, "What one member can make a node hold"). Insecure peers, told apart
+//! only by address, have no such cap: the callers behind one address may be many.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -26,6 +33,14 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 pub(super) enum Peer {
     Named(Arc<str>),
     Address(IpAddr),
+}
+
+#[cfg(test)]
+impl Peer {
+    /// The peer at 10.0.0.`n`, as an insecure node knows it.
+    pub(super) fn test(n: u8) -> Self {
+        Peer::Address(IpAddr::from([10, 0, 0, n]))
+    }
 }
 
 pub(super) struct Established {
@@ -85,10 +100,23 @@ impl Established {
         account: Arc<Account>,
     ) -> Result<Place, Full> {
         let mut inner = self.inner();
-        let theirs = inner.by_peer.get(&peer).map_or(0, Vec::len);
+        let mut theirs = inner.by_peer.get(&peer).map_or(0, Vec::len);
+        let idle = |entries: &Vec<Entry>| entries.iter().position(|e| e.account.in_flight() == 0);
+        if matches!(peer, Peer::Named(_)) && theirs >= self.per_name() {
+            let Some(at) = inner.by_peer.get(&peer).and_then(idle) else {
+                return Err(Full {
+                    cap: self.per_name(),
+                    theirs,
+                });
+            };
+            Self::evict(&mut inner, &peer, at);
+            theirs -= 1;
+            tracing::debug!(
+                "{peer:?} holds {} connections, its most: closed its oldest idle one",
+                self.per_name()
+            );
+        }
         if inner.total >= self.cap {
-            let idle =
-                |entries: &Vec<Entry>| entries.iter().position(|e| e.account.in_flight() == 0);
             let largest = inner
                 .by_peer
                 .iter()
@@ -115,16 +143,11 @@ impl Established {
                     theirs,
                 });
             };
-            let Some(entries) = inner.by_peer.get_mut(&largest) else {
+            if !Self::evict(&mut inner, &largest, at) {
                 return Err(Full {
                     cap: self.cap,
                     theirs,
                 });
-            };
-            let evicted = entries.remove(at);
-            inner.total -= 1;
-            if let Some(task) = evicted.serving.get() {
-                task.abort();
             }
             tracing::debug!(
                 "{} connections established, the limit: closed one of {largest:?}'s for {peer:?}",
@@ -144,6 +167,30 @@ impl Established {
             peer,
             id,
         })
+    }
+}
+
+impl Established {
+    /// The most connections one named peer holds: a quarter of the bound, and at least two
+    /// (a connection being replaced is still there while its successor opens).
+    fn per_name(&self) -> usize {
+        (self.cap / 4).max(2)
+    }
+
+    /// Closes `peer`'s connection at `at`; false if there is none.
+    fn evict(inner: &mut Inner, peer: &Peer, at: usize) -> bool {
+        let Some(entries) = inner.by_peer.get_mut(peer) else {
+            return false;
+        };
+        if at >= entries.len() {
+            return false;
+        }
+        let evicted = entries.remove(at);
+        inner.total -= 1;
+        if let Some(task) = evicted.serving.get() {
+            task.abort();
+        }
+        true
     }
 }
 
@@ -177,7 +224,7 @@ mod tests {
             max_in_flight: 10,
             per_connection: 1 << 20,
         };
-        Account::new(Budget::new(1 << 20), limits)
+        Account::new(Budget::new(1 << 20), &Peer::test(1), limits)
     }
 
     /// An account with a request in flight, and the hold that keeps it so.
@@ -201,6 +248,57 @@ mod tests {
 
     async fn ended(task: tokio::task::JoinHandle<()>) -> bool {
         task.await.is_err_and(|e| e.is_cancelled())
+    }
+
+    /// A member past a quarter of the bound closes its own oldest idle connection, well
+    /// before the bound; with none idle it is refused. Others are untouched.
+    #[tokio::test]
+    async fn a_named_peer_holds_at_most_a_quarter_of_the_bound() {
+        let established = Established::new(16);
+        let member = Peer::Named("mallory-1".into());
+        let other = Peer::Named("web-1".into());
+        let mut places = Vec::new();
+        let (serving_other, other_task) = serving();
+        places.push(
+            established
+                .admit(other, serving_other, account())
+                .ok()
+                .unwrap(),
+        );
+        let mut tasks = std::collections::VecDeque::new();
+        for _ in 0..6 {
+            let (serving, task) = serving();
+            tasks.push_back(task);
+            places.push(
+                established
+                    .admit(member.clone(), serving, account())
+                    .ok()
+                    .expect("admitted, closing its own past four"),
+            );
+        }
+        assert_eq!(established.inner().by_peer[&member].len(), 4);
+        assert_eq!(established.inner().total, 5);
+        assert!(ended(tasks.pop_front().unwrap()).await, "its oldest closed");
+        assert!(ended(tasks.pop_front().unwrap()).await);
+        assert!(!other_task.is_finished(), "another peer's untouched");
+        // All four busy: refused.
+        let busy_member = Established::new(16);
+        let mut holds = Vec::new();
+        for _ in 0..4 {
+            let (account, hold) = busy();
+            holds.push(hold);
+            places.push(
+                busy_member
+                    .admit(member.clone(), Arc::default(), account)
+                    .ok()
+                    .unwrap(),
+            );
+        }
+        assert!(
+            busy_member
+                .admit(member, Arc::default(), account())
+                .is_err()
+        );
     }
 
     #[tokio::test]

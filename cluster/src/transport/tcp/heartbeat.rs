@@ -61,6 +61,7 @@ mod tests {
     fn provider(io: DuplexStream, beating: bool, takes: Duration) -> JoinHandle<()> {
         let account = Account::new(
             Budget::new(1 << 20),
+            &super::super::established::Peer::test(1),
             ConnectionLimits {
                 max_in_flight: 8,
                 per_connection: 1 << 20,

@@ -82,6 +82,7 @@ pub(crate) async fn serve(
     dispatcher: Arc<Dispatcher>,
     config: ServeConfig,
     mut stop: watch::Receiver<bool>,
+    mut accepting: watch::Receiver<bool>,
 ) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>, Incoming)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -96,6 +97,14 @@ pub(crate) async fn serve(
     });
     let incoming = Incoming(shared.established.clone());
     let task = tokio::spawn(async move {
+        // Bound but not accepting until told (`node/builder.rs`: once the node has claimed its
+        // name); connections wait in the kernel's backlog meanwhile.
+        tokio::select! {
+            _ = stop.wait_for(|stopped| *stopped) => return,
+            told = accepting.wait_for(|open| *open) => if told.is_err() {
+                return;
+            },
+        }
         let mut connections = JoinSet::new();
         let mut pause = false;
         // Accept failures in a row: the first is logged, the rest counted until one succeeds.
@@ -289,11 +298,11 @@ async fn opened<S>(
     let opened = tokio::time::timeout(OPENING_TIMEOUT, handshake::open(&mut stream)).await;
     // It has spoken (or given up): no longer one of the connections opening.
     drop(opening);
-    let account = Account::new(shared.budget.clone(), config.connection);
     let who = match &verified {
         Some(name) => Peer::Named(Arc::from(name.as_str())),
         None => Peer::Address(peer.ip()),
     };
+    let account = Account::new(shared.budget.clone(), &who, config.connection);
     match opened {
         Ok(Ok(Opening::Hello(hello))) => {
             let mut welcome = handshake::welcome(&hello, &config.versions, &config.node, max_frame);

@@ -98,9 +98,15 @@ async fn provider(config: ServeConfig) -> Provider {
     let dispatcher = Arc::new(Dispatcher::new(1 << 20, 1024, Arc::from([])));
     dispatcher.host(Arc::new(Sink { runs: runs.clone() }));
     let (stop, stopped) = watch::channel(false);
-    let (addr, _task, _incoming) = serve(([127, 0, 0, 1], 0).into(), dispatcher, config, stopped)
-        .await
-        .unwrap();
+    let (addr, _task, _incoming) = serve(
+        ([127, 0, 0, 1], 0).into(),
+        dispatcher,
+        config,
+        stopped,
+        watch::channel(true).1,
+    )
+    .await
+    .unwrap();
     Provider {
         addr,
         runs,
@@ -654,9 +660,15 @@ async fn a_6_mb_reply_to_a_client_with_a_4_kib_receive_buffer_arrives_whole() {
     let runs = Arc::new(AtomicUsize::new(0));
     dispatcher.host(Arc::new(Sink { runs: runs.clone() }));
     let (_stop, stopped) = watch::channel(false);
-    let (addr, _task, _incoming) = serve(([127, 0, 0, 1], 0).into(), dispatcher, config, stopped)
-        .await
-        .unwrap();
+    let (addr, _task, _incoming) = serve(
+        ([127, 0, 0, 1], 0).into(),
+        dispatcher,
+        config,
+        stopped,
+        watch::channel(true).1,
+    )
+    .await
+    .unwrap();
     let socket = TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4 << 10).unwrap();
     let mut stream = handshaken(socket.connect(addr).await.unwrap()).await;

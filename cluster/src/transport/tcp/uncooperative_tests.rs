@@ -230,6 +230,7 @@ where
     let budget = Budget::new(4 << 20);
     let account = Account::new(
         budget.clone(),
+        &super::established::Peer::test(1),
         ConnectionLimits {
             max_in_flight: 64,
             per_connection: 1 << 20,

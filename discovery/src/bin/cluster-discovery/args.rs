@@ -18,8 +18,10 @@ instances register meanwhile, so that clients keep their copy until every instan
 heartbeat to come back; registrations and heartbeats are accepted throughout. --no-warm-up
 answers reads at once (the last of the two given wins).
 
-Security (see `The server's security` in docs/discovery.md): passwords are never taken on the
-command line (where `ps` shows them), so --password and --peer-password are refused.
+Security (see `The server's security` in docs/discovery.md): serve needs credentials, --user
+or --peer-user (or both), or --open to let anyone who reaches the port write (behind an
+authenticating proxy, or on a laptop). Passwords are never taken on the command line (where
+`ps` shows them), so --password and --peer-password are refused.
 
 Limits (see `Limits` in docs/discovery.md): counts are at least 1, seconds 1 to 31536000.
 
@@ -151,6 +153,11 @@ pub(crate) struct SecurityArgs {
     /// Reads need a credential too (by default they are open)
     #[arg(long)]
     pub(crate) protect_reads: bool,
+    /// No credentials: anyone who reaches the port writes (behind an authenticating proxy)
+    // Open only when asked for by name: without credentials and without this, `serve` refuses
+    // (`access` in server.rs).
+    #[arg(long, conflicts_with_all = ["user", "peer_user", "protect_reads"])]
+    pub(crate) open: bool,
     /// Serve HTTPS with this certificate chain (PEM) ...
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub(crate) tls_cert: Option<PathBuf>,

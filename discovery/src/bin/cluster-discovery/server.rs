@@ -94,7 +94,7 @@ impl Options {
     }
 }
 
-/// Who may write and read.
+/// Who may write and read: credentials, or open with `--open`; neither is a misuse.
 fn access(security: &SecurityArgs) -> Access {
     for (given, flag) in [
         (security.password.is_some(), "--password"),
@@ -131,6 +131,16 @@ fn access(security: &SecurityArgs) -> Access {
             );
         }
         access = access.protect_reads();
+    }
+    // Open only when asked for by name (clap keeps --open apart from the users).
+    if !access.is_secured() && !security.open {
+        misuse(
+            ErrorKind::MissingRequiredArgument,
+            "serve needs credentials or --open: --user USER (its password in --password-file \
+             FILE or DISCOVERY_PASSWORD) and/or --peer-user USER (--peer-password-file FILE or \
+             DISCOVERY_PEER_PASSWORD); or --open to serve without credentials, where anyone \
+             who reaches the port writes (behind an authenticating proxy, or on a laptop)",
+        );
     }
     access
 }
