@@ -558,9 +558,10 @@ impl Registry for GossipRegistry {
 
     fn bind_identity(&self, identity: &crate::Identity) -> Result<(), RegistryError> {
         self.bind_cluster(identity.cluster())?;
-        let tls = crate::security::tls::Tls::new(identity)
+        let tls = identity
+            .tls()
             .map_err(|e| RegistryError::Gossip(e.to_string()))?;
-        let _ = self.inner.tls.set(Arc::new(tls));
+        let _ = self.inner.tls.set(tls);
         Ok(())
     }
 
