@@ -131,6 +131,20 @@ impl Drop for Process {
     }
 }
 
+/// The test's own node `client` of `certs`' cluster, seeding gossip: the node, its registry
+/// and the cluster's gossip keyring.
+async fn client(certs: &Certs) -> (Node, GossipRegistry, cluster::Keyring) {
+    let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
+    let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring.clone()));
+    let node = Node::builder()
+        .identity(cluster::Identity::from_dir(&certs.0, "client").unwrap())
+        .registry(registry.clone())
+        .start()
+        .await
+        .unwrap();
+    (node, registry, keyring)
+}
+
 async fn until(
     node: &Node,
     what: &str,
@@ -151,14 +165,7 @@ async fn until(
 #[tokio::test]
 async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
     let certs = Certs::new(&["client", "greeter-a", "greeter-b"]);
-    let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
-    let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring));
-    let client_node = Node::builder()
-        .identity(cluster::Identity::from_dir(&certs.0, "client").unwrap())
-        .registry(registry.clone())
-        .start()
-        .await
-        .unwrap();
+    let (client_node, registry, _) = client(&certs).await;
     let seed = registry.gossip_addr().unwrap();
     let a = Process::start("greeter-a", &certs, &[seed]);
     let b = Process::start("greeter-b", &certs, &[seed, a.gossip]);
@@ -233,24 +240,10 @@ async fn a_killed_process_leaves_every_lookup_and_calls_go_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_forging_up_holders_of_a_name_cannot_keep_its_process_from_starting() {
     let certs = Certs::of_cluster(forge::CLUSTER, &["client", "greeter-a", "mallory"]);
-    let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
-    let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring.clone()));
-    let client_node = Node::builder()
-        .identity(cluster::Identity::from_dir(&certs.0, "client").unwrap())
-        .registry(registry.clone())
-        .start()
-        .await
-        .unwrap();
+    let (client_node, registry, keyring) = client(&certs).await;
     let seed = registry.gossip_addr().unwrap();
     let mallory = Process::start("mallory", &certs, &[seed]);
-    let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let bare_addr = bare.local_addr().unwrap();
-    let accepting = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = bare.accept().await {
-            held.push(stream);
-        }
-    });
+    let (bare_addr, accepting) = forge::bare_listener().await;
     let beats =
         forge::forge_holders(&registry, keyring, "greeter-a", &[mallory.rpc, bare_addr]).await;
 
@@ -286,14 +279,7 @@ async fn deposits_run_exactly_once_or_not_at_all_while_a_replica_is_stopped() {
     use std::collections::HashMap;
 
     let certs = Certs::new(&["client", "bank-a", "bank-b", "bank-c"]);
-    let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
-    let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring));
-    let client_node = Node::builder()
-        .identity(cluster::Identity::from_dir(&certs.0, "client").unwrap())
-        .registry(registry.clone())
-        .start()
-        .await
-        .unwrap();
+    let (client_node, registry, _) = client(&certs).await;
     let seed = registry.gossip_addr().unwrap();
     let mut banks = Vec::new();
     for name in ["bank-a", "bank-b", "bank-c"] {

@@ -9,7 +9,6 @@ use crate::client::peers::{DEFAULT_COOLDOWN, DEFAULT_PANIC_THRESHOLD, Peers};
 use crate::layer::{ClientLayer, ProviderLayer};
 use crate::registry::{MemoryRegistry, NodeInfo, Registry, RegistryError};
 use crate::security::Identity;
-use crate::security::tls::Tls;
 use crate::server::{DEFAULT_MAX_CONCURRENT_CALLS, Dispatcher};
 use crate::transport::tcp::{
     self, ConnectConfig, ConnectionLimits, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTIONS,
@@ -415,9 +414,11 @@ impl NodeBuilder {
                         identity.node()
                     )));
                 }
-                Some(Arc::new(
-                    Tls::new(identity).map_err(|e| StartError::Setting(e.to_string()))?,
-                ))
+                Some(
+                    identity
+                        .tls()
+                        .map_err(|e| StartError::Setting(e.to_string()))?,
+                )
             }
             (None, false, None) => {
                 return Err(StartError::Setting(

@@ -29,6 +29,8 @@ pub(crate) struct Inner {
     pub(crate) ca: Vec<CertificateDer<'static>>,
     pub(crate) chain: Vec<CertificateDer<'static>>,
     pub(crate) key: PrivateKeyDer<'static>,
+    /// Its TLS side, made once: the node's connections and its registry's name claim share it.
+    tls: std::sync::OnceLock<Arc<tls::Tls>>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -86,8 +88,18 @@ impl Identity {
                 ca,
                 chain,
                 key,
+                tls: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Its TLS side (client and server configurations), made on first use.
+    pub(crate) fn tls(&self) -> Result<Arc<tls::Tls>, IdentityError> {
+        if let Some(tls) = self.inner.tls.get() {
+            return Ok(tls.clone());
+        }
+        let made = Arc::new(tls::Tls::new(self)?);
+        Ok(self.inner.tls.get_or_init(|| made).clone())
     }
 
     /// An identity from three PEM files.

@@ -311,3 +311,17 @@ pub async fn forge_holders(
     }
     beats
 }
+
+/// A listener on loopback that accepts TCP and says nothing: an open port that is no node.
+/// Its connections are held until the task is aborted.
+pub async fn bare_listener() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepting = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (addr, accepting)
+}

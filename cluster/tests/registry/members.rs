@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cluster::registry::{GossipConfig, GossipRegistry};
 use cluster::{Node, Registry};
 
-use crate::forge::forge_holders;
+use crate::forge::{bare_listener, forge_holders};
 use crate::support::{
     Engine, Mode, SearchClient, SearchServer, gossip_node, identity, keyring, until,
 };
@@ -38,14 +38,7 @@ async fn a_forged_up_holder_of_a_name_does_not_keep_the_name_from_its_owner() {
     // A member's own port answers TLS with the member's certificate; a bare listener accepts
     // TCP and nothing else.
     let (mallory, _) = gossip_node("mallory-1", &seeds).await;
-    let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let bare_addr = bare.local_addr().unwrap();
-    let accepting = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = bare.accept().await {
-            held.push(stream);
-        }
-    });
+    let (bare_addr, accepting) = bare_listener().await;
     let beats = forge_holders(
         &web_registry,
         keyring(),

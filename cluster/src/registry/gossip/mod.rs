@@ -659,9 +659,10 @@ impl Registry for GossipRegistry {
             .identity
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(identity.clone());
-        let tls = crate::security::tls::Tls::new(identity)
+        let tls = identity
+            .tls()
             .map_err(|e| RegistryError::Gossip(e.to_string()))?;
-        let _ = self.inner.tls.set(Arc::new(tls));
+        let _ = self.inner.tls.set(tls);
         Ok(())
     }
 
