@@ -19,7 +19,19 @@
 //!    (a delta's max version, `SetMaxVersion`) would stop this node from asking for the node's
 //!    later values. And a delta never resets an authenticated node's state (a forged
 //!    `last_gc_version` wiped it): it is applied as any other, from the max version held.
-//! 4. A heartbeat past [`Authenticator::heartbeat_ceiling`] is not taken (`Refusal::Heartbeat`),
+//! 4. **The owner's list.** A node's max version says "I hold all of its values up to here",
+//!    and a signature cannot vouch for that: a member could send a node that just joined only
+//!    another node's newest signed value, and the joiner would never ask for the older ones.
+//!    So a signing node lists the versions of its set values under [`LIVE_KEY`], rewritten
+//!    and signed whenever its state changes, at a version above them all
+//!    (`NodeState::list_live_versions`, from `Chitchat::sign_own_state`). A receiver that
+//!    holds the list at the node's max version checks it (`NodeState::check_owners_list`): a
+//!    listed version it lacks takes the max version back to below it (counted,
+//!    `Refusal::Withheld`), so that peers send it again, and values below the max version
+//!    are taken until it is held; a held value the list leaves out (a deletion missed and
+//!    collected) is dropped. A value held at a later version is never replaced by an older
+//!    one.
+//! 5. A heartbeat past [`Authenticator::heartbeat_ceiling`] is not taken (`Refusal::Heartbeat`),
 //!    and this node's own heartbeat follows [`Authenticator::own_heartbeat`]: in `cluster`, the
 //!    hundredths of a second since the node's generation (its start time), so that a receiver bounds any
 //!    node's heartbeat by its own clock and a forged one can lead the truth by a bound only.
@@ -32,6 +44,47 @@ use crate::{ChitchatId, Heartbeat, NodeState, VersionedValue};
 /// part of the delta): past it the rest of the message is not read. A peer holding the cluster's
 /// key could otherwise make each datagram cost a verification per node it names.
 pub const MAX_REFUSED_PER_MESSAGE: u64 = 4;
+
+/// Not upstream's: the key under which a signing node lists the versions of its set values
+/// ("the owner's list", above).
+pub const LIVE_KEY: &str = "chitchat.live";
+
+/// The most versions refused for a limit remembered per node (`NodeState::over_limits`).
+pub(crate) const MAX_OVER_LIMITS: usize = 1_024;
+
+/// The owner's list as written: ascending versions, the first in full and each next as its
+/// distance from the one before, in decimal, `,` between them.
+pub(crate) fn encode_versions(versions: &[u64]) -> String {
+    let mut text = String::new();
+    let mut previous = 0;
+    for (i, version) in versions.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&(version - previous).to_string());
+        previous = *version;
+    }
+    text
+}
+
+/// Reads [`encode_versions`]' text; `None` for anything else (a version 0, one not above the
+/// one before, or past `u64::MAX`).
+pub(crate) fn decode_versions(text: &str) -> Option<Vec<u64>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    let mut versions = Vec::new();
+    let mut previous: u64 = 0;
+    for step in text.split(',') {
+        let step: u64 = step.parse().ok()?;
+        if step == 0 {
+            return None;
+        }
+        previous = previous.checked_add(step)?;
+        versions.push(previous);
+    }
+    Some(versions)
+}
 
 /// A signature over one key-value of one node, as it travels in deltas.
 pub type Signature = Arc<[u8]>;
@@ -134,7 +187,7 @@ mod tests {
 
     use super::*;
     use crate::message::{ChitchatEnvelope, ProtocolVersion};
-    use crate::{Chitchat, ChitchatConfig, ChitchatMessage};
+    use crate::{Chitchat, ChitchatConfig, ChitchatMessage, VersionedValue};
 
     /// A stand-in for `cluster`'s: a node's "signature" is its name and what it signs, so a
     /// node can sign only as itself; heartbeats past 1,000 are lies.
@@ -316,6 +369,120 @@ mod tests {
         }
         other.process_message(ChitchatMessage::Ack { delta });
         assert_eq!(other.refusals().unsigned(), MAX_REFUSED_PER_MESSAGE);
+    }
+
+    /// The victim's values as `holder` holds them, with their signatures, from `from` up: what
+    /// a member can send of them.
+    fn genuine(holder: &Chitchat, victim: &ChitchatId, keys: &[&str]) -> crate::delta::Delta {
+        signed_values(holder.node_state(victim).expect("held"), keys)
+    }
+
+    fn signed_values(state: &NodeState, keys: &[&str]) -> crate::delta::Delta {
+        let mut values: Vec<(&str, &VersionedValue)> = state
+            .key_values_including_deleted()
+            .filter(|(key, _)| keys.contains(key))
+            .collect();
+        values.sort_by_key(|(_, value)| value.version);
+        let mut delta = crate::delta::DeltaSerializer::with_mtu(60_000);
+        assert!(delta.try_add_node(state.chitchat_id().clone(), 0, 0));
+        for (key, value) in values {
+            let signature = state.signature(key).expect("signed");
+            assert!(delta.try_add_signed_kv(key, value.clone(), Some(signature)));
+        }
+        delta.finish()
+    }
+
+    #[test]
+    fn a_joiner_sent_only_a_nodes_newest_values_asks_again_for_the_rest() {
+        let mut victim = node(20_051, &[("rpc", "v:1"), ("svc:a", "1"), ("svc:b", "1")]);
+        let mut liar = node(20_052, &[]);
+        let mut joiner = node(20_053, &[]);
+        let victim_id = victim.self_chitchat_id().clone();
+        victim.self_node_state().set("svc:c", "1");
+        exchange(&mut victim, &mut liar);
+        exchange(&mut victim, &mut liar);
+        // The liar sends the joiner the victim's newest values only: `svc:c` and the list,
+        // genuinely signed; its older ones withheld.
+        let copy = liar.node_state(&victim_id).expect("held").clone();
+        let lie = || signed_values(&copy, &["svc:c", LIVE_KEY]);
+        // The joiner has heard of the victim (a digest lists it), nothing more.
+        assert!(joiner.cluster_state.admit_node(&victim_id).is_some());
+        joiner.process_message(wire(ChitchatMessage::Ack { delta: lie() }));
+        let held = joiner.node_state(&victim_id).expect("admitted");
+        assert_eq!(held.get("svc:c"), Some("1"));
+        assert_eq!(held.get("svc:a"), None);
+        assert_eq!(held.max_version(), 0, "asks again from the first listed version it lacks");
+        assert_eq!(joiner.refusals().withheld(), 1);
+        // The same again, and once more after an honest peer's digest exchange began: each
+        // time the joiner goes back to asking.
+        joiner.process_message(wire(ChitchatMessage::Ack { delta: lie() }));
+        assert_eq!(joiner.node_state(&victim_id).expect("held").max_version(), 0);
+        exchange(&mut joiner, &mut liar);
+        let now = joiner.node_state(&victim_id).expect("held");
+        for key in ["rpc", "svc:a", "svc:b", "svc:c"] {
+            assert!(now.get(key).is_some(), "{key} arrived");
+        }
+        let victims = victim.self_node_state().max_version();
+        assert_eq!(now.max_version(), victims);
+        // Once whole, the lie changes nothing.
+        joiner.process_message(wire(ChitchatMessage::Ack { delta: lie() }));
+        assert_eq!(joiner.node_state(&victim_id).expect("held").max_version(), victims);
+        assert_eq!(joiner.refusals().unsigned(), 0);
+    }
+
+    #[test]
+    fn a_withheld_value_is_taken_below_the_max_version_and_never_over_a_later_one() {
+        let mut victim = node(20_061, &[("svc:a", "1"), ("svc:b", "1")]);
+        let mut liar = node(20_062, &[]);
+        let mut other = node(20_063, &[]);
+        let victim_id = victim.self_chitchat_id().clone();
+        exchange(&mut victim, &mut liar);
+        let old_b = genuine(&liar, &victim_id, &["svc:b"]);
+        victim.self_node_state().set("svc:b", "2");
+        victim.self_node_state().set("svc:c", "1");
+        exchange(&mut victim, &mut liar);
+        // Newest values only (svc:b at 2, svc:c, the list): svc:a withheld.
+        let delta = genuine(&liar, &victim_id, &["svc:b", "svc:c", LIVE_KEY]);
+        assert!(other.cluster_state.admit_node(&victim_id).is_some());
+        other.process_message(wire(ChitchatMessage::Ack { delta }));
+        assert!(other.refusals().withheld() > 0);
+        // While it asks again, an older signed svc:b is not taken over the later one.
+        other.process_message(wire(ChitchatMessage::Ack { delta: old_b }));
+        assert_eq!(value(&other, &victim_id, "svc:b").as_deref(), Some("2"));
+        exchange(&mut other, &mut victim);
+        assert_eq!(value(&other, &victim_id, "svc:a").as_deref(), Some("1"));
+        assert_eq!(value(&other, &victim_id, "svc:b").as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_deletion_missed_and_collected_is_dropped_by_the_owners_list() {
+        let mut victim = node(20_071, &[("svc:a", "1"), ("svc:gone", "1")]);
+        let mut other = node(20_072, &[]);
+        let victim_id = victim.self_chitchat_id().clone();
+        exchange(&mut victim, &mut other);
+        exchange(&mut victim, &mut other);
+        assert_eq!(value(&other, &victim_id, "svc:gone").as_deref(), Some("1"));
+        // Deleted, and the tombstone collected, before `other` hears of it.
+        victim.self_node_state().delete("svc:gone");
+        victim.self_node_state().set("svc:b", "1");
+        victim
+            .cluster_state
+            .gc_keys_marked_for_deletion(std::time::Duration::ZERO);
+        exchange(&mut other, &mut victim);
+        exchange(&mut other, &mut victim);
+        assert_eq!(value(&other, &victim_id, "svc:b").as_deref(), Some("1"));
+        assert_eq!(value(&other, &victim_id, "svc:gone"), None);
+        assert_eq!(other.refusals().forged(), 0);
+    }
+
+    #[test]
+    fn the_owners_list_reads_back_and_refuses_what_it_never_writes() {
+        for versions in [vec![], vec![1], vec![1, 2, 9, 700, u64::MAX]] {
+            assert_eq!(decode_versions(&encode_versions(&versions)), Some(versions));
+        }
+        for bad in ["0", "1,0", "x", "1,,2", "18446744073709551615,1", "-1"] {
+            assert_eq!(decode_versions(bad), None, "{bad}");
+        }
     }
 
     #[test]

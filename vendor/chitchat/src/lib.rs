@@ -858,6 +858,7 @@ impl Chitchat {
         if state.max_version() == state.signed_up_to {
             return;
         }
+        state.list_live_versions();
         state.sign_all(&*auth);
         state.signed_up_to = state.max_version();
     }

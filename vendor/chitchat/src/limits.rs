@@ -83,6 +83,9 @@ pub enum Refusal {
     Unsigned,
     /// Not upstream's (`auth.rs`): a heartbeat past what the node can have reached by now.
     Heartbeat,
+    /// Not upstream's (`auth.rs`, "the owner's list"): a value its owner lists and this node
+    /// was never sent, though it holds later ones (a peer withheld it).
+    Withheld,
 }
 
 impl fmt::Display for Refusal {
@@ -96,6 +99,7 @@ impl fmt::Display for Refusal {
             Refusal::ValueTooLarge => "a key and value longer than a datagram",
             Refusal::Unsigned => "a value its node did not sign",
             Refusal::Heartbeat => "a heartbeat ahead of the node's clock",
+            Refusal::Withheld => "a value its node lists was withheld (asked for again)",
         })
     }
 }
@@ -109,6 +113,7 @@ pub struct Refusals {
     bytes: AtomicU64,
     unsigned: AtomicU64,
     heartbeats: AtomicU64,
+    withheld: AtomicU64,
     log: Mutex<LogState>,
 }
 
@@ -127,6 +132,7 @@ impl Refusals {
             Refusal::TooManyBytes | Refusal::ValueTooLarge => &self.bytes,
             Refusal::Unsigned => &self.unsigned,
             Refusal::Heartbeat => &self.heartbeats,
+            Refusal::Withheld => &self.withheld,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
@@ -175,15 +181,23 @@ impl Refusals {
         self.heartbeats.load(Ordering::Relaxed)
     }
 
-    /// What no node of the cluster could have said of itself: [`Self::own_state`],
-    /// [`Self::unsigned`] and [`Self::heartbeats`].
+    /// Not upstream's (`auth.rs`, "the owner's list"): times a node's state was found to
+    /// lack a value its owner lists, below values it holds (a peer withheld it), and asked for
+    /// again.
+    pub fn withheld(&self) -> u64 {
+        self.withheld.load(Ordering::Relaxed)
+    }
+
+    /// What no node of the cluster could have said or done of itself: [`Self::own_state`],
+    /// [`Self::unsigned`], [`Self::heartbeats`] and [`Self::withheld`].
     pub fn forged(&self) -> u64 {
-        self.own_state() + self.unsigned() + self.heartbeats()
+        self.own_state() + self.unsigned() + self.heartbeats() + self.withheld()
     }
 
     /// Every update dropped.
     pub fn total(&self) -> u64 {
         self.own_state() + self.nodes() + self.keys() + self.bytes() + self.unsigned()
             + self.heartbeats()
+            + self.withheld()
     }
 }

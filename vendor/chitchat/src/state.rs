@@ -1,6 +1,6 @@
 use std::cmp::Ordering;
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::{Debug, Formatter};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Bound;
@@ -43,6 +43,14 @@ pub struct NodeState {
     // Not upstream's (`auth.rs`): the max version this (own) state was last signed at.
     #[serde(skip)]
     pub(crate) signed_up_to: Version,
+    // Not upstream's (`auth.rs`, "the owner's list"): the least version its owner lists that
+    // is not held here, while there is one; values below the max version are then taken.
+    #[serde(skip)]
+    gap: Option<Version>,
+    // Not upstream's (`auth.rs`): versions this node refused for a limit (they count as held
+    // when its owner's list is checked, or the node would be asked for them forever).
+    #[serde(skip)]
+    over_limits: std::collections::BTreeSet<Version>,
     max_version: Version,
     // This is the maximum version of the last tombstone GC.
     //
@@ -93,6 +101,8 @@ impl NodeState {
             last_gc_version: 0u64,
             signatures: Default::default(),
             signed_up_to: 0,
+            gap: None,
+            over_limits: Default::default(),
         }
     }
 
@@ -122,6 +132,8 @@ impl NodeState {
             last_gc_version: 0u64,
             signatures: Default::default(),
             signed_up_to: 0,
+            gap: None,
+            over_limits: Default::default(),
         }
     }
 
@@ -274,7 +286,22 @@ impl NodeState {
         let mut applied_max_version = self.max_version;
         let mut signatures = node_delta.signatures;
         for key_value_mutation in node_delta.key_values {
-            if key_value_mutation.version <= current_max_version {
+            if auth.is_some() {
+                // Not upstream's (`auth.rs`, "the owner's list"): a value held at this version
+                // or a later one is known, wherever the max version is; one below the max
+                // version is taken only while the owner's list says one is missing.
+                let held = self
+                    .key_values
+                    .get(&key_value_mutation.key)
+                    .is_some_and(|held| held.version >= key_value_mutation.version);
+                if held {
+                    applied_max_version = applied_max_version.max(key_value_mutation.version);
+                    continue;
+                }
+                if key_value_mutation.version <= current_max_version && self.gap.is_none() {
+                    continue;
+                }
+            } else if key_value_mutation.version <= current_max_version {
                 // We already know about this KV.
                 continue;
             }
@@ -303,6 +330,7 @@ impl NodeState {
             let value_len = key_value_mutation.value.len();
             if key_len + value_len > MAX_KEY_VALUE_LEN {
                 refusals.note(Refusal::ValueTooLarge, &self.chitchat_id);
+                self.note_over_limits(auth, key_value_mutation.version);
                 continue;
             }
             let (keys_after, bytes_after) = match self.key_values.get(&key_value_mutation.key) {
@@ -314,10 +342,12 @@ impl NodeState {
             };
             if keys_after > limits.max_keys_per_node {
                 refusals.note(Refusal::TooManyKeys, &self.chitchat_id);
+                self.note_over_limits(auth, key_value_mutation.version);
                 continue;
             }
             if bytes_after > limits.max_bytes_per_node {
                 refusals.note(Refusal::TooManyBytes, &self.chitchat_id);
+                self.note_over_limits(auth, key_value_mutation.version);
                 continue;
             }
             let new_versioned_value = VersionedValue {
@@ -335,8 +365,12 @@ impl NodeState {
         }
 
         if auth.is_some() {
-            // Not upstream's (`auth.rs`): only as far as the values applied.
+            // Not upstream's (`auth.rs`): only as far as the values applied, and back to below
+            // a value its owner lists and this node lacks.
             self.max_version = applied_max_version.max(self.max_version);
+            if self.check_owners_list() {
+                refusals.note(Refusal::Withheld, &self.chitchat_id);
+            }
         } else if node_delta.max_version >= self.max_version {
             self.max_version = node_delta.max_version;
         } else {
@@ -503,6 +537,99 @@ impl NodeState {
             None => {
                 self.signatures.remove(key);
             }
+        }
+    }
+
+    /// Not upstream's (`auth.rs`, "the owner's list"): lists, under [`LIVE_KEY`], the
+    /// versions of this (own) state's set values, at a version above them all. Run before the
+    /// state is signed, whenever it changed.
+    ///
+    /// [`LIVE_KEY`]: crate::auth::LIVE_KEY
+    pub(crate) fn list_live_versions(&mut self) {
+        let mut versions: Vec<Version> = self
+            .key_values
+            .iter()
+            .filter(|(key, value)| {
+                key.as_str() != crate::auth::LIVE_KEY && matches!(value.status, DeletionStatus::Set)
+            })
+            .map(|(_, value)| value.version)
+            .collect();
+        versions.sort_unstable();
+        let value = crate::auth::encode_versions(&versions);
+        if crate::auth::LIVE_KEY.len() + value.len() > MAX_KEY_VALUE_LEN {
+            warn!(
+                "{} set values are too many to list: peers cannot tell when one is withheld from them",
+                versions.len()
+            );
+            return;
+        }
+        let version = self.max_version + 1;
+        self.set_versioned_value(
+            crate::auth::LIVE_KEY.to_owned(),
+            VersionedValue {
+                value,
+                version,
+                status: DeletionStatus::Set,
+            },
+        );
+    }
+
+    /// Not upstream's (`auth.rs`, "the owner's list"): checks what this node holds of its
+    /// owner against the owner's list of set values, when it holds one. A listed version at
+    /// or below the max version and not held takes the max version back to below it, so that
+    /// peers send it again (returns true the first time). Once the max version reaches the
+    /// list's, a held set value the list leaves out (a deletion missed and collected) is
+    /// dropped.
+    fn check_owners_list(&mut self) -> bool {
+        let Some(list) = self.key_values.get(crate::auth::LIVE_KEY) else {
+            return false;
+        };
+        if !matches!(list.status, DeletionStatus::Set) {
+            return false;
+        }
+        let list_version = list.version;
+        let Some(listed) = crate::auth::decode_versions(&list.value) else {
+            return false;
+        };
+        let held: HashMap<Version, &str> = self
+            .key_values
+            .iter()
+            .filter(|(key, value)| {
+                key.as_str() != crate::auth::LIVE_KEY && matches!(value.status, DeletionStatus::Set)
+            })
+            .map(|(key, value)| (value.version, key.as_str()))
+            .collect();
+        let missing = listed.iter().copied().find(|version| {
+            *version <= self.max_version
+                && !held.contains_key(version)
+                && !self.over_limits.contains(version)
+        });
+        if let Some(missing) = missing {
+            self.max_version = missing - 1;
+            return self.gap.replace(missing).is_none();
+        }
+        if self.max_version < list_version {
+            return false;
+        }
+        self.gap = None;
+        let listed: HashSet<Version> = listed.into_iter().collect();
+        let stale: Vec<String> = held
+            .iter()
+            .filter(|(version, _)| **version < list_version && !listed.contains(*version))
+            .map(|(_, key)| (*key).to_owned())
+            .collect();
+        for key in stale {
+            self.remove_key_value_internal(&key);
+            self.signatures.remove(&key);
+        }
+        self.over_limits.retain(|version| listed.contains(version));
+        false
+    }
+
+    /// Not upstream's (`auth.rs`): remembers a version refused for a limit (a bounded number).
+    fn note_over_limits(&mut self, auth: Option<&dyn crate::auth::Authenticator>, version: Version) {
+        if auth.is_some() && self.over_limits.len() < crate::auth::MAX_OVER_LIMITS {
+            self.over_limits.insert(version);
         }
     }
 
@@ -847,7 +974,9 @@ impl ClusterState {
                 let delta_status =
                     node_state.apply_delta(node_delta, now, &limits, &refusals, auth.as_deref());
                 let monotonic_property_after = node_state.monotonic_property();
-                if monotonic_property_after < monotonic_property_before {
+                // An authenticated node's max version goes back when its owner's list says a
+                // value is missing (`auth.rs`).
+                if monotonic_property_after < monotonic_property_before && auth.is_none() {
                     tracing::error!(
                         "after {monotonic_property_after:?}, before {monotonic_property_before:?}: a delta took a node state back, please report"
                     );
