@@ -30,7 +30,11 @@
 //!    chitchat would never ask for again), and its max version moves only as far as what was
 //!    applied: a forged max version would stop a receiver from asking for the node's true
 //!    values, and a forged GC version used to wipe them.
-//! 6. **Heartbeats are bounded by time, not signed.** A heartbeat changes on every message a
+//! 6. **Each node lists its values** (`chitchat.live`, `vendor/chitchat/src/auth.rs`, "the
+//!    owner's list"): a max version is a peer's word that no signature covers, so a member
+//!    could send a joiner only a node's newest values and hide the older ones. A receiver
+//!    holding the list goes back below the first listed version it lacks and asks again.
+//! 7. **Heartbeats are bounded by time, not signed.** A heartbeat changes on every message a
 //!    node handles, and rides in every digest: signing each would cost a signature per round
 //!    per node and 70 bytes per node in every digest (about four times a quiet cluster's
 //!    bytes). Instead a node's heartbeat counts [`TICK_MS`] since its generation (its start,

@@ -54,7 +54,8 @@ pub struct GossipTraffic {
     pub late_datagrams: u64,
     /// Updates about a node that no node could have sent of itself, dropped since gossip last
     /// started: values its owner did not sign (or signed with a certificate that does not
-    /// name it), heartbeats ahead of its clock, this node's own state sent back
+    /// name it), heartbeats ahead of its clock, values its owner lists that a peer withheld
+    /// while sending later ones, this node's own state sent back
     /// ([`GossipRegistry::forged_updates`]). Anything but 0 says a member lies, or a node of
     /// an earlier build (which does not sign) gossips in a cluster that signs.
     pub forged_updates: u64,
