@@ -283,4 +283,60 @@ mod tests {
             "gave up after three probes"
         );
     }
+
+    /// A TLS listener that presents `node`'s certificate (of `authority`) to whoever connects.
+    async fn tls_listener(authority: &crate::Authority, node: &str) -> SocketAddr {
+        let tls = Tls::new(&authority.issue(node).unwrap()).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut stream) = acceptor.accept(stream).await {
+                        let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut [0u8; 1]).await;
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// The probe itself, on real sockets: with signed gossip a member cannot forge an up holder
+    /// of another's name at all, so the registry tests of forged holders stop before it.
+    #[tokio::test]
+    async fn only_a_certificate_naming_the_node_proves_a_holder() {
+        let authority = crate::Authority::new("probe").unwrap();
+        let prober = Arc::new(Tls::new(&authority.issue("search-2").unwrap()).unwrap());
+        let owner = tls_listener(&authority, "search-1").await;
+        let member = tls_listener(&authority, "mallory-1").await;
+        let stranger = tls_listener(&crate::Authority::new("probe").unwrap(), "search-1").await;
+        let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let bare_addr = bare.local_addr().unwrap();
+        let wait = Duration::from_secs(5);
+        let name: Arc<str> = Arc::from("search-1");
+        let probe = |addr| holds(addr, wait, name.clone(), Some(prober.clone()));
+        assert!(probe(owner).await, "the owner's certificate names it");
+        assert!(
+            !probe(member).await,
+            "another member's certificate does not"
+        );
+        assert!(
+            !probe(stranger).await,
+            "nor one of another CA that names it"
+        );
+        // A listener that accepts TCP and never speaks: the probe ends at its deadline.
+        assert!(
+            !holds(
+                bare_addr,
+                Duration::from_millis(300),
+                name.clone(),
+                Some(prober.clone())
+            )
+            .await
+        );
+        // Without TLS (an `insecure()` registry), any listener counts.
+        assert!(holds(bare_addr, wait, name, None).await);
+    }
 }
