@@ -476,6 +476,64 @@ mod tests {
     }
 
     #[test]
+    fn made_up_names_filling_the_table_give_way_to_a_node_that_signs() {
+        let mut target = node(20_081, &[]);
+        let mut liar = node(20_082, &[]);
+        target.cluster_state.limits.max_nodes = 16;
+        let liar_addr = Some(liar.self_chitchat_id().gossip_advertise_addr);
+        // Digests naming made-up nodes, their heartbeats kept going: they fill the table.
+        let flood = |round: u64| {
+            let mut digest = crate::digest::Digest::default();
+            for i in 0..64u16 {
+                let id = ChitchatId::for_local_test(30_000 + i);
+                digest.add_node(id, Heartbeat(round + 1), 0, 0);
+            }
+            ChitchatMessage::Syn {
+                cluster_id: liar.cluster_id().to_owned(),
+                digest,
+            }
+        };
+        for round in 0..3 {
+            target.process_message_from(liar_addr, ProtocolVersion::V2, wire(flood(round)));
+        }
+        assert_eq!(target.node_states().len(), 16, "full of made-up names");
+        // A node that signs its state joins, while the flood goes on.
+        let mut newcomer = node(20_083, &[("svc:x", "1")]);
+        let newcomer_id = newcomer.self_chitchat_id().clone();
+        for round in 3..8 {
+            exchange(&mut newcomer, &mut target);
+            target.process_message_from(liar_addr, ProtocolVersion::V2, wire(flood(round)));
+        }
+        assert_eq!(value(&target, &newcomer_id, "svc:x").as_deref(), Some("1"));
+        assert_eq!(target.node_states().len(), 16);
+    }
+
+    #[test]
+    fn a_purged_node_comes_back_on_its_own_word_only() {
+        let mut victim = node(20_091, &[("svc:x", "1")]);
+        let mut other = node(20_092, &[]);
+        let liar = node(20_093, &[]);
+        let victim_id = victim.self_chitchat_id().clone();
+        exchange(&mut victim, &mut other);
+        // The victim left and was purged here.
+        other.cluster_state.remove_node(&victim_id, true);
+        let relay = |heartbeat: u64| {
+            let mut digest = crate::digest::Digest::default();
+            digest.add_node(victim_id.clone(), Heartbeat(heartbeat), 0, 0);
+            ChitchatMessage::Syn {
+                cluster_id: liar.cluster_id().to_owned(),
+                digest,
+            }
+        };
+        let liar_addr = Some(liar.self_chitchat_id().gossip_advertise_addr);
+        other.process_message_from(liar_addr, ProtocolVersion::V2, wire(relay(900)));
+        assert!(other.node_state(&victim_id).is_none(), "not on a relayed heartbeat");
+        let victim_addr = Some(victim_id.gossip_advertise_addr);
+        other.process_message_from(victim_addr, ProtocolVersion::V2, wire(relay(901)));
+        assert!(other.node_state(&victim_id).is_some(), "on its own");
+    }
+
+    #[test]
     fn the_owners_list_reads_back_and_refuses_what_it_never_writes() {
         for versions in [vec![], vec![1], vec![1, 2, 9, 700, u64::MAX]] {
             assert_eq!(decode_versions(&encode_versions(&versions)), Some(versions));

@@ -182,6 +182,14 @@ impl FailureDetector {
         }
     }
 
+    /// Not upstream's (`auth.rs`): forgets a node evicted while not dead; whether it was ever
+    /// live.
+    pub(crate) fn forget_evicted(&mut self, chitchat_id: &ChitchatId) -> bool {
+        let was_live = self.ever_live.contains(chitchat_id);
+        self.forget(chitchat_id);
+        was_live
+    }
+
     /// Not upstream's: forgets everything of a node whose state is gone.
     fn forget(&mut self, chitchat_id: &ChitchatId) {
         self.dead_nodes.remove(chitchat_id);

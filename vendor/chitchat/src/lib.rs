@@ -543,10 +543,15 @@ impl Chitchat {
             return false;
         }
 
+        // Not upstream's (`auth.rs`): on an authenticated cluster, a node forgotten here (left
+        // and purged) comes back only on its own word, not on a relayed heartbeat: a member
+        // could otherwise bring back a node that left, with its genuine signed values from
+        // before it left, and keep it listed.
+        let relayed_ghost = self.cluster_state.auth.is_some() && !first_hand;
         let should_init_if_absent = self
             .cluster_state
             .last_heartbeat_if_deleted(chitchat_id)
-            .map(|last_heartbeat| last_heartbeat < heartbeat)
+            .map(|last_heartbeat| last_heartbeat < heartbeat && !relayed_ghost)
             .unwrap_or(true);
 
         // Not upstream's: a new node is admitted only if there is room for it (`limits.rs`).
@@ -896,6 +901,21 @@ impl Chitchat {
         if let Some((oldest, was_live)) = self.failure_detector.forget_oldest_dead() {
             self.evictions_left -= 1;
             self.cluster_state.remove_node(&oldest, was_live);
+            return;
+        }
+        // Not upstream's (`auth.rs`): on an authenticated cluster, a node none of whose values
+        // was ever taken here (a name in digests, nothing its owner signed) gives way to the
+        // newcomer. A member could otherwise fill the table with made-up names kept alive by
+        // the heartbeats it relays, and no new node (a restart is one) would be admitted. A
+        // true newcomer's signed state follows its name within an exchange, after which it is
+        // not evicted this way; one is picked at random, so a flood of made-up names cannot aim
+        // at it.
+        if self.cluster_state.auth.is_some()
+            && let Some(unproven) = self.cluster_state.pick_unproven()
+        {
+            self.evictions_left -= 1;
+            let was_live = self.failure_detector.forget_evicted(&unproven);
+            self.cluster_state.remove_node(&unproven, was_live);
         }
     }
 

@@ -921,6 +921,22 @@ impl ClusterState {
         self.node_states.get(chitchat_id)
     }
 
+    /// Not upstream's (`auth.rs`): a node holding no value at all, picked at random (`O(nodes)`,
+    /// at most `EVICTIONS_PER_MESSAGE` times a message).
+    pub(crate) fn pick_unproven(&self) -> Option<ChitchatId> {
+        let unproven = self
+            .node_states
+            .iter()
+            .filter(|(_, state)| state.key_values.is_empty())
+            .map(|(id, _)| id);
+        let count = unproven.clone().count();
+        if count == 0 {
+            return None;
+        }
+        let pick = rand::RngExt::random_range(&mut random_generator(), 0..count);
+        unproven.clone().nth(pick).cloned()
+    }
+
     /// Get a mutable node state if it exists.
     pub(crate) fn node_state_mut(&mut self, chitchat_id: &ChitchatId) -> Option<&mut NodeState> {
         self.node_states.get_mut(chitchat_id)
