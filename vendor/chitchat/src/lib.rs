@@ -4,6 +4,7 @@
 #![allow(clippy::derive_partial_eq_without_eq)]
 
 pub mod auth;
+mod verifying;
 mod configuration;
 mod delta;
 mod digest;
@@ -343,10 +344,10 @@ impl Chitchat {
         self.cluster_state.refusals.clone()
     }
 
-    fn process_delta(&mut self, delta: Delta) {
-        let was_reset_triggered = self
-            .cluster_state
-            .apply_delta(delta, &self.config.chitchat_id);
+    fn process_delta(&mut self, delta: Delta, from: Option<SocketAddr>) {
+        let was_reset_triggered =
+            self.cluster_state
+                .apply_delta(delta, &self.config.chitchat_id, from);
         if was_reset_triggered {
             if let Some(catchup_callback) = &self.config.catchup_callback {
                 info!("executing catch-up callback");
@@ -477,7 +478,7 @@ impl Chitchat {
                 // The digest first: a delta is applied only to nodes it admitted. A node it made
                 // live is published with the delta's keys (`process_message_from`).
                 *revived |= self.report_heartbeats_in_digest_from(&digest, from);
-                self.process_delta(delta);
+                self.process_delta(delta, from);
                 let scheduled_for_deletion =
                     self.scheduled_for_deletion_nodes().collect::<HashSet<_>>();
                 let unshared = self.unshared_with(&digest, &scheduled_for_deletion);
@@ -494,7 +495,7 @@ impl Chitchat {
                 Some(ChitchatMessage::Ack { delta })
             }
             ChitchatMessage::Ack { delta } => {
-                self.process_delta(delta);
+                self.process_delta(delta, from);
                 None
             }
             ChitchatMessage::BadCluster => {
@@ -1771,7 +1772,7 @@ mod tests {
         let _ = node.process_message(ChitchatMessage::Syn { cluster_id, digest });
 
         let delta = Delta::default();
-        node.process_delta(delta);
+        node.process_delta(delta, None);
 
         let mut delta = Delta::default();
         let chitchat_id = ChitchatId::for_local_test(10_002);
@@ -1781,7 +1782,7 @@ mod tests {
             0u64,
         );
         delta.add_kv(&chitchat_id, "key", "value", 1, false);
-        node.process_delta(delta);
+        node.process_delta(delta, None);
 
         assert_eq!(catchup_callback_counter.load(Ordering::Acquire), 1);
     }
@@ -2161,7 +2162,7 @@ mod tests {
             delta.add_kv(&id(i), "key", &random_string(1000), 1, false);
         }
         node.report_heartbeats_in_digest(&digest);
-        node.process_delta(delta);
+        node.process_delta(delta, None);
 
         // Process a SYN message with an empty foreign digest
 

@@ -86,6 +86,9 @@ pub enum Refusal {
     /// Not upstream's (`auth.rs`, "the owner's list"): a value its owner lists and this node
     /// was never sent, though it holds later ones (a peer withheld it).
     Withheld,
+    /// Not upstream's (`verifying.rs`): a value left for a later round, its message's budget
+    /// for checking signatures spent.
+    Deferred,
 }
 
 impl fmt::Display for Refusal {
@@ -100,6 +103,7 @@ impl fmt::Display for Refusal {
             Refusal::Unsigned => "a value its node did not sign",
             Refusal::Heartbeat => "a heartbeat ahead of the node's clock",
             Refusal::Withheld => "a value its node lists was withheld (asked for again)",
+            Refusal::Deferred => "a value left for a later round (its sender's budget for checking signatures is spent)",
         })
     }
 }
@@ -114,6 +118,7 @@ pub struct Refusals {
     unsigned: AtomicU64,
     heartbeats: AtomicU64,
     withheld: AtomicU64,
+    deferred: AtomicU64,
     log: Mutex<LogState>,
 }
 
@@ -133,6 +138,7 @@ impl Refusals {
             Refusal::Unsigned => &self.unsigned,
             Refusal::Heartbeat => &self.heartbeats,
             Refusal::Withheld => &self.withheld,
+            Refusal::Deferred => &self.deferred,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
@@ -186,6 +192,12 @@ impl Refusals {
     /// again.
     pub fn withheld(&self) -> u64 {
         self.withheld.load(Ordering::Relaxed)
+    }
+
+    /// Not upstream's (`verifying.rs`): values left for a later round, their message's budget
+    /// for checking signatures spent. Not refused: not in [`Self::total`].
+    pub fn deferred(&self) -> u64 {
+        self.deferred.load(Ordering::Relaxed)
     }
 
     /// What no node of the cluster could have said or done of itself: [`Self::own_state`],

@@ -248,7 +248,7 @@ impl NodeState {
         now: Instant,
         limits: &ChitchatLimits,
         refusals: &Refusals,
-        auth: Option<&dyn crate::auth::Authenticator>,
+        auth: Option<&crate::verifying::Verifier<'_>>,
     ) -> DeltaStatus {
         let mut delta_status = self.check_delta_status(&node_delta);
 
@@ -313,10 +313,17 @@ impl NodeState {
                     version: key_value_mutation.version,
                     status: key_value_mutation.status.into(),
                 };
-                if !auth.verify(&self.chitchat_id, kv, signature.as_deref(), self) {
+                match auth.verify(&self.chitchat_id, kv, signature.as_deref(), self) {
+                    crate::verifying::Verdict::Signed => {}
                     // The rest of this node's delta would leave a gap: it is asked for again.
-                    refusals.note(Refusal::Unsigned, &self.chitchat_id);
-                    break;
+                    crate::verifying::Verdict::Refused => {
+                        refusals.note(Refusal::Unsigned, &self.chitchat_id);
+                        break;
+                    }
+                    crate::verifying::Verdict::Deferred => {
+                        refusals.note(Refusal::Deferred, &self.chitchat_id);
+                        break;
+                    }
                 }
             }
             applied_max_version = applied_max_version.max(key_value_mutation.version);
@@ -330,7 +337,7 @@ impl NodeState {
             let value_len = key_value_mutation.value.len();
             if key_len + value_len > MAX_KEY_VALUE_LEN {
                 refusals.note(Refusal::ValueTooLarge, &self.chitchat_id);
-                self.note_over_limits(auth, key_value_mutation.version);
+                self.note_over_limits(auth.is_some(), key_value_mutation.version);
                 continue;
             }
             let (keys_after, bytes_after) = match self.key_values.get(&key_value_mutation.key) {
@@ -342,12 +349,12 @@ impl NodeState {
             };
             if keys_after > limits.max_keys_per_node {
                 refusals.note(Refusal::TooManyKeys, &self.chitchat_id);
-                self.note_over_limits(auth, key_value_mutation.version);
+                self.note_over_limits(auth.is_some(), key_value_mutation.version);
                 continue;
             }
             if bytes_after > limits.max_bytes_per_node {
                 refusals.note(Refusal::TooManyBytes, &self.chitchat_id);
-                self.note_over_limits(auth, key_value_mutation.version);
+                self.note_over_limits(auth.is_some(), key_value_mutation.version);
                 continue;
             }
             let new_versioned_value = VersionedValue {
@@ -627,8 +634,8 @@ impl NodeState {
     }
 
     /// Not upstream's (`auth.rs`): remembers a version refused for a limit (a bounded number).
-    fn note_over_limits(&mut self, auth: Option<&dyn crate::auth::Authenticator>, version: Version) {
-        if auth.is_some() && self.over_limits.len() < crate::auth::MAX_OVER_LIMITS {
+    fn note_over_limits(&mut self, authenticated: bool, version: Version) {
+        if authenticated && self.over_limits.len() < crate::auth::MAX_OVER_LIMITS {
             self.over_limits.insert(version);
         }
     }
@@ -827,6 +834,8 @@ pub(crate) struct ClusterState {
     digest_len: usize,
     /// Not upstream's (`auth.rs`): signs this node's state and judges the others'.
     pub(crate) auth: Option<Arc<dyn crate::auth::Authenticator>>,
+    /// Not upstream's (`verifying.rs`): what checking signatures may cost.
+    budgets: crate::verifying::Budgets,
 }
 
 /// The bytes one node takes in a V0 digest: its id, then heartbeat, last GC and max versions.
@@ -856,6 +865,7 @@ impl Default for ClusterState {
             refusals: Arc::default(),
             digest_len: 2,
             auth: None,
+            budgets: Default::default(),
         }
     }
 }
@@ -872,6 +882,7 @@ impl ClusterState {
             // The node count (u16).
             digest_len: 2,
             auth: None,
+            budgets: Default::default(),
         }
     }
 
@@ -967,28 +978,31 @@ impl ClusterState {
     //
     // Not upstream's: a delta for `self_chitchat_id` is dropped (only this node writes its own
     // state), and the monotonic property is checked without a panic (upstream asserted it).
-    pub(crate) fn apply_delta(&mut self, delta: Delta, self_chitchat_id: &ChitchatId) -> bool {
+    pub(crate) fn apply_delta(
+        &mut self,
+        delta: Delta,
+        self_chitchat_id: &ChitchatId,
+        sender: Option<SocketAddr>,
+    ) -> bool {
         let now = Instant::now();
         // Apply delta.
         let mut contains_reset = false;
         let limits = self.limits;
         let refusals = self.refusals.clone();
         let auth = self.auth.clone();
-        let unsigned_before = refusals.unsigned();
+        // Not upstream's (`verifying.rs`): what this message may spend checking signatures.
+        let verifier = auth.as_deref().map(|auth| {
+            crate::verifying::Verifier::new(auth, self.budgets.allowance(sender))
+        });
         for node_delta in delta.node_deltas {
-            // Not upstream's (`auth.rs`): a verification that fails costs as much as one that
-            // passes (about 0.1 ms); a peer may not make one message cost more than a few.
-            if refusals.unsigned() - unsigned_before >= crate::auth::MAX_REFUSED_PER_MESSAGE {
-                break;
-            }
             if &node_delta.chitchat_id == self_chitchat_id {
                 refusals.note(Refusal::OwnState, self_chitchat_id);
                 continue;
             }
-            if let Some(node_state) = self.node_state_mut(&node_delta.chitchat_id) {
+            if let Some(node_state) = self.node_states.get_mut(&node_delta.chitchat_id) {
                 let monotonic_property_before = node_state.monotonic_property();
                 let delta_status =
-                    node_state.apply_delta(node_delta, now, &limits, &refusals, auth.as_deref());
+                    node_state.apply_delta(node_delta, now, &limits, &refusals, verifier.as_ref());
                 let monotonic_property_after = node_state.monotonic_property();
                 // An authenticated node's max version goes back when its owner's list says a
                 // value is missing (`auth.rs`).
@@ -999,6 +1013,9 @@ impl ClusterState {
                 }
                 contains_reset |= delta_status == DeltaStatus::ApplyAfterReset;
             }
+        }
+        if let Some(verifier) = verifier {
+            self.budgets.spend(sender, verifier.spent());
         }
         contains_reset
     }
@@ -1769,7 +1786,7 @@ mod tests {
         // We reset node 2
         delta.add_node(node2.clone(), 3, 0);
         delta.add_kv(&node2, "key_d", "4", 4, false);
-        cluster_state.apply_delta(delta, &ChitchatId::for_local_test(1));
+        cluster_state.apply_delta(delta, &ChitchatId::for_local_test(1), None);
 
         let node1_state = cluster_state.node_state(&node1).unwrap();
         assert_eq!(
@@ -2338,7 +2355,7 @@ mod tests {
         delta.add_node(node.clone(), 20, 0);
         delta.add_kv(&node, "key_b", "val_b", 18, false);
 
-        let contains_reset = cluster_state.apply_delta(delta, &ChitchatId::for_local_test(1));
+        let contains_reset = cluster_state.apply_delta(delta, &ChitchatId::for_local_test(1), None);
         assert!(!contains_reset);
 
         let node_state_after = cluster_state.node_state(&node).unwrap();
