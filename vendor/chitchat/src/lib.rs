@@ -865,8 +865,10 @@ impl Chitchat {
             return;
         }
         state.list_live_versions();
-        state.sign_all(&*auth);
-        state.signed_up_to = state.max_version();
+        // A value that could not be signed is tried again before the next delta.
+        if state.sign_all(&*auth) {
+            state.signed_up_to = state.max_version();
+        }
     }
 
     pub(crate) fn cluster_state(&self) -> &ClusterState {

@@ -553,6 +553,13 @@ impl NodeState {
     ///
     /// [`LIVE_KEY`]: crate::auth::LIVE_KEY
     pub(crate) fn list_live_versions(&mut self) {
+        if self
+            .key_values
+            .get(crate::auth::LIVE_KEY)
+            .is_some_and(|list| list.version == self.max_version)
+        {
+            return;
+        }
         let mut versions: Vec<Version> = self
             .key_values
             .iter()
@@ -642,7 +649,8 @@ impl NodeState {
 
     /// Not upstream's (`auth.rs`): signs every key-value of this (own) state whose signature
     /// does not cover its version: once per change of a value.
-    pub(crate) fn sign_all(&mut self, auth: &dyn crate::auth::Authenticator) {
+    /// Whether every one is signed now.
+    pub(crate) fn sign_all(&mut self, auth: &dyn crate::auth::Authenticator) -> bool {
         let own = self.chitchat_id.clone();
         let unsigned: Vec<(String, VersionedValue)> = self
             .key_values
@@ -654,10 +662,13 @@ impl NodeState {
             })
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect();
+        let mut all = true;
         for (key, value) in unsigned {
             let signature = auth.sign(&own, crate::auth::SignedKeyValue::of(&key, &value));
+            all &= signature.is_some();
             self.set_signature(&key, value.version, signature);
         }
+        all
     }
 
     /// Attempts to set the heartbeat of another node.

@@ -82,6 +82,16 @@ pub(crate) const LEAD_MS: u64 = 100;
 pub(crate) const MAX_SKEW_MS: u64 = 500;
 /// Verified certificates held at most; past it the cache starts again empty.
 pub(crate) const MAX_CERTS: usize = 4096;
+/// The longest certificate value judged (base64 DER, `,` between certificates): a node's
+/// certificate and an intermediate or two take 600 to 2,000 bytes. Checking a chain costs
+/// more the more certificates it offers to build paths from: a member's value of a dozen
+/// made-up intermediates cost 0.1 to 0.2 s to refuse.
+const MAX_CERT_LEN: usize = 8 * 1024;
+/// The most certificates in a value: the node's and two intermediates.
+const MAX_CHAIN: usize = 3;
+/// How long a certificate refused stays refused before it is judged again: a refusal may
+/// depend on time (a certificate not valid yet, this node's clock behind).
+const REFUSED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 /// A generation below this (2001 in nanoseconds since 1970) is no start time (tests use small
 /// numbers): such a node's heartbeats are not bounded, and its own count as upstream's do.
 const PLAUSIBLE_GENERATION: u64 = 1_000_000_000_000_000_000;
@@ -96,16 +106,58 @@ pub(crate) struct Authorship {
     certs: Mutex<HashMap<CertSlot, Verified>>,
     /// `GossipConfig::clock_skew`, in ms.
     skew_ms: u64,
+    /// This node's clock for heartbeats and expiry: the wall clock when made, run on by the
+    /// monotonic clock, so that a step of the wall clock (NTP) neither stops this node's
+    /// heartbeats nor makes it refuse everyone's.
+    clock: Clock,
+}
+
+/// The wall clock read once, run on by the monotonic clock.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    wall_nanos: u64,
+    started: std::time::Instant,
+}
+
+impl Clock {
+    fn now() -> Self {
+        Self {
+            wall_nanos: wall_nanos(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since 1970.
+    fn nanos(&self) -> u64 {
+        let run = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.wall_nanos.saturating_add(run)
+    }
+
+    fn secs(&self) -> i64 {
+        i64::try_from(self.nanos() / 1_000_000_000).unwrap_or(i64::MAX)
+    }
+
+    /// Milliseconds since `generation` (a start time in nanoseconds), if it is one.
+    fn since(&self, generation: u64) -> Option<u64> {
+        (generation >= PLAUSIBLE_GENERATION)
+            .then(|| self.nanos().saturating_sub(generation) / 1_000_000)
+    }
+
+    /// [`Self::since`] in heartbeat steps.
+    fn ticks_since(&self, generation: u64) -> Option<u64> {
+        self.since(generation).map(|ms| ms / TICK_MS)
+    }
 }
 
 /// A certificate value as cached: its owner's node id and the SHA-256 of the value.
 type CertSlot = (Arc<str>, [u8; 32]);
 
-/// A certificate value judged: the public key it carries and when it expires, or refused.
+/// A certificate value judged: the public key it carries and when it (or a certificate of its
+/// chain) expires, or refused until a time.
 #[derive(Clone)]
 enum Verified {
     Key { public: Arc<[u8]>, not_after: i64 },
-    Refused,
+    Refused { until: std::time::Instant },
 }
 
 impl std::fmt::Debug for Authorship {
@@ -148,6 +200,7 @@ impl Authorship {
             rng,
             certs: Mutex::default(),
             skew_ms: u64::try_from(clock_skew.as_millis()).unwrap_or(u64::MAX),
+            clock: Clock::now(),
         };
         // The key must be the certificate's: a node signing with another would be refused by
         // every peer, silently.
@@ -175,6 +228,10 @@ impl Authorship {
             .get(&slot)
             .cloned();
         let verified = match cached {
+            Some(Verified::Refused { until }) if until <= std::time::Instant::now() => None,
+            cached => cached,
+        };
+        let verified = match verified {
             Some(verified) => verified,
             None => {
                 let verified = self.judge(owner, cert);
@@ -187,33 +244,53 @@ impl Authorship {
             }
         };
         match verified {
-            Verified::Key { public, not_after } if not_after > now_secs() => Some(public),
+            Verified::Key { public, not_after } if not_after > self.clock.secs() => Some(public),
             _ => None,
         }
     }
 
-    /// Reads and checks a certificate value (uncached).
+    /// Reads and checks a certificate value (uncached). The cheap checks first: its length,
+    /// how many certificates, and the name in the node's own; the chain last.
     fn judge(&self, owner: &str, cert: &str) -> Verified {
+        let refused = Verified::Refused {
+            until: std::time::Instant::now() + REFUSED_FOR,
+        };
+        if cert.len() > MAX_CERT_LEN || cert.split(',').count() > MAX_CHAIN {
+            return refused;
+        }
         let chain: Result<Vec<CertificateDer<'static>>, _> = cert
             .split(',')
             .map(|c| STANDARD.decode(c).map(CertificateDer::from))
             .collect();
         let Ok(chain) = chain else {
-            return Verified::Refused;
+            return refused;
         };
-        if chain.is_empty() || tls::verify_chain(&self.ca, &chain).is_err() {
-            return Verified::Refused;
-        }
-        match names::of_certificate(&chain[0]) {
+        let Some(leaf) = chain.first() else {
+            return refused;
+        };
+        match names::of_certificate(leaf) {
             Ok((cluster, node)) if cluster == self.cluster && node == owner => {}
-            _ => return Verified::Refused,
+            _ => return refused,
         }
-        let Ok((_, parsed)) = x509_parser::parse_x509_certificate(&chain[0]) else {
-            return Verified::Refused;
-        };
-        Verified::Key {
-            public: Arc::from(parsed.public_key().subject_public_key.data.as_ref()),
-            not_after: parsed.validity().not_after.timestamp(),
+        let mut not_after = i64::MAX;
+        let mut public = None;
+        for (i, der) in chain.iter().enumerate() {
+            let Ok((_, parsed)) = x509_parser::parse_x509_certificate(der) else {
+                return refused;
+            };
+            not_after = not_after.min(parsed.validity().not_after.timestamp());
+            if i == 0 {
+                public = Some(Arc::from(
+                    parsed.public_key().subject_public_key.data.as_ref(),
+                ));
+            }
+        }
+        if tls::verify_chain(&self.ca, &chain).is_err() {
+            return refused;
+        }
+        match public {
+            Some(public) => Verified::Key { public, not_after },
+            None => refused,
         }
     }
 }
@@ -249,24 +326,11 @@ pub(crate) fn message(cluster: &str, owner: &ChitchatId, kv: SignedKeyValue<'_>)
     m
 }
 
-fn now_nanos() -> u64 {
+/// The wall clock, in nanoseconds since 1970.
+fn wall_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-fn now_secs() -> i64 {
-    (now_nanos() / 1_000_000_000) as i64
-}
-
-/// Milliseconds since `generation` (a start time in nanoseconds), if it is one.
-fn since(generation: u64) -> Option<u64> {
-    (generation >= PLAUSIBLE_GENERATION).then(|| now_nanos().saturating_sub(generation) / 1_000_000)
-}
-
-/// [`since`] in heartbeat steps.
-fn ticks_since(generation: u64) -> Option<u64> {
-    since(generation).map(|ms| ms / TICK_MS)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl Authenticator for Authorship {
@@ -312,15 +376,15 @@ impl Authenticator for Authorship {
     fn heartbeat_ceiling(&self, node: &ChitchatId) -> Option<Heartbeat> {
         // A node whose generation is ahead of this clock by more than the skew allowed has a
         // ceiling of 0 until this clock catches up.
-        let ahead = node.generation_id.saturating_sub(now_nanos()) / 1_000_000 / TICK_MS;
-        let ticks = ticks_since(node.generation_id)?;
+        let ahead = node.generation_id.saturating_sub(self.clock.nanos()) / 1_000_000 / TICK_MS;
+        let ticks = self.clock.ticks_since(node.generation_id)?;
         Some(Heartbeat(
             (ticks + (LEAD_MS + self.skew_ms) / TICK_MS).saturating_sub(ahead),
         ))
     }
 
     fn own_heartbeat(&self, own: &ChitchatId, current: Heartbeat) -> Heartbeat {
-        let Some(ticks) = ticks_since(own.generation_id) else {
+        let Some(ticks) = self.clock.ticks_since(own.generation_id) else {
             return Heartbeat(current.0.saturating_add(1));
         };
         if ticks > current.0 {
@@ -345,7 +409,7 @@ mod tests {
     fn id(name: &str) -> ChitchatId {
         ChitchatId::new(
             name.to_owned(),
-            now_nanos(),
+            wall_nanos(),
             SocketAddr::from(([127, 0, 0, 1], 7280)),
         )
     }
@@ -363,6 +427,23 @@ mod tests {
             version,
             status: 0,
         }
+    }
+
+    #[test]
+    fn a_certificate_value_past_its_bounds_is_refused_before_any_chain_is_built() {
+        let ca = crate::Authority::new("test").expect("a CA");
+        let (_, a_cert) = Authorship::new(&ca.issue("a").expect("a"), SKEW).expect("signs");
+        let (b, _) = Authorship::new(&ca.issue("b").expect("b"), SKEW).expect("signs");
+        assert!(b.certified("a", &a_cert).is_some());
+        let four = [a_cert.as_str(); 4].join(",");
+        assert!(b.certified("a", &four).is_none(), "four certificates");
+        let long = format!("{a_cert},{}", "A".repeat(MAX_CERT_LEN));
+        assert!(
+            b.certified("a", &long).is_none(),
+            "past {MAX_CERT_LEN} bytes"
+        );
+        assert!(b.certified("b", &a_cert).is_none(), "names another node");
+        assert!(b.certified("a", "not base64!").is_none());
     }
 
     #[test]
@@ -430,7 +511,7 @@ mod tests {
         let (a, _) = Authorship::new(&ca.issue("a").expect("a"), SKEW).expect("signs");
         let own = ChitchatId::new(
             "a".to_owned(),
-            now_nanos() - 5_000_000_000,
+            wall_nanos() - 5_000_000_000,
             SocketAddr::from(([127, 0, 0, 1], 7280)),
         );
         let beat = a.own_heartbeat(&own, Heartbeat(1));

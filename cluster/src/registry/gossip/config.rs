@@ -16,7 +16,7 @@ use crate::registry::RegistryError;
 /// | `keyring` or `insecure` | neither: joining fails | a keyring seals every datagram (XChaCha20-Poly1305); `insecure()` gossips in plaintext, said by name |
 /// | `cluster_id` | the cluster of the node's certificate | set it only for an `insecure()` registry, where it is required |
 /// | `replay_window` | 30 s | a sealed datagram sent longer ago (by the sender's clock) is refused: nodes' clocks must agree within it |
-/// | `clock_skew` | 500 ms | on a signed registry (`docs/security.md`, "Signed gossip"), a heartbeat more than this (and 100 ms) ahead of this node's clock, counted from its node's start, is refused: nodes' clocks must agree within it. A lying member can hold a node's heartbeats back by as much: keep it below `dead_after` |
+/// | `clock_skew` | 500 ms | on a signed registry (`docs/security.md`, "Signed gossip"), a heartbeat more than this (and 100 ms) ahead of this node's clock, counted from its node's start, is refused: nodes' clocks must agree within it. A lying member can hold a node's heartbeats back by as much: it must be below `dead_after` by more than 100 ms (refused otherwise); with `dead_after` 0, phi alone may take a node held back that long for dead |
 /// | `gossip_interval` | 200 ms | a crashed node is out of every lookup in about 2 s (30 nodes) |
 /// | `phi_threshold` | 6 | past it a node is *suspect*: still in lookups, called only when no replica that is not suspect can be (about 0.4–1.2 s of silence, shorter in larger clusters, where heartbeats are relayed more often) |
 /// | `dead_after` | 2 s | the least silence before a node is dead and out of every lookup: a stall shorter than this (a pause, a starved CPU) takes no provider away; a crash is out of every lookup in this and one round. 0: no suspect phase, phi alone declares a node dead (as before issue 14: after about 0.6 s of silence) |
@@ -266,6 +266,18 @@ impl GossipConfig {
         if !within(self.clock_skew, &CLOCK_SKEW) {
             return bad("clock_skew", &self.clock_skew, "0s..=10min");
         }
+        // A lying member can hold a node's heartbeats back by the skew allowed and the lead:
+        // past `dead_after`, that would make a live node dead.
+        if !self.dead_after.is_zero()
+            && self.clock_skew + Duration::from_millis(super::authorship::LEAD_MS)
+                >= self.dead_after
+        {
+            return bad(
+                "clock_skew",
+                &self.clock_skew,
+                "below dead_after by more than 100 ms",
+            );
+        }
         if !(self.phi_threshold.is_finite() && self.phi_threshold > 0.0) {
             return bad(
                 "phi_threshold",
@@ -381,6 +393,7 @@ mod tests {
         refused(c().purge_after(Duration::ZERO), "purge_after");
         refused(c().replay_window(Duration::MAX), "replay_window");
         refused(c().clock_skew(Duration::MAX), "clock_skew");
+        refused(c().clock_skew(Duration::from_secs(2)), "clock_skew");
         refused(c().phi_threshold(f64::NAN), "phi_threshold");
         refused(c().phi_threshold(-1.0), "phi_threshold");
         refused(c().phi_threshold(f64::INFINITY), "phi_threshold");
