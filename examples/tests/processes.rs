@@ -269,6 +269,79 @@ async fn a_member_forging_up_holders_of_a_name_cannot_keep_its_process_from_star
     client_node.shutdown().await;
 }
 
+/// A compromised member (the gossip key, a certificate of its own, a build of its own: this
+/// test's, through `GossipRegistry::__forge`) rewrites the state of the `greeter-a` process:
+/// its services deleted, `status = leaving`, its address moved, its heartbeat at 2^64, signed
+/// with the member's key and pushed again and again. The client's registry keeps `greeter-a`
+/// at its own address and its calls reach it: each value must be signed by the node it is
+/// about (`docs/security.md`, "Signed gossip").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_rewriting_a_process_state_changes_nothing_in_another_registry() {
+    let certs = Certs::new(&["client", "greeter-a", "mallory"]);
+    let (client_node, registry, keyring) = client(&certs).await;
+    let seed = registry.gossip_addr().unwrap();
+    let greeter = Process::start("greeter-a", &certs, &[seed]);
+    let mallory_registry = GossipRegistry::new(
+        GossipConfig::new()
+            .keyring(keyring)
+            .seeds([seed.to_string()]),
+    );
+    let mallory = Node::builder()
+        .identity(cluster::Identity::from_dir(&certs.0, "mallory").unwrap())
+        .registry(mallory_registry.clone())
+        .start()
+        .await
+        .unwrap();
+    until(
+        &client_node,
+        "greeter-a seen",
+        Duration::from_secs(10),
+        |n| n == 1,
+    )
+    .await;
+    until(
+        &mallory,
+        "greeter-a seen by mallory",
+        Duration::from_secs(10),
+        |n| n == 1,
+    )
+    .await;
+    let address = client_node.registry().lookup("greeter")[0].node.addr;
+    assert_eq!(address, greeter.rpc);
+
+    // Past `dead_after` (2 s): a heartbeat taken at 2^64 would have greeter-a dead by the end.
+    for _ in 0..6 {
+        let forged = mallory_registry
+            .__forge("greeter-a", Some(u64::MAX), |state| {
+                let services: Vec<String> = state
+                    .key_values()
+                    .filter(|(key, _)| key.starts_with("svc:"))
+                    .map(|(key, _)| key.to_owned())
+                    .collect();
+                for key in services {
+                    state.delete(&key);
+                }
+                state.set("status", "leaving");
+                state.set("rpc", "127.0.0.1:1");
+            })
+            .await;
+        assert!(forged, "mallory knows greeter-a");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let entries = client_node.registry().lookup("greeter");
+        assert_eq!(entries.len(), 1, "greeter-a still listed");
+        assert_eq!(entries[0].node.addr, address, "at its own address");
+    }
+    assert!(registry.forged_updates() > 0, "the client counted the lies");
+    let reply = GreeterClient::new(&client_node)
+        .greet("rust".into())
+        .await
+        .unwrap();
+    assert_eq!(reply.node, "greeter-a");
+    drop(greeter);
+    mallory.shutdown().await;
+    client_node.shutdown().await;
+}
+
 /// Issue 15: deposits declared `at_most_once`, from 8 callers at once over three replicas in
 /// their own processes, one of which is stopped (SIGSTOP) for 5 s and then continued. Every
 /// deposit either succeeds and ran exactly once, or fails and never ran; a deposit whose
