@@ -127,6 +127,10 @@ pub(crate) const GOSSIP_FORGED: Name = counter(
     "cluster_gossip_forged_updates_total",
     "Gossip updates about a node that it did not sign or could not have sent, refused (a gossip registry only).",
 );
+pub(crate) const GOSSIP_DEFERRED: Name = counter(
+    "cluster_gossip_deferred_updates_total",
+    "Gossip updates left for a later round: their sender's budget for checking signatures was spent (a gossip registry only).",
+);
 
 /// Every metric, in the order `docs/operations.md` lists them.
 pub(crate) const ALL: &[Name] = &[
@@ -150,4 +154,5 @@ pub(crate) const ALL: &[Name] = &[
     GOSSIP_BYTES,
     GOSSIP_DATAGRAMS,
     GOSSIP_FORGED,
+    GOSSIP_DEFERRED,
 ];

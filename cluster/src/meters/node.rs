@@ -29,6 +29,7 @@ pub(crate) struct NodeMeters {
     events: [Counter; 4],
     gossip: [Counter; 4],
     forged: Counter,
+    deferred: Counter,
 }
 
 impl NodeMeters {
@@ -59,6 +60,7 @@ impl NodeMeters {
                 sink.counter(&names::GOSSIP_DATAGRAMS, &direction("received")),
             ],
             forged: sink.counter(&names::GOSSIP_FORGED, &[]),
+            deferred: sink.counter(&names::GOSSIP_DEFERRED, &[]),
         }
     }
 
@@ -84,6 +86,7 @@ impl NodeMeters {
                 counter.absolute(count);
             }
             self.forged.absolute(t.forged_updates);
+            self.deferred.absolute(t.deferred_updates);
         }
     }
 }

@@ -59,6 +59,11 @@ pub struct GossipTraffic {
     /// ([`GossipRegistry::forged_updates`]). Anything but 0 says a member lies, or a node of
     /// an earlier build (which does not sign) gossips in a cluster that signs.
     pub forged_updates: u64,
+    /// Updates left for a later round since gossip last started: the budget for checking
+    /// signatures of the peer that sent them (or of this node) was spent
+    /// (`vendor/chitchat/src/verifying.rs`). A count that keeps moving says a peer sends more
+    /// to check than this node will spend on it: a member flooding, or a CPU too starved.
+    pub deferred_updates: u64,
 }
 
 /// Who signs a node's gossip state (`authorship.rs`), and the value of its certificate key.
@@ -302,6 +307,13 @@ impl GossipRegistry {
             oversized_datagrams: read(&t.oversized_datagrams),
             late_datagrams: read(&t.late_datagrams),
             forged_updates: self.forged_updates(),
+            deferred_updates: self
+                .inner
+                .refusals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map_or(0, |r| r.deferred()),
         }
     }
 
