@@ -106,19 +106,8 @@ async fn a_lying_member_cannot_rewrite_another_members_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_an_insecure_cluster_nothing_is_signed_and_the_same_lie_is_believed() {
     async fn insecure(name: &str, seeds: &[SocketAddr]) -> (Node, GossipRegistry) {
-        let registry = GossipRegistry::new(
-            GossipConfig::new()
-                .insecure()
-                .cluster_id("test")
-                .seeds(seeds.iter().map(|s| s.to_string())),
-        );
-        let node = Node::builder()
-            .name(name)
-            .insecure()
-            .registry(registry.clone())
-            .start()
-            .await
-            .expect("starts");
+        let config = GossipConfig::new().seeds(seeds.iter().map(|s| s.to_string()));
+        let (node, registry) = crate::forge::victim(name, config).await;
         serve(&node).await;
         (node, registry)
     }

@@ -276,12 +276,17 @@ impl GossipRegistry {
     /// `max_keys_per_node`, `max_bytes_per_node`, or this node's own state sent back by a
     /// peer), since gossip last started.
     pub fn refused_updates(&self) -> u64 {
+        self.refusals(chitchat::Refusals::total)
+    }
+
+    /// A count of chitchat's refusals, 0 when gossip has not started.
+    fn refusals(&self, count: impl Fn(&chitchat::Refusals) -> u64) -> u64 {
         self.inner
             .refusals
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or(0, |r| r.total())
+            .as_deref()
+            .map_or(0, count)
     }
 
     /// The digest of every node state this node knows, which its gossip rounds send to each
@@ -307,27 +312,17 @@ impl GossipRegistry {
             oversized_datagrams: read(&t.oversized_datagrams),
             late_datagrams: read(&t.late_datagrams),
             forged_updates: self.forged_updates(),
-            deferred_updates: self
-                .inner
-                .refusals
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-                .map_or(0, |r| r.deferred()),
+            deferred_updates: self.refusals(chitchat::Refusals::deferred),
         }
     }
 
     /// Updates about a node that it could not have sent of itself, dropped since gossip last
     /// started (`authorship.rs`): a value not signed by its node, a heartbeat ahead of its
-    /// node's clock, or this node's own state sent back. Each is also in
+    /// node's clock, a value its node lists that a peer withheld below later ones, or this
+    /// node's own state sent back. Each is also in
     /// [`refused_updates`](Self::refused_updates); a WARN says so, at most every 10 s.
     pub fn forged_updates(&self) -> u64 {
-        self.inner
-            .refusals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or(0, |r| r.forged())
+        self.refusals(chitchat::Refusals::forged)
     }
 
     /// Not an API: what a member holding the gossip key and its own certificate can do with a
