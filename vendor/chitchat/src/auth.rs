@@ -44,6 +44,11 @@ use crate::{ChitchatId, Heartbeat, NodeState, VersionedValue};
 /// ("the owner's list", above).
 pub const LIVE_KEY: &str = "chitchat.live";
 
+/// Not upstream's: the most entries (generations, addresses) one node name holds on an
+/// authenticated cluster (`Chitchat::make_room_for`): a node restarted a few times within the
+/// time its dead generations are kept has as many.
+pub const MAX_GENERATIONS: usize = 4;
+
 /// The most versions refused for a limit remembered per node (`NodeState::over_limits`).
 pub(crate) const MAX_OVER_LIMITS: usize = 1_024;
 
@@ -562,6 +567,62 @@ mod tests {
         }
         assert_eq!(value(&target, &newcomer_id, "svc:x").as_deref(), Some("1"));
         assert_eq!(target.node_states().len(), 16);
+    }
+
+    #[test]
+    fn a_member_holds_a_few_entries_under_its_own_name_however_many_it_signs_for() {
+        let mut target = node(20_095, &[]);
+        let liar = node(20_096, &[]);
+        target.cluster_state.limits.max_nodes = 16;
+        let liar_name = liar.self_chitchat_id().node_id.to_string();
+        let liar_addr = Some(liar.self_chitchat_id().gossip_advertise_addr);
+        // Made-up generations of the liar's own name, each with a value the liar signs.
+        let fakes: Vec<ChitchatId> = (0..64u64)
+            .map(|i| {
+                ChitchatId::new(
+                    liar_name.clone(),
+                    1_000 + i,
+                    std::net::SocketAddr::from(([127, 0, 0, 9], 40_000 + i as u16)),
+                )
+            })
+            .collect();
+        let flood = |round: u64| {
+            let mut digest = crate::digest::Digest::default();
+            for id in &fakes {
+                digest.add_node(id.clone(), Heartbeat(round + 1), 0, 0);
+            }
+            ChitchatMessage::Syn {
+                cluster_id: liar.cluster_id().to_owned(),
+                digest,
+            }
+        };
+        let proofs = || {
+            let mut delta = crate::delta::DeltaSerializer::with_mtu(60_000);
+            for id in &fakes {
+                let value = VersionedValue::new("1".to_owned(), 1, false);
+                let signature = Names.sign(id, SignedKeyValue::of("svc:x", &value));
+                assert!(delta.try_add_node(id.clone(), 0, 0));
+                assert!(delta.try_add_signed_kv("svc:x", value, signature.as_ref()));
+            }
+            ChitchatMessage::Ack {
+                delta: delta.finish(),
+            }
+        };
+        for round in 0..3 {
+            target.process_message_from(liar_addr, ProtocolVersion::V2, wire(flood(round)));
+            target.process_message_from(liar_addr, ProtocolVersion::V2, wire(proofs()));
+        }
+        let held = target
+            .node_states()
+            .keys()
+            .filter(|id| *id.node_id == *liar_name)
+            .count();
+        assert!(held <= MAX_GENERATIONS, "{held} entries of the liar's name");
+        let mut newcomer = node(20_097, &[("svc:x", "1")]);
+        let newcomer_id = newcomer.self_chitchat_id().clone();
+        exchange(&mut newcomer, &mut target);
+        exchange(&mut newcomer, &mut target);
+        assert_eq!(value(&target, &newcomer_id, "svc:x").as_deref(), Some("1"));
     }
 
     #[test]

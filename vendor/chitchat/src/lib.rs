@@ -557,7 +557,9 @@ impl Chitchat {
 
         // Not upstream's: a new node is admitted only if there is room for it (`limits.rs`).
         let node_state = if should_init_if_absent {
-            self.make_room_for(chitchat_id);
+            if !self.make_room_for(chitchat_id) {
+                return false;
+            }
             let Some(node_state) = self.cluster_state.admit_node(chitchat_id) else {
                 return false;
             };
@@ -772,7 +774,9 @@ impl Chitchat {
             return;
         }
         let node_state = if should_init_if_absent {
-            self.make_room_for(chitchat_id);
+            if !self.make_room_for(chitchat_id) {
+                return;
+            }
             let Some(node_state) = self.cluster_state.admit_node(chitchat_id) else {
                 return;
             };
@@ -892,19 +896,39 @@ impl Chitchat {
     /// for its name. A node forgotten that was never live here is not remembered (a peer's
     /// made-up ids would push real nodes out of that memory); if a peer names it again, it
     /// is a dead node held again, and gives its place again 30 s later.
-    fn make_room_for(&mut self, chitchat_id: &ChitchatId) {
-        let states = self.cluster_state.node_states();
-        if states.len() < self.cluster_state.limits.max_nodes
-            || states.contains_key(chitchat_id)
+    /// Whether `chitchat_id` may be admitted (false only when its name holds as many entries
+    /// as it may and none can be dropped for it in this message).
+    fn make_room_for(&mut self, chitchat_id: &ChitchatId) -> bool {
+        if self.cluster_state.node_states().contains_key(chitchat_id)
             || chitchat_id.node_id.len() > MAX_NODE_ID_LEN
+        {
+            return true;
+        }
+        // Not upstream's (`auth.rs`): on an authenticated cluster, a name holds at most
+        // `auth::MAX_GENERATIONS` entries. A member signs values for any generation and address
+        // of its own name, and could otherwise fill the table with made-up generations of it.
+        if self.cluster_state.auth.is_some()
+            && let Some(dropped) = self
+                .cluster_state
+                .generation_to_drop(chitchat_id, self.self_chitchat_id())
+        {
+            if self.evictions_left == 0 {
+                self.cluster_state
+                    .refusals
+                    .note(Refusal::TooManyNodes, chitchat_id);
+                return false;
+            }
+            self.evict(&dropped);
+        }
+        if self.cluster_state.node_states().len() < self.cluster_state.limits.max_nodes
             || self.evictions_left == 0
         {
-            return;
+            return true;
         }
         if let Some((oldest, was_live)) = self.failure_detector.forget_oldest_dead() {
             self.evictions_left -= 1;
             self.cluster_state.remove_node(&oldest, was_live);
-            return;
+            return true;
         }
         // Not upstream's (`auth.rs`): on an authenticated cluster, a node none of whose values
         // was ever taken here (a name in digests, nothing its owner signed) gives way to the
@@ -916,10 +940,16 @@ impl Chitchat {
         if self.cluster_state.auth.is_some()
             && let Some(unproven) = self.cluster_state.pick_unproven()
         {
-            self.evictions_left -= 1;
-            let was_live = self.failure_detector.forget_evicted(&unproven);
-            self.cluster_state.remove_node(&unproven, was_live);
+            self.evict(&unproven);
         }
+        true
+    }
+
+    /// Not upstream's (`auth.rs`): takes a node out that is not known dead, to admit another.
+    fn evict(&mut self, chitchat_id: &ChitchatId) {
+        self.evictions_left = self.evictions_left.saturating_sub(1);
+        let was_live = self.failure_detector.forget_evicted(chitchat_id);
+        self.cluster_state.remove_node(chitchat_id, was_live);
     }
 
     /// Subscribes a callback that will be called every time a key matching the supplied prefix

@@ -943,6 +943,46 @@ impl ClusterState {
         self.node_states.get(chitchat_id)
     }
 
+    /// Not upstream's (`auth.rs`): the entry of `newcomer`'s name to drop before it is
+    /// admitted, if the name holds [`MAX_GENERATIONS`] already: one holding no value, at
+    /// random, or else the oldest generation. Never `own`.
+    ///
+    /// [`MAX_GENERATIONS`]: crate::auth::MAX_GENERATIONS
+    pub(crate) fn generation_to_drop(
+        &self,
+        newcomer: &ChitchatId,
+        own: &ChitchatId,
+    ) -> Option<ChitchatId> {
+        let first = ChitchatId {
+            node_id: newcomer.node_id.clone(),
+            generation_id: 0,
+            gossip_advertise_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
+        let same_name: Vec<(&ChitchatId, &NodeState)> = self
+            .node_states
+            .range(first..)
+            .take_while(|(id, _)| id.node_id == newcomer.node_id)
+            .filter(|(id, _)| *id != own)
+            .collect();
+        if same_name.len() < crate::auth::MAX_GENERATIONS {
+            return None;
+        }
+        let unproven: Vec<&ChitchatId> = same_name
+            .iter()
+            .filter(|(_, state)| state.key_values.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        if !unproven.is_empty() {
+            let pick = rand::RngExt::random_range(&mut random_generator(), 0..unproven.len());
+            return Some(unproven[pick].clone());
+        }
+        same_name
+            .iter()
+            .map(|(id, _)| *id)
+            .min_by_key(|id| id.generation_id)
+            .cloned()
+    }
+
     /// Not upstream's (`auth.rs`): a node holding no value at all, picked at random (`O(nodes)`,
     /// at most `EVICTIONS_PER_MESSAGE` times a message).
     pub(crate) fn pick_unproven(&self) -> Option<ChitchatId> {
