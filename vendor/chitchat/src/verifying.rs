@@ -34,23 +34,41 @@ pub const PER_NODE: Duration = Duration::from_millis(400);
 /// Senders whose allowance is remembered; past it, the full ones are forgotten first.
 const MAX_SENDERS: usize = 4_096;
 
-/// An allowance that refills at `rate` a second, up to `rate`.
+/// The least allowance a message is given: below it, none. A message given any at all may
+/// spend one verification past it; that goes into debt, paid back before the next.
+const LEAST: Duration = Duration::from_millis(1);
+
+/// An allowance that refills at `rate` a second, up to `rate`; spending past it is a debt.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
-    left: Duration,
+    /// Nanoseconds left; below 0, owed.
+    left: i64,
     at: Instant,
+}
+
+fn nanos(duration: Duration) -> i64 {
+    i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
 }
 
 impl Bucket {
     fn full(now: Instant, rate: Duration) -> Self {
-        Self { left: rate, at: now }
+        Self {
+            left: nanos(rate),
+            at: now,
+        }
     }
 
+    /// What is left once refilled (none while in debt).
     fn refill(&mut self, now: Instant, rate: Duration) -> Duration {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64().min(1.0);
-        self.left = (self.left + rate.mul_f64(elapsed)).min(rate);
+        let elapsed = now.saturating_duration_since(self.at).min(Duration::from_secs(1));
+        let earned = nanos(rate.mul_f64(elapsed.as_secs_f64()));
+        self.left = self.left.saturating_add(earned).min(nanos(rate));
         self.at = now;
-        self.left
+        Duration::from_nanos(u64::try_from(self.left).unwrap_or(0))
+    }
+
+    fn spend(&mut self, spent: Duration) {
+        self.left = self.left.saturating_sub(nanos(spent));
     }
 }
 
@@ -86,15 +104,20 @@ impl Budgets {
             .entry(sender)
             .or_insert_with(|| Bucket::full(now, PER_SENDER))
             .refill(now, PER_SENDER);
-        own.min(self.node.refill(now, PER_NODE)).min(PER_MESSAGE)
+        let allowance = own.min(self.node.refill(now, PER_NODE)).min(PER_MESSAGE);
+        if allowance < LEAST {
+            Duration::ZERO
+        } else {
+            allowance
+        }
     }
 
     /// Takes what a message from `sender` spent.
     pub(crate) fn spend(&mut self, sender: Option<SocketAddr>, spent: Duration) {
         if let Some(bucket) = self.senders.get_mut(&sender) {
-            bucket.left = bucket.left.saturating_sub(spent);
+            bucket.spend(spent);
         }
-        self.node.left = self.node.left.saturating_sub(spent);
+        self.node.spend(spent);
     }
 }
 
@@ -170,6 +193,17 @@ mod tests {
             budgets.allowance(late) < Duration::from_millis(5),
             "the node's is spent"
         );
+    }
+
+    #[test]
+    fn a_message_that_spent_past_its_allowance_leaves_a_debt() {
+        let mut budgets = Budgets::default();
+        let a = Some(SocketAddr::from(([127, 0, 0, 1], 1)));
+        assert_eq!(budgets.allowance(a), PER_MESSAGE);
+        budgets.spend(a, PER_SENDER + Duration::from_millis(50));
+        assert_eq!(budgets.allowance(a), Duration::ZERO, "in debt");
+        budgets.spend(a, Duration::ZERO);
+        assert_eq!(budgets.allowance(a), Duration::ZERO, "a few microseconds earned are not enough");
     }
 
     #[test]
