@@ -100,7 +100,7 @@ impl fmt::Display for Refusal {
             Refusal::TooManyKeys => "a key past the limit of keys per node",
             Refusal::TooManyBytes => "a value past the limit of bytes per node",
             Refusal::ValueTooLarge => "a key and value longer than a datagram",
-            Refusal::Unsigned => "a value its node did not sign",
+            Refusal::Unsigned => "a value not signed with a certificate of that node this node trusts (unsigned, signed by another node, or its certificate refused: a WARN says why)",
             Refusal::Heartbeat => "a heartbeat ahead of the node's clock",
             Refusal::Withheld => "a value its node lists was withheld (asked for again)",
             Refusal::Deferred => "a value left for a later round (its sender's budget for checking signatures is spent)",

@@ -110,6 +110,8 @@ pub(crate) struct Authorship {
     /// monotonic clock, so that a step of the wall clock (NTP) neither stops this node's
     /// heartbeats nor makes it refuse everyone's.
     clock: Clock,
+    /// When a refused certificate was last logged.
+    warned: Mutex<Option<std::time::Instant>>,
 }
 
 /// The wall clock read once, run on by the monotonic clock.
@@ -201,6 +203,7 @@ impl Authorship {
             certs: Mutex::default(),
             skew_ms: u64::try_from(clock_skew.as_millis()).unwrap_or(u64::MAX),
             clock: Clock::now(),
+            warned: Mutex::default(),
         };
         // The key must be the certificate's: a node signing with another would be refused by
         // every peer, silently.
@@ -252,45 +255,67 @@ impl Authorship {
     /// Reads and checks a certificate value (uncached). The cheap checks first: its length,
     /// how many certificates, and the name in the node's own; the chain last.
     fn judge(&self, owner: &str, cert: &str) -> Verified {
-        let refused = Verified::Refused {
-            until: std::time::Instant::now() + REFUSED_FOR,
-        };
-        if cert.len() > MAX_CERT_LEN || cert.split(',').count() > MAX_CHAIN {
-            return refused;
+        match self.read(owner, cert) {
+            Ok((public, not_after)) => Verified::Key { public, not_after },
+            Err(why) => {
+                self.warn_refused(owner, &why);
+                Verified::Refused {
+                    until: std::time::Instant::now() + REFUSED_FOR,
+                }
+            }
         }
-        let chain: Result<Vec<CertificateDer<'static>>, _> = cert
+    }
+
+    /// The public key of a certificate value and the earliest expiry of its chain, or why it
+    /// is refused.
+    fn read(&self, owner: &str, cert: &str) -> Result<(Arc<[u8]>, i64), String> {
+        if cert.len() > MAX_CERT_LEN || cert.split(',').count() > MAX_CHAIN {
+            return Err(format!(
+                "its certificate value is past {MAX_CERT_LEN} bytes or {MAX_CHAIN} certificates"
+            ));
+        }
+        let chain = cert
             .split(',')
             .map(|c| STANDARD.decode(c).map(CertificateDer::from))
-            .collect();
-        let Ok(chain) = chain else {
-            return refused;
-        };
-        let Some(leaf) = chain.first() else {
-            return refused;
-        };
+            .collect::<Result<Vec<CertificateDer<'static>>, _>>()
+            .map_err(|_| "its certificate value is not base64".to_owned())?;
+        let leaf = chain.first().ok_or("its certificate value is empty")?;
         match names::of_certificate(leaf) {
             Ok((cluster, node)) if cluster == self.cluster && node == owner => {}
-            _ => return refused,
+            Ok((cluster, node)) => {
+                return Err(format!(
+                    "its certificate names node `{node}` of cluster `{cluster}`"
+                ));
+            }
+            Err(e) => return Err(format!("its certificate names no node: {e}")),
         }
         let mut not_after = i64::MAX;
         let mut public = None;
-        for (i, der) in chain.iter().enumerate() {
-            let Ok((_, parsed)) = x509_parser::parse_x509_certificate(der) else {
-                return refused;
-            };
+        for der in &chain {
+            let (_, parsed) = x509_parser::parse_x509_certificate(der)
+                .map_err(|e| format!("a certificate of its chain does not parse: {e}"))?;
             not_after = not_after.min(parsed.validity().not_after.timestamp());
-            if i == 0 {
-                public = Some(Arc::from(
-                    parsed.public_key().subject_public_key.data.as_ref(),
-                ));
-            }
+            public.get_or_insert_with(|| {
+                Arc::<[u8]>::from(parsed.public_key().subject_public_key.data.as_ref())
+            });
         }
-        if tls::verify_chain(&self.ca, &chain).is_err() {
-            return refused;
-        }
-        match public {
-            Some(public) => Verified::Key { public, not_after },
-            None => refused,
+        tls::verify_chain(&self.ca, &chain).map_err(|e| {
+            format!(
+                "its certificate does not chain to this cluster's CA (another CA's, expired, or not valid yet): {e}"
+            )
+        })?;
+        Ok((public.ok_or("its certificate value is empty")?, not_after))
+    }
+
+    /// One WARN at most every 10 s: a certificate refused is a misconfigured node (another
+    /// CA's certificate) far more often than a liar, and its refusals say only "not signed".
+    fn warn_refused(&self, owner: &str, why: &str) {
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        if warned.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(10)) {
+            *warned = Some(std::time::Instant::now());
+            tracing::warn!(
+                "gossip from node `{owner}` is not taken: {why}; its values are counted in forged_updates (at most one such line every 10 s)"
+            );
         }
     }
 }
@@ -444,6 +469,13 @@ mod tests {
         );
         assert!(b.certified("b", &a_cert).is_none(), "names another node");
         assert!(b.certified("a", "not base64!").is_none());
+        // What the WARN says.
+        let why = |owner, cert| b.read(owner, cert).expect_err("refused");
+        assert!(why("b", &a_cert).contains("names node `a` of cluster `test`"));
+        let other = crate::Authority::new("test").expect("another CA");
+        let (_, stranger) = Authorship::new(&other.issue("a").expect("a"), SKEW).expect("signs");
+        assert!(why("a", &stranger).contains("does not chain to this cluster's CA"));
+        assert!(why("a", &four).contains("certificates"));
     }
 
     #[test]

@@ -272,11 +272,13 @@ impl GossipConfig {
             && self.clock_skew + Duration::from_millis(super::authorship::LEAD_MS)
                 >= self.dead_after
         {
-            return bad(
-                "clock_skew",
-                &self.clock_skew,
-                "below dead_after by more than 100 ms",
-            );
+            let most = self
+                .dead_after
+                .saturating_sub(Duration::from_millis(super::authorship::LEAD_MS + 1));
+            return Err(RegistryError::Gossip(format!(
+                "GossipConfig::clock_skew is {:?}; it must be at most {most:?}, more than 100 ms below dead_after ({:?}): a lying member can hold a node's heartbeats back by it",
+                self.clock_skew, self.dead_after
+            )));
         }
         if !(self.phi_threshold.is_finite() && self.phi_threshold > 0.0) {
             return bad(
@@ -349,7 +351,7 @@ mod tests {
         match config.validate() {
             Err(RegistryError::Gossip(why)) => {
                 assert!(why.contains(&format!("GossipConfig::{setting} ")), "{why}");
-                assert!(why.contains("must be within"), "{why}");
+                assert!(why.contains("must be "), "{why}");
             }
             other => panic!("{setting}: {other:?}"),
         }

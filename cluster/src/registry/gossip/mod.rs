@@ -430,9 +430,19 @@ impl GossipRegistry {
             );
             return Ok(None);
         };
-        let (authorship, cert) =
-            authorship::Authorship::new(&identity, self.inner.config.clock_skew)
-                .map_err(|e| RegistryError::Gossip(format!("signed gossip: {e}")))?;
+        let config = &self.inner.config;
+        let (authorship, cert) = authorship::Authorship::new(&identity, config.clock_skew)
+            .map_err(|e| RegistryError::Gossip(format!("signed gossip: {e}")))?;
+        tracing::info!(
+            "gossip state signed with node {}'s certificate key, and every node's checked against the cluster's CA",
+            identity.node()
+        );
+        if config.dead_after.is_zero() {
+            tracing::warn!(
+                "GossipConfig::dead_after is 0: phi alone declares a node dead, and a member holding the gossip key can hold a node's heartbeats back by clock_skew ({:?}) and 100 ms, enough to have it declared dead; keep dead_after above clock_skew",
+                config.clock_skew
+            );
+        }
         Ok(Some((Arc::new(authorship), cert)))
     }
 
