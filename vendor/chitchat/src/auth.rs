@@ -516,6 +516,28 @@ mod tests {
     }
 
     #[test]
+    fn values_newer_than_the_list_held_are_not_taken_for_a_gap() {
+        let mut victim = node(20_065, &[("svc:a", "1"), ("svc:b", "1")]);
+        let mut other = node(20_066, &[]);
+        let victim_id = victim.self_chitchat_id().clone();
+        exchange(&mut victim, &mut other);
+        exchange(&mut victim, &mut other);
+        // svc:a changes; a delta cut short brings its new version without the new list.
+        victim.self_node_state().set("svc:a", "2");
+        victim.sign_own_state();
+        let cut = signed_values(victim.self_node_state(), &["svc:a"]);
+        other.process_message(wire(ChitchatMessage::Ack { delta: cut }));
+        assert_eq!(value(&other, &victim_id, "svc:a").as_deref(), Some("2"));
+        assert_eq!(other.refusals().withheld(), 0, "the old list's svc:a was overwritten");
+        exchange(&mut other, &mut victim);
+        assert_eq!(
+            other.node_state(&victim_id).expect("held").max_version(),
+            victim.self_node_state().max_version()
+        );
+        assert_eq!(other.refusals().forged(), 0);
+    }
+
+    #[test]
     fn a_deletion_missed_and_collected_is_dropped_by_the_owners_list() {
         let mut victim = node(20_071, &[("svc:a", "1"), ("svc:gone", "1")]);
         let mut other = node(20_072, &[]);

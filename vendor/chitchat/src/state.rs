@@ -602,6 +602,11 @@ impl NodeState {
             return false;
         }
         let list_version = list.version;
+        // Values newer than the list are held (a delta cut short before the newer list): a
+        // listed version may have been overwritten since. The newer list follows.
+        if list_version < self.max_version {
+            return false;
+        }
         let Some(listed) = crate::auth::decode_versions(&list.value) else {
             return false;
         };
