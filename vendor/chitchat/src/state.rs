@@ -560,14 +560,7 @@ impl NodeState {
         {
             return;
         }
-        let mut versions: Vec<Version> = self
-            .key_values
-            .iter()
-            .filter(|(key, value)| {
-                key.as_str() != crate::auth::LIVE_KEY && matches!(value.status, DeletionStatus::Set)
-            })
-            .map(|(_, value)| value.version)
-            .collect();
+        let mut versions: Vec<Version> = Self::listable(&self.key_values).map(|(_, version)| version).collect();
         versions.sort_unstable();
         let value = crate::auth::encode_versions(&versions);
         if crate::auth::LIVE_KEY.len() + value.len() > MAX_KEY_VALUE_LEN {
@@ -586,6 +579,19 @@ impl NodeState {
                 status: DeletionStatus::Set,
             },
         );
+    }
+
+    /// Not upstream's (`auth.rs`, "the owner's list"): what the list covers, the set values
+    /// but the list itself, with their versions.
+    fn listable(
+        key_values: &BTreeMap<String, VersionedValue>,
+    ) -> impl Iterator<Item = (&str, Version)> {
+        key_values
+            .iter()
+            .filter(|(key, value)| {
+                key.as_str() != crate::auth::LIVE_KEY && matches!(value.status, DeletionStatus::Set)
+            })
+            .map(|(key, value)| (key.as_str(), value.version))
     }
 
     /// Not upstream's (`auth.rs`, "the owner's list"): checks what this node holds of its
@@ -610,13 +616,8 @@ impl NodeState {
         let Some(listed) = crate::auth::decode_versions(&list.value) else {
             return false;
         };
-        let held: HashMap<Version, &str> = self
-            .key_values
-            .iter()
-            .filter(|(key, value)| {
-                key.as_str() != crate::auth::LIVE_KEY && matches!(value.status, DeletionStatus::Set)
-            })
-            .map(|(key, value)| (value.version, key.as_str()))
+        let held: HashMap<Version, &str> = Self::listable(&self.key_values)
+            .map(|(key, version)| (version, key))
             .collect();
         let missing = listed.iter().copied().find(|version| {
             *version <= self.max_version
@@ -972,14 +973,12 @@ impl ClusterState {
         if same_name.len() < crate::auth::MAX_GENERATIONS {
             return None;
         }
-        let unproven: Vec<&ChitchatId> = same_name
+        let unproven = same_name
             .iter()
             .filter(|(_, state)| state.key_values.is_empty())
-            .map(|(id, _)| *id)
-            .collect();
-        if !unproven.is_empty() {
-            let pick = rand::RngExt::random_range(&mut random_generator(), 0..unproven.len());
-            return Some(unproven[pick].clone());
+            .map(|(id, _)| *id);
+        if let Some(unproven) = pick_at_random(unproven) {
+            return Some(unproven);
         }
         same_name
             .iter()
@@ -991,17 +990,12 @@ impl ClusterState {
     /// Not upstream's (`auth.rs`): a node holding no value at all, picked at random (`O(nodes)`,
     /// at most `EVICTIONS_PER_MESSAGE` times a message).
     pub(crate) fn pick_unproven(&self) -> Option<ChitchatId> {
-        let unproven = self
-            .node_states
-            .iter()
-            .filter(|(_, state)| state.key_values.is_empty())
-            .map(|(id, _)| id);
-        let count = unproven.clone().count();
-        if count == 0 {
-            return None;
-        }
-        let pick = rand::RngExt::random_range(&mut random_generator(), 0..count);
-        unproven.clone().nth(pick).cloned()
+        pick_at_random(
+            self.node_states
+                .iter()
+                .filter(|(_, state)| state.key_values.is_empty())
+                .map(|(id, _)| id),
+        )
     }
 
     /// Get a mutable node state if it exists.
@@ -1362,6 +1356,16 @@ impl From<&ClusterState> for ClusterStateSnapshot {
             seed_addrs: cluster_state.seed_addrs(),
         }
     }
+}
+
+/// Not upstream's (`auth.rs`): one of `ids`, each as likely.
+fn pick_at_random<'a>(ids: impl Iterator<Item = &'a ChitchatId>) -> Option<ChitchatId> {
+    let ids: Vec<&ChitchatId> = ids.collect();
+    if ids.is_empty() {
+        return None;
+    }
+    let pick = rand::RngExt::random_range(&mut random_generator(), 0..ids.len());
+    Some(ids[pick].clone())
 }
 
 #[cfg(not(test))]
