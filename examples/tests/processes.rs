@@ -134,10 +134,23 @@ impl Drop for Process {
 /// The test's own node `client` of `certs`' cluster, seeding gossip: the node, its registry
 /// and the cluster's gossip keyring.
 async fn client(certs: &Certs) -> (Node, GossipRegistry, cluster::Keyring) {
+    member(certs, "client", &[]).await
+}
+
+/// A node of this process named `name`, of `certs`' cluster, seeded with `seeds`.
+async fn member(
+    certs: &Certs,
+    name: &str,
+    seeds: &[SocketAddr],
+) -> (Node, GossipRegistry, cluster::Keyring) {
     let keyring = cluster::Keyring::from_file(certs.0.join("gossip.key")).unwrap();
-    let registry = GossipRegistry::new(GossipConfig::new().keyring(keyring.clone()));
+    let registry = GossipRegistry::new(
+        GossipConfig::new()
+            .keyring(keyring.clone())
+            .seeds(seeds.iter().map(ToString::to_string)),
+    );
     let node = Node::builder()
-        .identity(cluster::Identity::from_dir(&certs.0, "client").unwrap())
+        .identity(cluster::Identity::from_dir(&certs.0, name).unwrap())
         .registry(registry.clone())
         .start()
         .await
@@ -278,20 +291,10 @@ async fn a_member_forging_up_holders_of_a_name_cannot_keep_its_process_from_star
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_rewriting_a_process_state_changes_nothing_in_another_registry() {
     let certs = Certs::new(&["client", "greeter-a", "mallory"]);
-    let (client_node, registry, keyring) = client(&certs).await;
+    let (client_node, registry, _) = client(&certs).await;
     let seed = registry.gossip_addr().unwrap();
     let greeter = Process::start("greeter-a", &certs, &[seed]);
-    let mallory_registry = GossipRegistry::new(
-        GossipConfig::new()
-            .keyring(keyring)
-            .seeds([seed.to_string()]),
-    );
-    let mallory = Node::builder()
-        .identity(cluster::Identity::from_dir(&certs.0, "mallory").unwrap())
-        .registry(mallory_registry.clone())
-        .start()
-        .await
-        .unwrap();
+    let (mallory, mallory_registry, _) = member(&certs, "mallory", &[seed]).await;
     until(
         &client_node,
         "greeter-a seen",
