@@ -259,3 +259,96 @@ fn client_sees_no_shape(registry: &cluster::MemoryRegistry) -> bool {
         .iter()
         .all(|e| e.description.functions.iter().all(|f| f.shape.is_none()))
 }
+
+/// An inventory whose error enum has several variants, in two builds: one variant's field is a
+/// `u32` in the client's, a string in the provider's, under the same names (so the signature
+/// texts are equal). The shape sees into the enum, so the client is told which field differs
+/// instead of failing to decode the provider's `Err`.
+mod stock {
+    pub mod client {
+        use serde::{Deserialize, Serialize};
+
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub enum StockError {
+            UnknownSku(String),
+            OutOfStock { sku: String, left: u32 },
+            Closed,
+        }
+
+        #[cluster::service(name = "inventory", version = "1.0.0")]
+        pub trait Inventory {
+            async fn reserve(&self, sku: String, n: u32) -> Result<u32, StockError>;
+        }
+
+        impl Inventory for super::Shop {
+            async fn reserve(&self, sku: String, _: u32) -> Result<u32, StockError> {
+                Err(StockError::UnknownSku(sku))
+            }
+        }
+    }
+
+    pub mod text {
+        use serde::{Deserialize, Serialize};
+
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub enum StockError {
+            UnknownSku(String),
+            OutOfStock { sku: String, left: String },
+            Closed,
+        }
+
+        #[cluster::service(name = "inventory", version = "1.0.0")]
+        pub trait Inventory {
+            async fn reserve(&self, sku: String, n: u32) -> Result<u32, StockError>;
+        }
+
+        impl Inventory for super::Shop {
+            async fn reserve(&self, sku: String, _: u32) -> Result<u32, StockError> {
+                Err(StockError::OutOfStock {
+                    sku,
+                    left: "none".into(),
+                })
+            }
+        }
+    }
+
+    pub struct Shop;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_field_inside_a_multi_variant_error_enum_is_seen_before_the_call() {
+    let cluster = Cluster::memory();
+    let node = cluster.node("text").await;
+    let _t = node
+        .serve(stock::text::InventoryServer::new(stock::Shop))
+        .await
+        .unwrap();
+    let client = stock::client::InventoryClient::new(&cluster.node("client").await);
+    let e = service_error(
+        client
+            .reserve("pear".into(), 2)
+            .no_retry()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.reason(), Reason::NoFunction);
+    assert!(
+        e.detail().contains(
+            "the result, variant `Err`, variant `OutOfStock`, field `left`: \
+             the client has u32, the provider str"
+        ),
+        "{}",
+        e.detail()
+    );
+
+    let node = cluster.node("same").await;
+    let _s = node
+        .serve(stock::client::InventoryServer::new(stock::Shop))
+        .await
+        .unwrap();
+    let answer = client.reserve("pear".into(), 2).no_retry().await;
+    assert!(
+        matches!(&answer, Err(CallError::App { error: stock::client::StockError::UnknownSku(s), .. }) if s == "pear"),
+        "{answer:?}"
+    );
+}

@@ -111,12 +111,21 @@ pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
 
 /// Whether every value of `writer` fits `reader`: the codec writes an integer in the fewest
 /// bytes that hold its value and reads it into any integer type it fits, and reads an `f32`
-/// as an `f64`. Not into 128 bits, which the codec writes another way.
+/// as an `f64`. A 128-bit integer is written as 16 bytes, which only a 128-bit reader takes;
+/// a 128-bit reader takes any integer too, but an unsigned one reads a negative value
+/// wrapped, so only unsigned writers widen into `u128`.
 fn widens(writer: &Shape, reader: &Shape) -> bool {
     match (writer, reader) {
-        (Shape::Uint(w), Shape::Uint(r)) | (Shape::Int(w), Shape::Int(r)) => w <= r && *r <= 64,
-        (Shape::Uint(w), Shape::Int(r)) => w < r && *r <= 64,
+        (Shape::Uint(w), Shape::Uint(r)) | (Shape::Int(w), Shape::Int(r)) => {
+            w <= r && (*r <= 64 || *w <= 64 || w == r)
+        }
+        (Shape::Uint(w), Shape::Int(r)) => w < r && *w <= 64,
         (Shape::Float(32), Shape::Float(64)) => true,
+        // `serde_bytes` reads an array of bytes as well as its own format, and the codec hands
+        // its format to a `Vec<u8>` as a sequence.
+        (Shape::Seq(item), Shape::Bytes) | (Shape::Bytes, Shape::Seq(item)) => {
+            **item == Shape::Uint(8)
+        }
         _ => false,
     }
 }

@@ -2,11 +2,20 @@
 //! made-up values (0, "", one item per sequence) and writes down what it asks for.
 //!
 //! An enum is asked for one variant per run, so the type is traced again until every variant
-//! of every enum met has been seen. A recursive type is cut where it comes round again: a
-//! sequence there is read as empty, an `Option` or a map as absent (one run more), an enum as a
-//! variant already seen. Then, for every struct, one run per field with the field left out:
-//! the struct decodes without it exactly when it is an `Option` or `#[serde(default)]`, which is
-//! what the codec does with a field that a peer lacks.
+//! of every enum met has been seen; once an enum's own variants are all seen, a run picks the
+//! variant under which an enum not yet complete was met. A recursive type is cut where it comes
+//! round again: a sequence there is read as empty, an `Option` or a map as absent (one run more),
+//! an enum as a variant already seen. Then, for every struct and struct variant, one run per
+//! field with the field left out: the struct decodes without it exactly when it is an `Option`
+//! or `#[serde(default)]`, which is what the codec does with a field that a peer lacks.
+//!
+//! A type that refuses a made-up value (a `NonZeroU32` given 0, a `Uuid` given no bytes, a
+//! `chrono::DateTime` given "") is run again with the next candidate at the place it refused
+//! (`candidates`), so types that validate what they read are traced too.
+//!
+//! Structs and enums are told apart by their Rust type (`std::any::type_name` of what the
+//! visitor builds) as well as their serde name and fields, so two instantiations of one generic
+//! type keep their own shapes.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -15,16 +24,26 @@ use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visit
 
 use super::{Content, Field, Shape, Variant};
 
-/// Runs at most this many times per type: enough for dozens of enums.
-const MAX_RUNS: usize = 256;
+/// Runs at most this many times per type: enough for dozens of enums and their made-up values.
+const MAX_RUNS: usize = 1024;
 /// Picks of one variant that failed this often end the trace (its values cannot be made up).
 const MAX_ATTEMPTS: u32 = 4;
+/// Structs and enums nested deeper than this end the trace: a type that recurses through a
+/// new instantiation each time (`struct Deep<T>(Option<Box<Deep<Vec<T>>>>)`) never comes round.
+const MAX_DEPTH: usize = 64;
 
 /// The shape of `T`, or `Shape::Opaque(written)` when its `Deserialize` cannot be traced (it
 /// uses `deserialize_any`, as `serde_json::Value`, untagged and internally tagged enums and
 /// `#[serde(flatten)]` do, or it refuses every made-up value).
 pub fn trace<T: DeserializeOwned>(written: &str) -> Shape {
-    traced::<T>().unwrap_or_else(|_| Shape::Opaque(written.to_owned()))
+    traced::<T>().unwrap_or_else(|why| {
+        tracing::warn!(
+            r#type = written,
+            %why,
+            "this type's shape cannot be traced: it is compared by its text (docs/compatibility.md)"
+        );
+        Shape::Opaque(written.to_owned())
+    })
 }
 
 fn traced<T: DeserializeOwned>() -> Result<Shape, Error> {
@@ -44,6 +63,11 @@ fn traced<T: DeserializeOwned>() -> Result<Shape, Error> {
                 if let Some((path, cut)) = state.cut.take() {
                     state.cuts.insert(path, cut);
                 }
+                continue;
+            }
+            // A made-up value refused: the next candidate at that place, and the run again.
+            Err(Error::Custom(_)) if state.next_candidate() => {
+                state.forgive_picks();
                 continue;
             }
             Err(e @ Error::Unsupported(_)) => return Err(e),
@@ -127,7 +151,13 @@ fn finish(shape: &mut Shape, state: &State, open: &mut Vec<String>) -> Result<()
                         }
                     }
                     Content::Struct(fields) => {
+                        let variant_key = variant_key(&key, variant);
                         for field in fields {
+                            field.optional = state
+                                .optional
+                                .get(&(variant_key.clone(), field.name.clone()))
+                                .copied()
+                                .unwrap_or(false);
                             finish(&mut field.shape, state, open)?;
                         }
                     }
@@ -148,8 +178,19 @@ fn display_name(key: &str) -> &str {
     key.split('\0').next().unwrap_or(key)
 }
 
-fn container_key(name: &str, parts: &[&str]) -> String {
-    format!("{name}\0{}", parts.join(","))
+/// A struct's or enum's key: its serde name first (`display_name`), then its Rust type and
+/// its fields or variants.
+fn container_key<V>(name: &str, parts: &[&str]) -> String {
+    format!(
+        "{name}\0{}\0{}",
+        std::any::type_name::<V>(),
+        parts.join(",")
+    )
+}
+
+/// The key of a struct variant, as a struct for the probes.
+fn variant_key(enum_key: &str, variant: &str) -> String {
+    format!("{enum_key}\0{variant}")
 }
 
 /// What the runs have learnt so far, and the state of the current run.
@@ -169,8 +210,22 @@ struct State {
     cuts: HashMap<String, Shape>,
     /// A cut found in this run: the run restarts with it.
     cut: Option<(String, Shape)>,
-    /// The variants picked in this run, in order.
+    /// The variants picked in this run, in order, and the keys of their enums.
     picks: Vec<usize>,
+    picked: Vec<String>,
+    /// The variants open in this run, outermost first.
+    choices: Vec<(String, usize)>,
+    /// (enum key, variant) -> the enums met under that variant, in any run.
+    reaches: HashMap<(String, usize), Vec<String>>,
+    /// Place -> which of its candidates the leaf there hands out.
+    candidate: HashMap<String, usize>,
+    /// The last leaf handed out in this run: its place and how many candidates it has.
+    last_leaf: Option<(String, usize)>,
+    /// Struct key -> the names in its field list that are aliases (`#[serde(alias)]`, listed
+    /// among the fields): found when handing out both names made a duplicate field.
+    aliases: HashMap<String, Vec<usize>>,
+    /// The last field name handed to a struct in this run: its key and index.
+    fed: Option<(String, usize)>,
     /// Picks to make first (to reach a struct again for a probe).
     replay: Vec<usize>,
     /// Every struct met: key, the picks that led to it, its fields.
@@ -201,6 +256,10 @@ impl State {
         self.path.clear();
         self.cut = None;
         self.picks.clear();
+        self.picked.clear();
+        self.choices.clear();
+        self.last_leaf = None;
+        self.fed = None;
         self.replay = replay;
         self.probe = probe;
     }
@@ -212,9 +271,62 @@ impl State {
             .all(|(done, _)| done.iter().all(|d| *d))
     }
 
+    fn aliases_of(&self, key: &str) -> Vec<usize> {
+        self.aliases.get(key).cloned().unwrap_or_default()
+    }
+
+    /// A struct refused the last name handed to it as a duplicate: that name is an alias of
+    /// a field already given, and the run starts again without it.
+    fn alias_found<V>(&mut self, value: Result<V, Error>) -> Result<V, Error> {
+        match value {
+            Err(Error::Duplicate) => {
+                let (key, n) = self.fed.take().ok_or(Error::Duplicate)?;
+                self.aliases.entry(key).or_default().push(n);
+                Err(Error::Restart)
+            }
+            value => value,
+        }
+    }
+
+    /// Notes a struct (or struct variant) met, for the probes, and says how this run changes
+    /// it: the field to leave out, and whether to add one.
+    fn fields_met(&mut self, key: &str, fields: &'static [&'static str]) -> (Option<usize>, bool) {
+        if !self.structs.iter().any(|(k, ..)| k == key) {
+            self.structs
+                .push((key.to_owned(), self.picks.clone(), fields));
+        }
+        match &self.probe {
+            // Only the first one met in the run.
+            Some((probed, probe)) if probed == key => {
+                let probe = *probe;
+                self.probe = None;
+                match probe {
+                    Probe::Omit(n) => (Some(n), false),
+                    Probe::Extra => (None, true),
+                }
+            }
+            _ => (None, false),
+        }
+    }
+
+    /// Whether an enum not yet complete was met under this variant.
+    fn leads_on(&self, key: &str, variant: usize) -> bool {
+        self.reaches
+            .get(&(key.to_owned(), variant))
+            .is_some_and(|met| {
+                met.iter().any(|k| {
+                    self.progress
+                        .get(k)
+                        .is_some_and(|(done, _)| !done.iter().all(|d| *d))
+                })
+            })
+    }
+
     /// The variant to hand out for this enum in this run.
     fn pick(&mut self, key: &str, on_stack: bool) -> Result<usize, Error> {
         let turn = self.picks.len();
+        let count = self.progress.get(key).map_or(0, |(done, _)| done.len());
+        let onward = (0..count).find(|&v| self.leads_on(key, v));
         let (done, attempts) = self.progress.get_mut(key).ok_or(Error::Restart)?;
         let pick = if let Some(&replayed) = self.replay.get(turn) {
             replayed
@@ -230,11 +342,59 @@ impl State {
             }
             next
         } else {
-            0
+            // All seen: the way to an enum that is not, if any.
+            onward.unwrap_or(0)
         };
         attempts[pick] += 1;
         self.picks.push(pick);
+        self.picked.push(key.to_owned());
         Ok(pick)
+    }
+
+    /// Notes that the enum `key` was met under every variant open in this run.
+    fn met(&mut self, key: &str) {
+        for choice in &self.choices {
+            let met = self.reaches.entry(choice.clone()).or_default();
+            if !met.iter().any(|k| k == key) {
+                met.push(key.to_owned());
+            }
+        }
+    }
+
+    /// A run refused a made-up value: its picks do not count as failed attempts.
+    fn forgive_picks(&mut self) {
+        for (key, pick) in self.picked.iter().zip(&self.picks) {
+            if let Some((_, attempts)) = self.progress.get_mut(key) {
+                attempts[*pick] = attempts[*pick].saturating_sub(1);
+            }
+        }
+    }
+
+    /// Which of `count` candidates the leaf here hands out; remembered as the run's last leaf.
+    fn candidate(&mut self, count: usize) -> usize {
+        let here = self.here();
+        let n = self
+            .candidate
+            .get(&here)
+            .copied()
+            .unwrap_or(0)
+            .min(count - 1);
+        self.last_leaf = Some((here, count));
+        n
+    }
+
+    /// Moves the last leaf of this run to its next candidate; false when it had no more.
+    fn next_candidate(&mut self) -> bool {
+        let Some((place, count)) = self.last_leaf.take() else {
+            return false;
+        };
+        let n = self.candidate.entry(place).or_insert(0);
+        if *n + 1 < count {
+            *n += 1;
+            true
+        } else {
+            false
+        }
     }
 
     fn here(&self) -> String {
@@ -253,6 +413,8 @@ enum Error {
     Unsupported(String),
     /// The type refused a made-up value.
     Custom(String),
+    /// A struct was handed a field twice (one of the names is an alias).
+    Duplicate,
 }
 
 impl fmt::Display for Error {
@@ -260,6 +422,7 @@ impl fmt::Display for Error {
         match self {
             Error::Recursion(name) => write!(f, "{name} comes round again"),
             Error::Restart => f.write_str("a cut was found"),
+            Error::Duplicate => f.write_str("a field was given twice"),
             Error::Unsupported(what) | Error::Custom(what) => f.write_str(what),
         }
     }
@@ -270,6 +433,10 @@ impl std::error::Error for Error {}
 impl de::Error for Error {
     fn custom<T: fmt::Display>(msg: T) -> Self {
         Error::Custom(msg.to_string())
+    }
+
+    fn duplicate_field(_: &'static str) -> Self {
+        Error::Duplicate
     }
 }
 
@@ -290,11 +457,37 @@ impl<'s> Tracer<'s> {
     }
 }
 
+/// What a leaf hands out, in turn, each time the type refused the one before (see
+/// `State::candidate`): 1 before 0 (a `NonZero`, a day of the year), then text that common
+/// types parse (dates and times of chrono, a UUID, addresses, a URL), then byte lengths of
+/// UUIDs, addresses and keys.
+mod candidates {
+    pub(super) const BOOLS: [bool; 2] = [false, true];
+    pub(super) const CHARS: [char; 2] = ['a', '0'];
+    pub(super) const STRS: [&str; 12] = [
+        "",
+        "1970-01-01T00:00:00Z",
+        "1970-01-01T00:00:00",
+        "1970-01-01",
+        "00:00:00",
+        "00000000-0000-0000-0000-000000000000",
+        "127.0.0.1",
+        "127.0.0.1:1",
+        "http://localhost/",
+        "1",
+        "a",
+        "1s",
+    ];
+    pub(super) const BYTES: [&[u8]; 6] = [&[], &[0; 16], &[0; 4], &[0; 8], &[0; 32], &[0; 64]];
+}
+
 macro_rules! primitive {
-    ($($method:ident => $shape:expr, $visit:ident($($value:expr)?);)*) => {
+    ($($method:ident => $shape:expr, $visit:ident($values:expr, $ty:ty);)*) => {
         $(
             fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-                let value = visitor.$visit($($value)?);
+                let values: &[$ty] = &$values;
+                let n = self.state.candidate(values.len());
+                let value = visitor.$visit(values[n].into());
                 self.leaf($shape, value)
             }
         )*
@@ -309,26 +502,34 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
     }
 
     primitive! {
-        deserialize_bool => Shape::Bool, visit_bool(false);
-        deserialize_i8 => Shape::Int(8), visit_i8(0);
-        deserialize_i16 => Shape::Int(16), visit_i16(0);
-        deserialize_i32 => Shape::Int(32), visit_i32(0);
-        deserialize_i64 => Shape::Int(64), visit_i64(0);
-        deserialize_i128 => Shape::Int(128), visit_i128(0);
-        deserialize_u8 => Shape::Uint(8), visit_u8(0);
-        deserialize_u16 => Shape::Uint(16), visit_u16(0);
-        deserialize_u32 => Shape::Uint(32), visit_u32(0);
-        deserialize_u64 => Shape::Uint(64), visit_u64(0);
-        deserialize_u128 => Shape::Uint(128), visit_u128(0);
-        deserialize_f32 => Shape::Float(32), visit_f32(0.0);
-        deserialize_f64 => Shape::Float(64), visit_f64(0.0);
-        deserialize_char => Shape::Char, visit_char('a');
-        deserialize_str => Shape::Str, visit_string(String::new());
-        deserialize_string => Shape::Str, visit_string(String::new());
-        deserialize_bytes => Shape::Bytes, visit_byte_buf(Vec::new());
-        deserialize_byte_buf => Shape::Bytes, visit_byte_buf(Vec::new());
-        deserialize_unit => Shape::Unit, visit_unit();
-        deserialize_ignored_any => Shape::Unit, visit_unit();
+        deserialize_bool => Shape::Bool, visit_bool(candidates::BOOLS, bool);
+        deserialize_i8 => Shape::Int(8), visit_i8([1, 0], i8);
+        deserialize_i16 => Shape::Int(16), visit_i16([1, 0], i16);
+        deserialize_i32 => Shape::Int(32), visit_i32([1, 0], i32);
+        deserialize_i64 => Shape::Int(64), visit_i64([1, 0], i64);
+        deserialize_i128 => Shape::Int(128), visit_i128([1, 0], i128);
+        deserialize_u8 => Shape::Uint(8), visit_u8([1, 0], u8);
+        deserialize_u16 => Shape::Uint(16), visit_u16([1, 0], u16);
+        deserialize_u32 => Shape::Uint(32), visit_u32([1, 0], u32);
+        deserialize_u64 => Shape::Uint(64), visit_u64([1, 0], u64);
+        deserialize_u128 => Shape::Uint(128), visit_u128([1, 0], u128);
+        deserialize_f32 => Shape::Float(32), visit_f32([1.0, 0.0], f32);
+        deserialize_f64 => Shape::Float(64), visit_f64([1.0, 0.0], f64);
+        deserialize_char => Shape::Char, visit_char(candidates::CHARS, char);
+        deserialize_str => Shape::Str, visit_string(candidates::STRS, &str);
+        deserialize_string => Shape::Str, visit_string(candidates::STRS, &str);
+        deserialize_bytes => Shape::Bytes, visit_byte_buf(candidates::BYTES, &[u8]);
+        deserialize_byte_buf => Shape::Bytes, visit_byte_buf(candidates::BYTES, &[u8]);
+    }
+
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        let value = visitor.visit_unit();
+        self.leaf(Shape::Unit, value)
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        let value = visitor.visit_unit();
+        self.leaf(Shape::Unit, value)
     }
 
     fn deserialize_identifier<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
@@ -434,32 +635,23 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        let key = container_key(name, fields);
+        let key = container_key::<V::Value>(name, fields);
         if self.state.stack.contains(&key) {
             return Err(Error::Recursion(name.to_owned()));
         }
-        if !self.state.structs.iter().any(|(k, ..)| *k == key) {
-            let picks = self.state.picks.clone();
-            self.state.structs.push((key.clone(), picks, fields));
+        if self.state.stack.len() >= MAX_DEPTH {
+            return Err(Error::Unsupported(format!(
+                "{name} nests deeper than {MAX_DEPTH}"
+            )));
         }
-        let probe = match &self.state.probe {
-            // Only the first one met in the run.
-            Some((probed, probe)) if *probed == key => {
-                let probe = *probe;
-                self.state.probe = None;
-                Some(probe)
-            }
-            _ => None,
-        };
-        let omit = match probe {
-            Some(Probe::Omit(n)) => Some(n),
-            _ => None,
-        };
-        let extra = matches!(probe, Some(Probe::Extra));
+        let (omit, extra) = self.state.fields_met(&key, fields);
         self.state.stack.push(key.clone());
         let mut shapes = vec![Shape::Unit; fields.len()];
+        let aliases = self.state.aliases_of(&key);
         let value = visitor.visit_map(Fields {
-            state: self.state,
+            state: &mut *self.state,
+            key: key.clone(),
+            aliases: aliases.clone(),
             names: fields,
             shapes: &mut shapes,
             next: 0,
@@ -467,12 +659,13 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
             extra,
         });
         self.state.stack.pop();
+        let value = self.state.alias_found(value)?;
         *self.out = Shape::Struct {
             name: key,
-            fields: fields_of(fields, shapes),
+            fields: fields_of(fields, shapes, &aliases),
             closed: false,
         };
-        value
+        Ok(value)
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -484,8 +677,13 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
         if variants.is_empty() {
             return Err(Error::Unsupported(format!("enum {name} has no variant")));
         }
-        let key = container_key(name, variants);
+        let key = container_key::<V::Value>(name, variants);
         let on_stack = self.state.stack.contains(&key);
+        if self.state.stack.len() >= MAX_DEPTH {
+            return Err(Error::Unsupported(format!(
+                "{name} nests deeper than {MAX_DEPTH}"
+            )));
+        }
         self.state
             .progress
             .entry(key.clone())
@@ -495,14 +693,17 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
             .entry(key.clone())
             .or_insert_with(|| vec![None; variants.len()]);
         self.state.names.insert(key.clone(), variants);
+        self.state.met(&key);
         let pick = self.state.pick(&key, on_stack)?;
         self.state.stack.push(key.clone());
+        self.state.choices.push((key.clone(), pick));
         let value = visitor.visit_enum(Choice {
             state: &mut *self.state,
             key: key.clone(),
             name: variants[pick],
             pick,
         });
+        self.state.choices.pop();
         self.state.stack.pop();
         *self.out = if on_stack {
             Shape::Recursive(name.to_owned())
@@ -522,11 +723,13 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
     }
 }
 
-fn fields_of(names: &[&str], shapes: Vec<Shape>) -> Vec<Field> {
+fn fields_of(names: &[&str], shapes: Vec<Shape>, aliases: &[usize]) -> Vec<Field> {
     names
         .iter()
         .zip(shapes)
-        .map(|(name, shape)| Field {
+        .enumerate()
+        .filter(|(n, _)| !aliases.contains(n))
+        .map(|(_, (name, shape))| Field {
             name: (*name).to_owned(),
             shape,
             optional: false,
@@ -635,6 +838,9 @@ impl<'de> de::MapAccess<'de> for Entry<'_> {
 /// The fields of a struct, by name, maybe less one or plus one for a probe.
 struct Fields<'s> {
     state: &'s mut State,
+    /// The struct's key, and the names in `names` that are aliases of another field.
+    key: String,
+    aliases: Vec<usize>,
     names: &'static [&'static str],
     shapes: &'s mut [Shape],
     next: usize,
@@ -649,9 +855,10 @@ impl<'de> de::MapAccess<'de> for Fields<'_> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, Error> {
-        if Some(self.next) == self.omit {
+        while Some(self.next) == self.omit || self.aliases.contains(&self.next) {
             self.next += 1;
         }
+        self.state.fed = Some((self.key.clone(), self.next));
         let name = match self.names.get(self.next) {
             Some(name) => *name,
             None if self.next == self.names.len() && self.extra => EXTRA_FIELD,
@@ -742,18 +949,23 @@ impl<'de> de::VariantAccess<'de> for Choice<'_> {
         visitor: V,
     ) -> Result<V::Value, Error> {
         let mut shapes = vec![Shape::Unit; fields.len()];
+        let key = variant_key(&self.key, self.name);
+        let (omit, extra) = self.state.fields_met(&key, fields);
+        let aliases = self.state.aliases_of(&key);
         self.state.path.push(self.name.to_owned());
         let value = visitor.visit_map(Fields {
             state: &mut *self.state,
+            key,
+            aliases: aliases.clone(),
             names: fields,
             shapes: &mut shapes,
             next: 0,
-            omit: None,
-            extra: false,
+            omit,
+            extra,
         });
         self.state.path.pop();
-        let value = value?;
-        self.seen(Content::Struct(fields_of(fields, shapes)));
+        let value = self.state.alias_found(value)?;
+        self.seen(Content::Struct(fields_of(fields, shapes, &aliases)));
         Ok(value)
     }
 }
