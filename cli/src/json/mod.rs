@@ -5,8 +5,10 @@
 mod shaped;
 mod wire;
 
-pub use shaped::{arguments, to_wire};
+pub use shaped::{arguments, from_wire, to_wire};
 pub use wire::{AsJson, Wire};
 
+#[cfg(test)]
+mod roundtrip;
 #[cfg(test)]
 mod tests;

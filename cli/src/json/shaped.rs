@@ -9,6 +9,7 @@
 //! | shape | JSON |
 //! |---|---|
 //! | bool, integers, floats, str | the JSON value; integers in range for their bits |
+//! | `u128`, `i128` | a number, or a string of digits for a value past 64 bits |
 //! | char | a string of one character |
 //! | bytes | an array of numbers 0–255 |
 //! | `()`, a unit struct | `null` |
@@ -28,6 +29,107 @@ use super::wire::Wire;
 /// the codec's bound (`cluster::service::MAX_DEPTH`). Each key is parsed afresh, so the
 /// JSON parser's own bound does not hold across them, and the stack would.
 const MAX_DEPTH: usize = cluster::service::MAX_DEPTH;
+
+/// An answer read without its shape, given its shape back where the codec's bytes stand for
+/// something else: a `u128` or `i128` is written as 16 bytes and shown as the number.
+pub fn from_wire(shape: &Shape, wire: Wire) -> Wire {
+    Reshaped::default().value(shape, wire)
+}
+
+/// The structs and enums open further out, for `Shape::Recursive`.
+#[derive(Default)]
+struct Reshaped<'a> {
+    open: Vec<&'a Shape>,
+}
+
+impl<'a> Reshaped<'a> {
+    fn value(&mut self, shape: &'a Shape, wire: Wire) -> Wire {
+        match (shape, wire) {
+            (Shape::Uint(128), Wire::Bytes(bytes)) => match <[u8; 16]>::try_from(bytes) {
+                Ok(bytes) => Wire::Uint128(u128::from_be_bytes(bytes)),
+                Err(bytes) => Wire::Bytes(bytes),
+            },
+            (Shape::Int(128), Wire::Bytes(bytes)) => match <[u8; 16]>::try_from(bytes) {
+                Ok(bytes) => Wire::Int128(i128::from_be_bytes(bytes)),
+                Err(bytes) => Wire::Bytes(bytes),
+            },
+            (Shape::Option(inner), wire) if wire != Wire::Nil => self.value(inner, wire),
+            (Shape::Seq(item), Wire::Array(items)) => {
+                Wire::Array(items.into_iter().map(|w| self.value(item, w)).collect())
+            }
+            (Shape::Tuple(shapes), Wire::Array(items)) => self.tuple(shapes, items),
+            (Shape::Map(key, value), Wire::Map(entries)) => Wire::Map(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (self.value(key, k), self.value(value, v)))
+                    .collect(),
+            ),
+            (Shape::Struct { fields, .. }, Wire::Map(entries)) => {
+                self.open.push(shape);
+                let wire = self.fields(fields, entries);
+                self.open.pop();
+                wire
+            }
+            (Shape::Enum { variants, .. }, Wire::Map(mut entries)) if entries.len() == 1 => {
+                let (name, content) = entries.pop().expect("one entry");
+                let variant = match &name {
+                    Wire::Str(name) => variants.iter().find(|v| &v.name == name),
+                    _ => None,
+                };
+                self.open.push(shape);
+                let content = match (variant.map(|v| &v.content), content) {
+                    (Some(Content::Newtype(shape)), w) => self.value(shape, w),
+                    (Some(Content::Tuple(shapes)), Wire::Array(items)) => self.tuple(shapes, items),
+                    (Some(Content::Struct(fields)), Wire::Map(entries)) => {
+                        self.fields(fields, entries)
+                    }
+                    (_, w) => w,
+                };
+                self.open.pop();
+                Wire::Map(vec![(name, content)])
+            }
+            (Shape::Recursive(name), wire) => {
+                match self.open.iter().rev().find(|s| named(s) == Some(name)) {
+                    Some(outer) => self.value(outer, wire),
+                    None => wire,
+                }
+            }
+            (_, wire) => wire,
+        }
+    }
+
+    fn tuple(&mut self, shapes: &'a [Shape], items: Vec<Wire>) -> Wire {
+        Wire::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(n, w)| match shapes.get(n) {
+                    Some(shape) => self.value(shape, w),
+                    None => w,
+                })
+                .collect(),
+        )
+    }
+
+    fn fields(&mut self, fields: &'a [Field], entries: Vec<(Wire, Wire)>) -> Wire {
+        Wire::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| {
+                    let field = match &k {
+                        Wire::Str(name) => fields.iter().find(|f| &f.name == name),
+                        _ => None,
+                    };
+                    let v = match field {
+                        Some(field) => self.value(&field.shape, v),
+                        None => v,
+                    };
+                    (k, v)
+                })
+                .collect(),
+        )
+    }
+}
 
 /// `json` as the shape `shape`, or what is wrong with it, starting with `path`.
 pub fn to_wire(shape: &Shape, json: &Json, path: &str) -> Result<Wire, String> {
@@ -104,6 +206,24 @@ impl<'a> Shaped<'a> {
         };
         Ok(match (shape, json) {
             (Shape::Bool, Json::Bool(b)) => Wire::Bool(*b),
+            // JSON numbers end at 64 bits here: wider values come as a string of digits.
+            (Shape::Int(128), Json::String(text)) => Wire::Int128(
+                text.parse()
+                    .map_err(|_| format!("{path}: {json} is not an i128"))?,
+            ),
+            (Shape::Uint(128), Json::String(text)) => Wire::Uint128(
+                text.parse()
+                    .map_err(|_| format!("{path}: {json} is not a u128"))?,
+            ),
+            (Shape::Int(128) | Shape::Uint(128), Json::Number(n))
+                if n.as_i64().is_none() && n.as_u64().is_none() =>
+            {
+                return Err(format!(
+                    "{path}: {n} is not an integer JSON can carry exactly; write a 128-bit value \
+                     past 64 bits as a string of digits, \"{}\"",
+                    u128::MAX
+                ));
+            }
             (Shape::Int(bits), Json::Number(n)) => {
                 let (min, max) = signed_range(*bits);
                 match n.as_i64() {

@@ -19,6 +19,10 @@ pub enum Wire {
     Int(i64),
     /// A non-negative integer.
     Uint(u64),
+    /// An `i128` (written by the codec as 16 bytes; read so only where the shape says so).
+    Int128(i128),
+    /// A `u128`, likewise.
+    Uint128(u128),
     /// A float.
     Float(f64),
     /// A string (also a unit enum variant).
@@ -38,6 +42,8 @@ impl Serialize for Wire {
             Wire::Bool(b) => s.serialize_bool(*b),
             Wire::Int(n) => s.serialize_i64(*n),
             Wire::Uint(n) => s.serialize_u64(*n),
+            Wire::Int128(n) => s.serialize_i128(*n),
+            Wire::Uint128(n) => s.serialize_u128(*n),
             Wire::Float(x) => s.serialize_f64(*x),
             Wire::Str(text) => s.serialize_str(text),
             Wire::Bytes(bytes) => s.serialize_bytes(bytes),
@@ -140,13 +146,20 @@ impl<'de> Visitor<'de> for AnyValue {
 impl Wire {
     /// The value as JSON: bytes as an array of numbers (as serde_json writes `serde_bytes`), map
     /// keys that are not strings as their JSON text (`1` → `"1"`), a float that JSON cannot
-    /// hold (NaN, infinity) as `null`.
+    /// hold (NaN, infinity) as `null`, a 128-bit integer past 64 bits as a string of its
+    /// digits (a `serde_json::Value` holds no wider number; [`AsJson`] writes the number).
     pub fn to_json(&self) -> Json {
         match self {
             Wire::Nil => Json::Null,
             Wire::Bool(b) => Json::Bool(*b),
             Wire::Int(n) => Json::from(*n),
             Wire::Uint(n) => Json::from(*n),
+            Wire::Int128(n) => {
+                i64::try_from(*n).map_or_else(|_| Json::String(n.to_string()), Json::from)
+            }
+            Wire::Uint128(n) => {
+                u64::try_from(*n).map_or_else(|_| Json::String(n.to_string()), Json::from)
+            }
             Wire::Float(x) => Json::from(*x),
             Wire::Str(text) => Json::String(text.clone()),
             Wire::Bytes(bytes) => Json::Array(bytes.iter().map(|b| Json::from(*b)).collect()),
@@ -200,6 +213,8 @@ impl Serialize for AsJson<'_> {
             Wire::Bool(b) => s.serialize_bool(*b),
             Wire::Int(n) => s.serialize_i64(*n),
             Wire::Uint(n) => s.serialize_u64(*n),
+            Wire::Int128(n) => s.serialize_i128(*n),
+            Wire::Uint128(n) => s.serialize_u128(*n),
             // NaN and infinities as null, as `serde_json::Value` has them.
             Wire::Float(x) if !x.is_finite() => s.serialize_unit(),
             Wire::Float(x) => s.serialize_f64(*x),

@@ -49,6 +49,20 @@ pub struct Placed {
     rush: bool,
 }
 
+/// Why a reservation is refused: an error enum of several variants, as a shop writes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Stock {
+    /// No such SKU.
+    UnknownSku(String),
+    /// Too few left.
+    OutOfStock {
+        /// The SKU.
+        sku: String,
+        /// How many are left.
+        left: u32,
+    },
+}
+
 /// The service the tests call from the shell.
 #[cluster::service(
     name = "orders",
@@ -72,6 +86,11 @@ pub trait Orders {
     /// The trace the handler runs in, as `traceparent`.
     #[call(idempotent)]
     async fn traced(&self) -> Option<String>;
+    /// Reserves `n` of `sku`; only `pear` is known, and 3 are left.
+    async fn reserve(&self, sku: String, n: u32) -> Result<u32, Stock>;
+    /// Both numbers plus one: 128-bit integers both ways.
+    #[call(idempotent)]
+    async fn wide(&self, u: u128, i: i128) -> (u128, i128);
 }
 
 /// The provider, shared by both nodes: counts what it placed.
@@ -104,6 +123,18 @@ impl Orders for &'static Shop {
 
     async fn traced(&self) -> Option<String> {
         cluster::context()?.trace().map(|t| t.to_header())
+    }
+
+    async fn reserve(&self, sku: String, n: u32) -> Result<u32, Stock> {
+        match (sku.as_str(), n) {
+            ("pear", 0..=3) => Ok(3 - n),
+            ("pear", _) => Err(Stock::OutOfStock { sku, left: 3 }),
+            _ => Err(Stock::UnknownSku(sku)),
+        }
+    }
+
+    async fn wide(&self, u: u128, i: i128) -> (u128, i128) {
+        (u.wrapping_add(1), i.wrapping_add(1))
     }
 
     async fn slow(&self, ms: u64) -> u64 {
@@ -144,7 +175,7 @@ async fn nodes_services_and_describe_show_the_registry() {
     assert!(lines[0].starts_with("SERVICE  VERSION  NODE"), "{text}");
     assert!(lines[1].starts_with("orders   2.1.0    shop-a"), "{text}");
     assert!(
-        lines[1].ends_with("ok      place count stock slow traced"),
+        lines[1].ends_with("ok      place count stock slow traced reserve wide"),
         "{text}"
     );
     let only_b = cluster
@@ -268,6 +299,51 @@ async fn call_sends_json_by_the_shape_and_prints_the_answer() {
         "{}",
         said.stderr
     );
+
+    // An error enum of several variants: its shape is traced, so its Err exits 1 too, and
+    // the error is the variant as JSON.
+    let reserved = cluster
+        .cli(&["call", "orders.reserve", r#"["pear", 2]"#])
+        .await;
+    assert_eq!(
+        (reserved.code, reserved.stdout.trim()),
+        (0, "1"),
+        "{reserved:?}"
+    );
+    let unknown = cluster
+        .cli(&["call", "orders.reserve", r#"["plum", 1]"#, "--json"])
+        .await;
+    assert_eq!(unknown.code, 1, "{unknown:?}");
+    let unknown: Value = serde_json::from_str(&unknown.stdout).unwrap();
+    assert_eq!(unknown["error"]["value"], json!({"UnknownSku": "plum"}));
+    let out = cluster
+        .cli(&["call", "orders.reserve", r#"["pear", 9]"#])
+        .await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains(r#"returned an error: {"OutOfStock":{"left":3,"sku":"pear"}}"#),
+        "{}",
+        out.stderr
+    );
+
+    // 128-bit integers: numbers within 64 bits, strings of digits past them; the answer
+    // prints the exact number.
+    let max = u128::MAX - 1;
+    let wide = cluster
+        .cli(&[
+            "call",
+            "orders.wide",
+            &format!(r#"["{max}", "{}"]"#, i128::MIN),
+        ])
+        .await
+        .ok();
+    assert_eq!(
+        wide.split_whitespace().collect::<String>(),
+        format!("[{},{}]", u128::MAX, i128::MIN + 1)
+    );
+    let small = cluster.cli(&["call", "orders.wide", "[7, -7]"]).await.ok();
+    assert_eq!(small.split_whitespace().collect::<String>(), "[8,-6]");
 
     // Arguments that do not fit the shape: exit 2, said with the path, and nothing sent.
     let before = cluster.placed();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use cluster::context::TraceParent;
 use cluster::service::shape::{Content, Shape};
 use cluster::{CallError, CallReport, Client, FunctionDescription, Node, ServiceDescription};
-use cluster_cli::json::{AsJson, Wire, arguments};
+use cluster_cli::json::{AsJson, Wire, arguments, from_wire};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -83,6 +83,7 @@ pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<
         ))
     })?;
     let returns_result = returns_result(described);
+    let output = described.shape.as_ref().map(|shape| shape.output.clone());
     // One description per process, for as long as the client lives: the client stub's
     // description is `'static`, and this process makes one call.
     let description: &'static ServiceDescription = Box::leak(Box::new(description));
@@ -134,6 +135,10 @@ pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<
     };
     match answered {
         Ok((answer, report)) => {
+            let answer = match &output {
+                Some(shape) => from_wire(shape, answer),
+                None => answer,
+            };
             let (answer, app_error) = split_result(returns_result, answer);
             if let Some(error) = app_error {
                 return Err(app_failure(&error.to_json(), &report, json));
@@ -268,8 +273,15 @@ fn find(
 }
 
 /// Whether the function returns `Result<T, E>`: its shape is an enum of `Ok` and `Err` (or,
-/// in an entry without shapes, its signature says `-> Result<`).
+/// in an entry without shapes or with a result the tracer could not follow, its signature
+/// says `-> Result<`).
 fn returns_result(function: &FunctionDescription) -> bool {
+    let by_signature = || {
+        function.signature.split_once("->").is_some_and(|(_, out)| {
+            let out = out.trim_start();
+            out.starts_with("Result<") || out.starts_with("std::result::Result<")
+        })
+    };
     match function.shape.as_ref().map(|s| &s.output) {
         Some(Shape::Enum { variants, .. }) => {
             variants.len() == 2
@@ -280,11 +292,8 @@ fn returns_result(function: &FunctionDescription) -> bool {
                     .iter()
                     .any(|v| v.name == "Err" && matches!(v.content, Content::Newtype(_)))
         }
+        Some(Shape::Opaque(_)) | None => by_signature(),
         Some(_) => false,
-        None => function
-            .signature
-            .split_once("->")
-            .is_some_and(|(_, out)| out.trim_start().starts_with("Result<")),
     }
 }
 
