@@ -871,13 +871,18 @@ impl<'a> Attempts<'a> {
                 format!("{detail}; {said}")
             };
         }
+        // A name no entry has may be a slip of the keyboard: the nearest one held, if any.
+        let hint = (miss.reason == Reason::NoService)
+            .then(|| {
+                let copy = self.client.node.registry.local_copy();
+                copy.nearest_service(&self.client.description.name)
+            })
+            .flatten()
+            .map(|near| format!("did you mean \"{near}\"?"));
         let report = self.report(None);
-        Err(CallError::Service(ServiceError::new(
-            miss.reason,
-            detail,
-            miss.available,
-            report,
-        )))
+        Err(CallError::Service(
+            ServiceError::new(miss.reason, detail, miss.available, report).with_hint(hint),
+        ))
     }
 
     pub(super) fn timeout_before_attempt(
