@@ -100,6 +100,7 @@ pub struct RpcError {
     report: Box<CallReport>,
     /// For `RetryThrottled`: whether the attempt that was not retried may have run.
     ran: bool,
+    hint: Option<String>,
 }
 
 impl RpcError {
@@ -109,7 +110,14 @@ impl RpcError {
             detail,
             report: Box::new(report),
             ran: false,
+            hint: None,
         }
+    }
+
+    /// The error with `hint`, its own line after the detail.
+    pub(crate) fn with_hint(mut self, hint: Option<String>) -> Self {
+        self.hint = hint;
+        self
     }
 
     /// A call whose retry was throttled, after an attempt that `ran` (may have run) or not.
@@ -128,6 +136,12 @@ impl RpcError {
     /// The transport's or codec's own words, if any.
     pub fn detail(&self) -> &str {
         &self.detail
+    }
+
+    /// What the message suggests, if anything: for a `Timeout` or `ConnectionLost` that was
+    /// not retried only because the function is not declared idempotent, that declaration.
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
     }
 
     /// The call's report: attempts, providers, timings.
@@ -177,6 +191,9 @@ impl fmt::Display for RpcError {
         write!(f, "  {}", self.kind.explanation())?;
         if !self.detail.is_empty() {
             write!(f, "\n  {}", self.detail)?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  {hint}")?;
         }
         writeln!(f)?;
         self.report.write_body(f)
