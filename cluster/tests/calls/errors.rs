@@ -103,7 +103,10 @@ async fn a_timeout_not_retried_because_the_function_is_not_idempotent_says_so() 
     // No word where a retry would not have followed anyway: the budget is spent by the
     // attempt, retries are off, or the function is idempotent and was retried.
     let spent = rpc(client.reindex(true).budget(6 * S).await.unwrap_err());
-    assert_eq!((spent.kind(), spent.hint()), (cluster::RpcErrorKind::Timeout, None));
+    assert_eq!(
+        (spent.kind(), spent.hint()),
+        (cluster::RpcErrorKind::Timeout, None)
+    );
     let off = rpc(client.reindex(true).no_retry().await.unwrap_err());
     assert_eq!(off.hint(), None, "{off}");
     let retried = rpc(client.search("rust".into()).await.unwrap_err());

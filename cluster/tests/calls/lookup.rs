@@ -105,7 +105,12 @@ async fn a_misspelt_service_name_is_answered_with_the_nearest_known_one() {
     // five edits from it.
     provider.shutdown().await;
     let (_bank, _vault) = cluster.bank("bank-1").await;
-    let e = service_error(SearchClient::new(&node).search("rust".into()).await.unwrap_err());
+    let e = service_error(
+        SearchClient::new(&node)
+            .search("rust".into())
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((e.reason(), e.hint()), (Reason::NoService, None), "{e}");
 }
 
