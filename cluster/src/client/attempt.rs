@@ -22,7 +22,7 @@ use crate::error::{
     AttemptKind, AttemptRecord, CallError, CallReport, Reason, RpcError, RpcErrorKind, ServiceError,
 };
 use crate::meters::Tally;
-use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source};
+use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source, refused};
 use crate::registry::ServiceEntry;
 use crate::server::record::KEEP;
 use crate::service::CodecError;
@@ -159,6 +159,14 @@ async fn attempts(
         {
             let detail = format!("node {} has shut down", client.node.info);
             return early(RpcErrorKind::NoConnection, detail);
+        }
+        // A zero timeout or budget of the caller's own allows no attempt: refused before any
+        // lookup, rather than a call of zero-length attempts for the whole budget.
+        if let Some(detail) = refused(&[
+            (Source::Client, &client.defaults),
+            (Source::Call, overrides),
+        ]) {
+            return early(RpcErrorKind::InvalidOptions, detail);
         }
         let args = match args {
             Ok(args) => args,

@@ -33,6 +33,9 @@ pub enum RpcErrorKind {
     /// `CallOptions::retry_ratio`): the call failed at once instead. Whether it may have run
     /// is the failed attempt's ([`RpcError::may_have_run`]); the detail says how it failed.
     RetryThrottled,
+    /// The caller's own options allow no attempt: a timeout or a budget of zero, given to the
+    /// call or to the client's defaults. Refused at once; the function did not run.
+    InvalidOptions,
 }
 
 impl RpcErrorKind {
@@ -49,6 +52,7 @@ impl RpcErrorKind {
             RpcErrorKind::Untrusted => "untrusted peer",
             RpcErrorKind::WrongPeer => "wrong peer",
             RpcErrorKind::RetryThrottled => "retry throttled",
+            RpcErrorKind::InvalidOptions => "invalid call options",
         }
     }
 
@@ -81,6 +85,9 @@ impl RpcErrorKind {
             }
             RpcErrorKind::RetryThrottled => {
                 "an attempt failed, and retrying it would have taken this node's retries of the service past their share of its calls (retry throttling): a provider that fails every call is not sent a storm of retries"
+            }
+            RpcErrorKind::InvalidOptions => {
+                "the call's options allow no attempt, so it was refused at once; nothing was sent"
             }
         }
     }
