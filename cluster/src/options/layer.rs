@@ -43,7 +43,7 @@ pub struct CallOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_jitter: Option<bool>,
     /// The whole call's time, all attempts and pauses included, from the call's start. Zero is
-    /// treated as a zero [`timeout`](Self::timeout) is.
+    /// treated as a zero `timeout` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_budget: Option<Duration>,
     /// Route only to the newest compatible version, as the seed did. Read from the client's
