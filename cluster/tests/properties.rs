@@ -1,7 +1,7 @@
 //! Properties of the call options, for any values a layer may hold (a provider's registry
 //! entry comes from another node, so any duration or factor may arrive): merging never panics,
-//! every field comes from the highest layer that sets it, the pause factor is clamped and
-//! pauses are at least `MIN_RETRY_PAUSE`.
+//! every field comes from the highest layer that sets it (a zero timeout from a provider's layer
+//! counts as unset), the pause factor is clamped and pauses are at least `MIN_RETRY_PAUSE`.
 
 use std::time::Duration;
 
@@ -74,7 +74,12 @@ proptest! {
             Some(_) => prop_assert_eq!(f, 1.0),
             None => {}
         }
-        let timeout = layers.iter().rev().find(|(_, l)| l.timeout.is_some());
+        // A zero from a layer other than the caller's own is taken as unset.
+        let callers = |source: &Source| matches!(source, Source::Client | Source::Call);
+        let timeout = layers
+            .iter()
+            .rev()
+            .find(|(s, l)| l.timeout.is_some_and(|t| !t.is_zero() || callers(s)));
         match timeout {
             Some((source, l)) => {
                 prop_assert_eq!(Some(merged.timeout), l.timeout);

@@ -22,7 +22,7 @@ use crate::error::{
     AttemptKind, AttemptRecord, CallError, CallReport, Reason, RpcError, RpcErrorKind, ServiceError,
 };
 use crate::meters::Tally;
-use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source};
+use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source, refused};
 use crate::registry::ServiceEntry;
 use crate::server::record::KEEP;
 use crate::service::CodecError;
@@ -159,6 +159,14 @@ async fn attempts(
         {
             let detail = format!("node {} has shut down", client.node.info);
             return early(RpcErrorKind::NoConnection, detail);
+        }
+        // A zero timeout or budget of the caller's own allows no attempt: refused before any
+        // lookup, rather than a call of zero-length attempts for the whole budget.
+        if let Some(detail) = refused(&[
+            (Source::Client, &client.defaults),
+            (Source::Call, overrides),
+        ]) {
+            return early(RpcErrorKind::InvalidOptions, detail);
         }
         let args = match args {
             Ok(args) => args,
@@ -615,10 +623,14 @@ impl<'a> Attempts<'a> {
                     failure: failure.clone(),
                     since: now,
                 });
-            } else if !self.retry.enabled
-                || !failure.retryable(may_run_twice(self.client, self.function, &chosen))
-            {
+            } else if !self.retry.enabled {
                 return Err(self.fail(failure, &chosen.entry));
+            } else if !failure.retryable(may_run_twice(self.client, self.function, &chosen)) {
+                let hint = self.not_retried(&failure, &chosen);
+                return Err(match self.fail(failure, &chosen.entry) {
+                    CallError::Rpc(e) => CallError::Rpc(e.with_hint(hint)),
+                    other => other,
+                });
             }
             match self.plan(failure, chosen.entry)? {
                 Plan::Now(next) => {
@@ -808,6 +820,37 @@ impl<'a> Attempts<'a> {
         Some(self.failed_saying(failure.clone(), entry, said))
     }
 
+    /// Why an attempt that ended as `failure` on `chosen` was not retried, when the function's
+    /// declaration is all that stood in the way: it may have run (a timeout, a lost
+    /// connection), it is declared neither `idempotent` by both sides nor `at_most_once` by
+    /// either, and the budget had room for a pause and another attempt. `None` otherwise: a
+    /// failure never retried, an at-most-once function, a budget spent.
+    fn not_retried(&self, failure: &Failure, chosen: &Chosen) -> Option<String> {
+        if !failure.retryable(true) {
+            return None;
+        }
+        let own = &self.client.description.functions[self.function];
+        let provider = &chosen.entry.description.functions[chosen.function];
+        if own.at_most_once || provider.at_most_once {
+            return None;
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if !self.pauses.could_fit(left) {
+            return None;
+        }
+        Some(if own.idempotent {
+            format!(
+                "not retried: it may have run, and the provider's entry ({} on {}) does not declare `{}` idempotent",
+                chosen.entry.description.version, chosen.entry.node.name, own.name
+            )
+        } else {
+            format!(
+                "not retried: it may have run, and `{}` is declared neither #[call(idempotent)] nor #[call(at_most_once)] in its trait",
+                own.name
+            )
+        })
+    }
+
     /// The error of a call that ended as `failure` on `entry` did, with `said` after its detail.
     fn failed_saying(
         &self,
@@ -871,13 +914,18 @@ impl<'a> Attempts<'a> {
                 format!("{detail}; {said}")
             };
         }
+        // A name no entry has may be a slip of the keyboard: the nearest one held, if any.
+        let hint = (miss.reason == Reason::NoService)
+            .then(|| {
+                let copy = self.client.node.registry.local_copy();
+                copy.nearest_service(&self.client.description.name)
+            })
+            .flatten()
+            .map(|near| format!("did you mean \"{near}\"?"));
         let report = self.report(None);
-        Err(CallError::Service(ServiceError::new(
-            miss.reason,
-            detail,
-            miss.available,
-            report,
-        )))
+        Err(CallError::Service(
+            ServiceError::new(miss.reason, detail, miss.available, report).with_hint(hint),
+        ))
     }
 
     pub(super) fn timeout_before_attempt(

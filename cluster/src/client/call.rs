@@ -62,7 +62,8 @@ impl<T, E> Call<T, E> {
         }
     }
 
-    /// The per-attempt timeout of this call.
+    /// The per-attempt timeout of this call. Zero allows no attempt: the call then fails at
+    /// once with [`RpcErrorKind::InvalidOptions`], nothing sent.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.overrides.timeout = Some(timeout);
         self
@@ -74,7 +75,8 @@ impl<T, E> Call<T, E> {
         self
     }
 
-    /// The budget of this call: all attempts and pauses, from its start.
+    /// The budget of this call: all attempts and pauses, from its start. Zero fails the call
+    /// at once, as a zero [`timeout`](Self::timeout) does.
     pub fn budget(mut self, budget: Duration) -> Self {
         self.overrides.retry_budget = Some(budget);
         self

@@ -60,6 +60,15 @@ impl Pauses {
         Some(draw(ceiling.min(room)))
     }
 
+    /// Whether [`next_within`](Self::next_within) could give a pause in `left`, without
+    /// drawing one: for an error that says a retry would have followed.
+    pub(crate) fn could_fit(&self, left: Duration) -> bool {
+        if !self.jitter || self.ceiling <= MIN_RETRY_PAUSE {
+            return self.ceiling < left;
+        }
+        left.saturating_sub(MIN_RETRY_PAUSE) >= MIN_RETRY_PAUSE
+    }
+
     #[cfg(test)]
     fn next(&mut self) -> Duration {
         self.next_within(Duration::MAX).unwrap_or(Duration::MAX)

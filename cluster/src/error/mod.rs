@@ -6,6 +6,7 @@ mod downstream;
 pub(crate) mod report;
 mod rpc;
 mod service;
+pub(crate) mod spelling;
 
 use std::fmt;
 

@@ -33,6 +33,9 @@ pub enum RpcErrorKind {
     /// `CallOptions::retry_ratio`): the call failed at once instead. Whether it may have run
     /// is the failed attempt's ([`RpcError::may_have_run`]); the detail says how it failed.
     RetryThrottled,
+    /// The caller's own options allow no attempt: a timeout or a budget of zero, given to the
+    /// call or to the client's defaults. Refused at once; the function did not run.
+    InvalidOptions,
 }
 
 impl RpcErrorKind {
@@ -49,6 +52,7 @@ impl RpcErrorKind {
             RpcErrorKind::Untrusted => "untrusted peer",
             RpcErrorKind::WrongPeer => "wrong peer",
             RpcErrorKind::RetryThrottled => "retry throttled",
+            RpcErrorKind::InvalidOptions => "invalid call options",
         }
     }
 
@@ -82,6 +86,9 @@ impl RpcErrorKind {
             RpcErrorKind::RetryThrottled => {
                 "an attempt failed, and retrying it would have taken this node's retries of the service past their share of its calls (retry throttling): a provider that fails every call is not sent a storm of retries"
             }
+            RpcErrorKind::InvalidOptions => {
+                "the call's options allow no attempt, so it was refused at once; nothing was sent"
+            }
         }
     }
 }
@@ -100,6 +107,7 @@ pub struct RpcError {
     report: Box<CallReport>,
     /// For `RetryThrottled`: whether the attempt that was not retried may have run.
     ran: bool,
+    hint: Option<String>,
 }
 
 impl RpcError {
@@ -109,7 +117,14 @@ impl RpcError {
             detail,
             report: Box::new(report),
             ran: false,
+            hint: None,
         }
+    }
+
+    /// The error with `hint`, its own line after the detail.
+    pub(crate) fn with_hint(mut self, hint: Option<String>) -> Self {
+        self.hint = hint;
+        self
     }
 
     /// A call whose retry was throttled, after an attempt that `ran` (may have run) or not.
@@ -128,6 +143,12 @@ impl RpcError {
     /// The transport's or codec's own words, if any.
     pub fn detail(&self) -> &str {
         &self.detail
+    }
+
+    /// What the message suggests, if anything: for a `Timeout` or `ConnectionLost` that was
+    /// not retried only because the function is not declared idempotent, that declaration.
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
     }
 
     /// The call's report: attempts, providers, timings.
@@ -177,6 +198,9 @@ impl fmt::Display for RpcError {
         write!(f, "  {}", self.kind.explanation())?;
         if !self.detail.is_empty() {
             write!(f, "\n  {}", self.detail)?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  {hint}")?;
         }
         writeln!(f)?;
         self.report.write_body(f)

@@ -132,6 +132,7 @@ pub struct ServiceError {
     reason: Reason,
     detail: String,
     available: Vec<Version>,
+    hint: Option<String>,
     report: Box<CallReport>,
 }
 
@@ -146,8 +147,15 @@ impl ServiceError {
             reason,
             detail,
             available,
+            hint: None,
             report: Box::new(report),
         }
+    }
+
+    /// The error with `hint`, its own line after the detail.
+    pub(crate) fn with_hint(mut self, hint: Option<String>) -> Self {
+        self.hint = hint;
+        self
     }
 
     /// Why.
@@ -163,6 +171,12 @@ impl ServiceError {
     /// For [`Reason::NoVersion`]: the versions that are registered.
     pub fn available_versions(&self) -> &[Version] {
         &self.available
+    }
+
+    /// What the message suggests, if anything: for [`Reason::NoService`], the known service
+    /// name nearest to the one called (`did you mean "inventory"?`).
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
     }
 
     /// The call's report: attempts, providers, timings.
@@ -195,6 +209,9 @@ impl fmt::Display for ServiceError {
         }
         if !self.detail.is_empty() {
             write!(f, "\n  {}", self.detail)?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  {hint}")?;
         }
         writeln!(f)?;
         self.report.write_body(f)

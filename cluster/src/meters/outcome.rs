@@ -17,7 +17,7 @@ pub(crate) enum Outcome {
     Service(Reason),
 }
 
-const RPC: [RpcErrorKind; 10] = [
+const RPC: [RpcErrorKind; 11] = [
     RpcErrorKind::Timeout,
     RpcErrorKind::NoConnection,
     RpcErrorKind::ConnectionLost,
@@ -28,6 +28,7 @@ const RPC: [RpcErrorKind; 10] = [
     RpcErrorKind::Untrusted,
     RpcErrorKind::WrongPeer,
     RpcErrorKind::RetryThrottled,
+    RpcErrorKind::InvalidOptions,
 ];
 
 const REASONS: [Reason; 10] = [
@@ -86,6 +87,7 @@ impl Outcome {
                 RpcErrorKind::Untrusted => "untrusted",
                 RpcErrorKind::WrongPeer => "wrong_peer",
                 RpcErrorKind::RetryThrottled => "retry_throttled",
+                RpcErrorKind::InvalidOptions => "invalid_options",
             },
             Outcome::Service(reason) => match reason {
                 Reason::NoService => "no_service",

@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct CallOptions {
-    /// The longest one attempt may take.
+    /// The longest one attempt may take. Zero, from the client's defaults or a call, fails the
+    /// call at once (`RpcErrorKind::InvalidOptions`); from a provider's layer it counts as unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
     /// Whether failed attempts are retried at all (`retry = false` turns it off).
@@ -41,7 +42,8 @@ pub struct CallOptions {
     /// Whether pauses get random jitter, so that many clients do not retry in step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_jitter: Option<bool>,
-    /// The whole call's time, all attempts and pauses included, from the call's start.
+    /// The whole call's time, all attempts and pauses included, from the call's start. Zero is
+    /// treated as a zero `timeout` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_budget: Option<Duration>,
     /// Route only to the newest compatible version, as the seed did. Read from the client's

@@ -10,6 +10,7 @@ mod layer;
 mod resolved;
 
 pub use layer::CallOptions;
+pub(crate) use resolved::refused;
 pub use resolved::{
     HedgePolicy, MAX_HEDGES, MIN_HEDGE_AFTER, MIN_RETRY_PAUSE, ResolvedOptions, RetryPolicy, Source,
 };

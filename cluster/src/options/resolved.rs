@@ -131,13 +131,58 @@ fn clamp_finite(value: f64, (low, high): (f64, f64)) -> f64 {
 /// set) would retry an instant refusal as fast as the CPU allows for the whole budget.
 pub const MIN_RETRY_PAUSE: Duration = Duration::from_millis(10);
 
+impl Source {
+    /// Whether the layer is the caller's own code's: the client's defaults or the call's.
+    fn is_callers(self) -> bool {
+        matches!(self, Source::Client | Source::Call)
+    }
+}
+
+/// Why a call under `layers` (lowest first) would allow no attempt, if it would: the timeout
+/// or the budget the caller's own layers (the client's defaults, the call's overrides) leave
+/// it is zero. What the call path refuses at once, as `RpcErrorKind::InvalidOptions`. The
+/// other layers' zeros are taken as unset by [`ResolvedOptions::merge`].
+pub(crate) fn refused(layers: &[(Source, &CallOptions)]) -> Option<String> {
+    let callers = || layers.iter().rev().filter(|(s, _)| s.is_callers());
+    let timeout = callers().find_map(|(source, l)| Some((source, l.timeout?)));
+    let budget = callers().find_map(|(source, l)| Some((source, l.retry_budget?)));
+    for (name, given) in [("timeout", timeout), ("budget", budget)] {
+        if let Some((source, Duration::ZERO)) = given {
+            return Some(format!(
+                "{name} is 0s, set by {source}; give a positive duration"
+            ));
+        }
+    }
+    None
+}
+
 impl ResolvedOptions {
-    /// Merges `layers` (lowest first) over the library default, field by field.
+    /// Merges `layers` (lowest first) over the library default, field by field. A zero
+    /// timeout or budget from a layer other than [`Source::Client`] and [`Source::Call`] is
+    /// taken as unset, as a nonsense factor is clamped: it may come from another node.
     pub fn merge(layers: &[(Source, &CallOptions)]) -> Self {
         let base = CallOptions::library_default();
         let mut sources = [Source::Library; 14];
         let mut merged = base;
         for (source, layer) in layers {
+            // A zero timeout or budget would allow no attempt. From the caller's own layers the
+            // call path refuses it (`refused`); from any other (a provider's registry entry,
+            // which another node wrote, or a description built by hand) it is taken as unset,
+            // and the layer below decides: a provider cannot make its callers spin.
+            let cleaned;
+            let layer = if !source.is_callers()
+                && (layer.timeout == Some(Duration::ZERO)
+                    || layer.retry_budget == Some(Duration::ZERO))
+            {
+                cleaned = CallOptions {
+                    timeout: layer.timeout.filter(|t| !t.is_zero()),
+                    retry_budget: layer.retry_budget.filter(|b| !b.is_zero()),
+                    ..**layer
+                };
+                &cleaned
+            } else {
+                *layer
+            };
             let set = [
                 layer.timeout.is_some(),
                 layer.retry_enabled.is_some(),
@@ -305,6 +350,62 @@ mod tests {
             let r = ResolvedOptions::merge(&[(Source::ProviderService, &layer)]);
             assert_eq!(r.retry.factor, expected, "factor {given}");
         }
+    }
+
+    #[test]
+    fn a_zero_timeout_or_budget_from_another_nodes_layer_is_taken_as_unset() {
+        let service = CallOptions::new()
+            .timeout(5 * S)
+            .retry_budget(Duration::ZERO);
+        let function = CallOptions::new().timeout(Duration::ZERO);
+        let r = ResolvedOptions::merge(&[
+            (Source::ProviderService, &service),
+            (Source::ProviderFunction, &function),
+        ]);
+        assert_eq!(
+            (r.timeout, r.timeout_source()),
+            (5 * S, Source::ProviderService)
+        );
+        assert_eq!(
+            (r.retry.budget, r.budget_source()),
+            (30 * S, Source::Library)
+        );
+        let declared = CallOptions::new().timeout(Duration::ZERO);
+        let r = ResolvedOptions::merge(&[(Source::DeclaredFunction, &declared)]);
+        assert_eq!((r.timeout, r.timeout_source()), (10 * S, Source::Library));
+        assert_eq!(
+            refused(&[(Source::ProviderFunction, &function)]),
+            None,
+            "not the caller's to fix"
+        );
+    }
+
+    #[test]
+    fn the_callers_zero_timeout_or_budget_is_refused_naming_its_layer() {
+        let zero = CallOptions::new().timeout(Duration::ZERO);
+        let fine = CallOptions::new().timeout(S);
+        assert_eq!(
+            refused(&[(Source::Client, &CallOptions::new()), (Source::Call, &zero)]).as_deref(),
+            Some("timeout is 0s, set by this call; give a positive duration")
+        );
+        assert_eq!(
+            refused(&[(Source::Client, &zero), (Source::Call, &fine)]),
+            None,
+            "the call's own timeout overrides the client's zero"
+        );
+        let budget = CallOptions::new().retry_budget(Duration::ZERO);
+        assert_eq!(
+            refused(&[
+                (Source::Client, &budget),
+                (Source::Call, &CallOptions::new())
+            ])
+            .as_deref(),
+            Some("budget is 0s, set by the client's defaults; give a positive duration")
+        );
+        assert_eq!(
+            refused(&[(Source::Client, &fine), (Source::Call, &fine)]),
+            None
+        );
     }
 
     #[test]

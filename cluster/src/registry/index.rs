@@ -230,6 +230,19 @@ impl LocalCopy {
         self.current().lookup(service)
     }
 
+    /// The service name held nearest to `service`, one no entry has, if one is near enough to
+    /// be a slip of the keyboard (within a third of its length in edits): for an error's "did
+    /// you mean". `None` if `service` has entries or no name is near. It reads every name the
+    /// copy holds: for a failure, not for every call.
+    pub fn nearest_service(&self, service: &str) -> Option<String> {
+        let index = self.current();
+        if index.by_service.contains_key(service) {
+            return None;
+        }
+        let names = index.by_service.keys().map(String::as_str);
+        crate::error::spelling::nearest(service, names).map(str::to_owned)
+    }
+
     /// Every entry.
     pub fn services(&self) -> Vec<Arc<ServiceEntry>> {
         self.current().entries().cloned().collect()

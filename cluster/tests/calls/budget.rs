@@ -281,3 +281,76 @@ async fn a_function_timeout_longer_than_the_service_budget_gets_its_full_attempt
     assert_eq!(at, 120 * S);
     assert_eq!(err.report().attempts.len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_timeout_or_budget_of_the_callers_is_refused_at_once_and_nothing_is_sent() {
+    let cluster = Cluster::memory();
+    let (_provider, engine) = cluster.provider("search-1", Mode::Answer).await;
+    let node = cluster.node("client").await;
+    let client = SearchClient::new(&node);
+    let start = Instant::now();
+    let e = client
+        .search("rust".into())
+        .timeout(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::ZERO, "no attempt, no wait");
+    assert_eq!(rpc_kind(&e), RpcErrorKind::InvalidOptions);
+    assert!(e.report().attempts.is_empty());
+    assert!(!e.may_have_run() && !e.is_transient());
+    let message = e.to_string();
+    assert!(
+        message.starts_with(
+            "The call search.search/1 failed: invalid call options\n\nThe reason was:\n  the call's options allow no attempt, so it was refused at once; nothing was sent\n  timeout is 0s, set by this call; give a positive duration\n"
+        ),
+        "{message}"
+    );
+    // With retries off too: one zero-length attempt is no call either.
+    let e = client
+        .reindex(true)
+        .no_retry()
+        .options(cluster::CallOptions::new().timeout(Duration::ZERO))
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_kind(&e), RpcErrorKind::InvalidOptions);
+
+    // The client's defaults are named when the zero is theirs, and a call that gives its own
+    // budget is not held to it.
+    let zero = SearchClient::new(&node)
+        .with_options(cluster::CallOptions::new().retry_budget(Duration::ZERO));
+    let e = zero.search("rust".into()).await.unwrap_err();
+    assert_eq!(rpc_kind(&e), RpcErrorKind::InvalidOptions);
+    assert!(
+        e.to_string()
+            .contains("budget is 0s, set by the client's defaults; give a positive duration"),
+        "{e}"
+    );
+    zero.search("rust".into()).budget(5 * S).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(engine.counters.started(), 1, "only the valid call was sent");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_timeout_or_budget_in_a_providers_entry_is_taken_as_unset() {
+    use cluster::Registry;
+    let cluster = Cluster::memory();
+    let (_provider, engine) = cluster.provider("search-1", Mode::Hang).await;
+    // The entry as another build (or a hand-made description) might publish it.
+    let entry = cluster.registry.lookup("search")[0].clone();
+    let mut zero = (*entry.description).clone();
+    zero.options.retry_budget = Some(Duration::ZERO);
+    for function in &mut zero.functions {
+        function.options.timeout = Some(Duration::ZERO);
+    }
+    let zero = cluster::registry::ServiceEntry::new(entry.node.clone(), std::sync::Arc::new(zero));
+    cluster.registry.register(zero).await.unwrap();
+    let client = SearchClient::new(&cluster.node("client").await);
+    // The service's 6 s timeout stands in for the function's zero, the library's 30 s budget
+    // for the service's zero: one attempt of 6 s, not a budget of zero-length attempts.
+    let (err, at) = timed(client.reindex(true)).await;
+    assert_eq!(rpc_kind(&err), RpcErrorKind::Timeout);
+    assert_eq!(err.report().attempts.len(), 1);
+    assert_eq!(at, 6 * S);
+    assert_eq!(err.report().budget, Some((30 * S, Source::Library)));
+    assert_eq!(engine.counters.started(), 1);
+}

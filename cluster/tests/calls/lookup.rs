@@ -36,6 +36,16 @@ mod v2_2 {
     }
 }
 
+/// A client whose build misspells the service's name.
+mod misspelt {
+    use crate::support::{Hit, SearchError};
+    #[cluster::service(name = "serch", version = "2.1.0")]
+    pub trait Search {
+        #[call(idempotent)]
+        async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError>;
+    }
+}
+
 struct Old;
 impl v2_0::Search for Old {
     async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError> {
@@ -72,6 +82,36 @@ async fn no_provider_with_retries_off_is_no_service_at_once() {
     assert_eq!(e.reason(), Reason::NoService);
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert!(e.report().attempts.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_misspelt_service_name_is_answered_with_the_nearest_known_one() {
+    let cluster = Cluster::memory();
+    let (provider, engine) = cluster.provider("search-1", Mode::Answer).await;
+    let node = cluster.node("client").await;
+    let client = misspelt::SearchClient::new(&node);
+    let start = Instant::now();
+    let e = service_error(client.search("rust".into()).await.unwrap_err());
+    assert_eq!(e.reason(), Reason::NoService);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(e.hint(), Some("did you mean \"search\"?"));
+    let message = e.to_string();
+    assert!(
+        message.contains("no entry named `serch` in the registry; not waited for: the call's wait_for_provider is 0\n  did you mean \"search\"?\n"),
+        "{message}"
+    );
+    assert_eq!(engine.counters.started(), 0);
+    // A name nothing held is near gets no guess: with only `bank` registered, `search` is
+    // five edits from it.
+    provider.shutdown().await;
+    let (_bank, _vault) = cluster.bank("bank-1").await;
+    let e = service_error(
+        SearchClient::new(&node)
+            .search("rust".into())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.reason(), e.hint()), (Reason::NoService, None), "{e}");
 }
 
 #[tokio::test(start_paused = true)]
