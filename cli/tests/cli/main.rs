@@ -327,6 +327,16 @@ async fn call_sends_json_by_the_shape_and_prints_the_answer() {
         out.stderr
     );
 
+    // A slip in the service's name: the nearest registered one is suggested.
+    let typo = cluster.cli(&["call", "ordres.count", "[]"]).await;
+    assert_eq!(typo.code, 1, "{typo:?}");
+    assert!(
+        typo.stderr
+            .contains(r#"no service `ordres` in the registry; did you mean "orders"?"#),
+        "{}",
+        typo.stderr
+    );
+
     // 128-bit integers: numbers within 64 bits, strings of digits past them; the answer
     // prints the exact number.
     let max = u128::MAX - 1;

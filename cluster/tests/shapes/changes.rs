@@ -175,3 +175,27 @@ fn an_f64_narrowed_to_f32_is_refused_because_the_codec_reads_it_with_loss() {
     let read: f32 = decode(&encode(&1e300f64).unwrap()).unwrap();
     assert!(read.is_infinite());
 }
+
+/// A build whose tracer could not follow a type (an older one had `Result<u32, Stock>` opaque)
+/// and a build that traces it: equal signature texts still call, as they did between two
+/// builds of the older kind; different texts do not.
+#[test]
+fn an_opaque_shape_against_a_traced_one_is_judged_by_the_signature_text() {
+    use cluster::__private::trace;
+    use cluster::service::shape::{FunctionShape, Shape};
+    use cluster::{CallOptions, FunctionDescription};
+
+    let function = |signature: &str, output: Shape| {
+        FunctionDescription::new("reserve", signature, false, CallOptions::new())
+            .with_shape(FunctionShape::new(vec![trace::<String>("String")], output))
+    };
+    let signature = "reserve(String) -> Result<u32, Two>";
+    let traced = function(signature, trace::<Result<u32, Two>>("Result<u32, Two>"));
+    let older = function(signature, Shape::Opaque("Result<u32, Two>".to_owned()));
+    assert!(traced.calls(&older).is_ok() && older.calls(&traced).is_ok());
+    let renamed = function(
+        "reserve(String) -> Result<u32, Three>",
+        Shape::Opaque("Result<u32, Three>".to_owned()),
+    );
+    assert!(traced.calls(&renamed).is_err() && renamed.calls(&traced).is_err());
+}

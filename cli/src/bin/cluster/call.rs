@@ -208,8 +208,13 @@ fn find(
 ) -> Result<(ServiceDescription, usize), Failure> {
     let entries = node.registry().lookup(service);
     if entries.is_empty() {
+        let near = node
+            .registry()
+            .local_copy()
+            .nearest_service(service)
+            .map_or_else(String::new, |near| format!("; did you mean \"{near}\"?"));
         return Err(Failure::Failed(format!(
-            "no service `{service}` in the registry (`cluster services` lists them; \
+            "no service `{service}` in the registry{near} (`cluster services` lists them; \
              --wait-for-provider waits for one)"
         )));
     }

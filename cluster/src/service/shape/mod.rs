@@ -143,6 +143,33 @@ impl FunctionShape {
     }
 }
 
+impl FunctionShape {
+    /// Whether any argument or the result holds a type the tracer could not follow.
+    pub fn has_opaque(&self) -> bool {
+        self.args.iter().any(Shape::has_opaque) || self.output.has_opaque()
+    }
+}
+
+impl Shape {
+    /// Whether this shape holds an [`Opaque`](Shape::Opaque) type anywhere.
+    pub fn has_opaque(&self) -> bool {
+        match self {
+            Shape::Opaque(_) => true,
+            Shape::Option(inner) | Shape::Seq(inner) => inner.has_opaque(),
+            Shape::Map(key, value) => key.has_opaque() || value.has_opaque(),
+            Shape::Tuple(items) => items.iter().any(Shape::has_opaque),
+            Shape::Struct { fields, .. } => fields.iter().any(|f| f.shape.has_opaque()),
+            Shape::Enum { variants, .. } => variants.iter().any(|v| match &v.content {
+                Content::Unit => false,
+                Content::Newtype(shape) => shape.has_opaque(),
+                Content::Tuple(items) => items.iter().any(Shape::has_opaque),
+                Content::Struct(fields) => fields.iter().any(|f| f.shape.has_opaque()),
+            }),
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Display for FunctionShape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("(")?;
