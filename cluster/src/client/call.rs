@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::Client;
 use crate::context::{Context, Metadata, TraceParent};
-use crate::error::{CallError, CallReport, Reason, RpcErrorKind};
+use crate::error::{CallError, CallReport, Reason, RpcError, RpcErrorKind};
 use crate::layer::{CallInfo, Outcome};
 use crate::meters::Outcome as MeteredOutcome;
 use crate::options::CallOptions;
@@ -319,13 +319,15 @@ async fn run<T, E>(
         Ok(Ok(value)) => Ok(Ok((value, None))),
         Ok(Err(error)) => Ok(Err((error, Box::new(answer.report(client, function))))),
         Err(e) => {
+            // The function ran and answered: the report names the provider and its attempts,
+            // for the reader to find the build that wrote what this one cannot read.
             let detail = format!("cannot decode the reply after {:?}: {e}", started.elapsed());
-            Err(super::report::early_error(
-                client,
-                function,
+            let report = answer.report(client, function);
+            Err(CallError::Rpc(RpcError::new(
                 RpcErrorKind::Protocol,
                 detail,
-            ))
+                report,
+            )))
         }
     }
 }

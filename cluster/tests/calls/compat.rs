@@ -352,3 +352,68 @@ async fn a_changed_field_inside_a_multi_variant_error_enum_is_seen_before_the_ca
         "{answer:?}"
     );
 }
+
+/// Two builds whose result type is opaque to the tracer (an untagged enum) and differs under
+/// the same name: the check cannot see it, the call runs, and the reply does not decode. The
+/// error names the provider and the attempt, so the reader can find the build that wrote it.
+mod loose {
+    pub mod client {
+        #[derive(Debug, serde::Serialize, serde::Deserialize)]
+        #[serde(untagged)]
+        pub enum Loose {
+            N(u8),
+        }
+
+        #[cluster::service(name = "loose", version = "1.0.0")]
+        pub trait Get {
+            async fn get(&self) -> Loose;
+        }
+    }
+
+    pub mod other {
+        #[derive(Debug, serde::Serialize, serde::Deserialize)]
+        #[serde(untagged)]
+        pub enum Loose {
+            S(String),
+        }
+
+        #[cluster::service(name = "loose", version = "1.0.0")]
+        pub trait Get {
+            async fn get(&self) -> Loose;
+        }
+
+        pub struct Words;
+
+        impl Get for Words {
+            async fn get(&self) -> Loose {
+                Loose::S("x".into())
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_that_does_not_decode_names_the_provider_that_wrote_it() {
+    let cluster = Cluster::memory();
+    let node = cluster.node("other").await;
+    let _o = node
+        .serve(loose::other::GetServer::new(loose::other::Words))
+        .await
+        .unwrap();
+    let client = loose::client::GetClient::new(&cluster.node("client").await);
+    let CallError::Rpc(e) = client.get().no_retry().await.unwrap_err() else {
+        panic!("expected an RpcError");
+    };
+    assert_eq!(e.kind(), cluster::RpcErrorKind::Protocol);
+    assert!(e.detail().starts_with("cannot decode the reply"), "{e}");
+    let report = e.report();
+    assert!(
+        report
+            .provider
+            .as_ref()
+            .is_some_and(|p| p.to_string().contains("other")),
+        "{e}"
+    );
+    assert_eq!(report.attempts.len(), 1, "{e}");
+    assert!(e.may_have_run());
+}

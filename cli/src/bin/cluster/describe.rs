@@ -210,6 +210,14 @@ fn version_text(description: &ServiceDescription, providers: &[Arc<ServiceEntry>
         );
         if let Some(shape) = &function.shape {
             let _ = writeln!(out, "    shape  {}", shown(&shape.to_string()));
+            if shape.has_opaque() {
+                let _ = writeln!(
+                    out,
+                    "    note   a `type` in backticks could not be traced (read through \
+                     deserialize_any: untagged, internally tagged or flattened); it is compared \
+                     by its text, and `cluster call` sends its JSON as it stands"
+                );
+            }
         }
         let options = resolved(description, function);
         let values = values(&options);
