@@ -9,7 +9,7 @@
 //! | shape | JSON |
 //! |---|---|
 //! | bool, integers, floats, str | the JSON value; integers in range for their bits |
-//! | `u128`, `i128` | a number, or a string of digits for a value past 64 bits |
+//! | `u128`, `i128` | a number within 64 bits, or a string of digits (answers past 64 bits too) |
 //! | char | a string of one character |
 //! | bytes | an array of numbers 0–255 |
 //! | `()`, a unit struct | `null` |
@@ -219,8 +219,8 @@ impl<'a> Shaped<'a> {
                 if n.as_i64().is_none() && n.as_u64().is_none() =>
             {
                 return Err(format!(
-                    "{path}: {n} is not an integer JSON can carry exactly; write a 128-bit value \
-                     past 64 bits as a string of digits, \"{}\"",
+                    "{path}: {n} is past 64 bits, where a JSON number loses digits; write a \
+                     128-bit value as a string of digits, such as \"{}\"",
                     u128::MAX
                 ));
             }

@@ -147,7 +147,8 @@ impl Wire {
     /// The value as JSON: bytes as an array of numbers (as serde_json writes `serde_bytes`), map
     /// keys that are not strings as their JSON text (`1` → `"1"`), a float that JSON cannot
     /// hold (NaN, infinity) as `null`, a 128-bit integer past 64 bits as a string of its
-    /// digits (a `serde_json::Value` holds no wider number; [`AsJson`] writes the number).
+    /// digits (what `cluster call` takes back; a wider JSON number loses digits in jq and
+    /// JavaScript, and `serde_json::Value` holds none).
     pub fn to_json(&self) -> Json {
         match self {
             Wire::Nil => Json::Null,
@@ -213,8 +214,14 @@ impl Serialize for AsJson<'_> {
             Wire::Bool(b) => s.serialize_bool(*b),
             Wire::Int(n) => s.serialize_i64(*n),
             Wire::Uint(n) => s.serialize_u64(*n),
-            Wire::Int128(n) => s.serialize_i128(*n),
-            Wire::Uint128(n) => s.serialize_u128(*n),
+            Wire::Int128(n) => match i64::try_from(*n) {
+                Ok(n) => s.serialize_i64(n),
+                Err(_) => s.collect_str(n),
+            },
+            Wire::Uint128(n) => match u64::try_from(*n) {
+                Ok(n) => s.serialize_u64(n),
+                Err(_) => s.collect_str(n),
+            },
             // NaN and infinities as null, as `serde_json::Value` has them.
             Wire::Float(x) if !x.is_finite() => s.serialize_unit(),
             Wire::Float(x) => s.serialize_f64(*x),

@@ -337,8 +337,7 @@ async fn call_sends_json_by_the_shape_and_prints_the_answer() {
         typo.stderr
     );
 
-    // 128-bit integers: numbers within 64 bits, strings of digits past them; the answer
-    // prints the exact number.
+    // 128-bit integers: numbers within 64 bits, strings of digits past them, both ways.
     let max = u128::MAX - 1;
     let wide = cluster
         .cli(&[
@@ -350,7 +349,7 @@ async fn call_sends_json_by_the_shape_and_prints_the_answer() {
         .ok();
     assert_eq!(
         wide.split_whitespace().collect::<String>(),
-        format!("[{},{}]", u128::MAX, i128::MIN + 1)
+        format!(r#"["{}","{}"]"#, u128::MAX, i128::MIN + 1)
     );
     let small = cluster.cli(&["call", "orders.wide", "[7, -7]"]).await.ok();
     assert_eq!(small.split_whitespace().collect::<String>(), "[8,-6]");

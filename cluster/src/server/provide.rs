@@ -53,7 +53,27 @@ where
             let run = f(args);
             Box::pin(async move { encode(&run.await).map_err(|e| DispatchError::Unencodable(e.0)) })
         }
-        Err(e) => Box::pin(std::future::ready(Err(DispatchError::BadArguments(e.0)))),
+        Err(e) => Box::pin(std::future::ready(Err(DispatchError::BadArguments(
+            by_argument(e.0),
+        )))),
+    }
+}
+
+/// The codec's "at [1].placed: …" in the argument tuple, as the caller counts arguments:
+/// "argument 2, at .placed: …".
+fn by_argument(message: String) -> String {
+    let Some((index, rest)) = message
+        .strip_prefix("at [")
+        .and_then(|rest| rest.split_once(']'))
+    else {
+        return message;
+    };
+    match index.parse::<usize>() {
+        Ok(n) => match rest.strip_prefix(':') {
+            Some(said) => format!("argument {}:{said}", n + 1),
+            None => format!("argument {}, at {rest}", n + 1),
+        },
+        Err(_) => message,
     }
 }
 
@@ -62,4 +82,26 @@ pub fn unknown_function(function: usize) -> DispatchFuture {
     Box::pin(std::future::ready(Err(DispatchError::UnknownFunction(
         function,
     ))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DispatchError, dispatch_with};
+    use crate::service::encode;
+
+    #[tokio::test]
+    async fn arguments_that_do_not_decode_are_named_as_the_caller_counts_them() {
+        let sent = encode(&("pear", ("x", "two"))).unwrap();
+        let run = dispatch_with::<(String, (String, u32)), (), _, _>(sent, |_| async {});
+        let Err(DispatchError::BadArguments(said)) = run.await else {
+            panic!("expected BadArguments");
+        };
+        assert!(said.starts_with("argument 2, at [1]: "), "{said}");
+        let sent = encode(&("pear", "two")).unwrap();
+        let run = dispatch_with::<(String, u32), (), _, _>(sent, |_| async {});
+        let Err(DispatchError::BadArguments(said)) = run.await else {
+            panic!("expected BadArguments");
+        };
+        assert!(said.starts_with("argument 2: "), "{said}");
+    }
 }

@@ -57,7 +57,19 @@ pub(crate) fn decode_within<T: DeserializeOwned>(
 ) -> Result<T, CodecError> {
     let mut reader = rmp_serde::Deserializer::from_read_ref(bytes);
     reader.set_max_depth(depth);
-    T::deserialize(&mut reader).map_err(|e| CodecError(e.to_string()))
+    T::deserialize(&mut reader).map_err(|e| {
+        // Only on failure, read again keeping the path, to say where: "at [0].placed: …"
+        // (the first item's field `placed`). The first read keeps no path, so that a decode that
+        // succeeds costs what it did.
+        let mut again = rmp_serde::Deserializer::from_read_ref(bytes);
+        again.set_max_depth(depth);
+        match serde_path_to_error::deserialize::<_, T>(&mut again) {
+            Err(located) if located.path().iter().next().is_some() => {
+                CodecError(format!("at {}: {e}", located.path()))
+            }
+            _ => CodecError(e.to_string()),
+        }
+    })
 }
 
 /// A value that could not be encoded or decoded; the message is the codec's.
@@ -68,6 +80,34 @@ pub struct CodecError(pub String);
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};
+
+    #[test]
+    fn a_value_that_does_not_decode_is_said_with_its_path() {
+        #[derive(Serialize)]
+        struct Sent {
+            lines: Vec<(String, String)>,
+        }
+        #[derive(Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Read {
+            lines: Vec<(String, u32)>,
+        }
+        let bytes = super::encode(&(
+            "pear",
+            Sent {
+                lines: vec![("a".into(), "two".into())],
+            },
+        ))
+        .unwrap();
+        let e = super::decode::<(String, Read)>(&bytes).unwrap_err();
+        assert!(e.0.starts_with("at [1].lines[0][1]: "), "{e}");
+        assert!(
+            super::decode::<(String, u8)>(&bytes)
+                .unwrap_err()
+                .0
+                .starts_with("at [1]: ")
+        );
+    }
 
     #[test]
     fn values_nested_past_the_bound_are_an_error_even_in_a_skipped_field() {

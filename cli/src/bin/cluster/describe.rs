@@ -44,8 +44,13 @@ pub(crate) fn describe(node: &Node, service: &str, json: bool) -> Result<(), Fai
             .collect();
         known.sort();
         known.dedup();
+        let near = node
+            .registry()
+            .local_copy()
+            .nearest_service(service)
+            .map_or_else(String::new, |near| format!("did you mean \"{near}\"? "));
         return Err(Failure::Failed(format!(
-            "no service `{service}` in the registry; it holds: {}",
+            "no service `{service}` in the registry; {near}it holds: {}",
             if known.is_empty() {
                 "none".to_owned()
             } else {
