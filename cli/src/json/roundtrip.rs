@@ -79,3 +79,198 @@ proptest! {
         prop_assert_eq!(back.as_ref(), Ok(&value));
     }
 }
+
+/// Generated shapes, as any provider's entry may carry them (structs, enums of every variant
+/// kind, maps with keys that are not strings, 128-bit integers, bytes), each with a generated
+/// JSON value written as `cluster call` prints one: sent by the shape, read back as any
+/// MessagePack value, given its shape back, it prints the same JSON.
+mod generated_shapes {
+    use cluster::service::shape::{Content, Field, Shape, Variant};
+    use cluster::service::{decode, encode};
+    use proptest::prelude::*;
+    use serde_json::{Map, Value as Json};
+
+    use super::super::{Wire, from_wire, to_wire};
+
+    fn leaf() -> impl Strategy<Value = Shape> {
+        prop_oneof![
+            Just(Shape::Bool),
+            prop::sample::select(vec![8u8, 16, 32, 64, 128]).prop_map(Shape::Int),
+            prop::sample::select(vec![8u8, 16, 32, 64, 128]).prop_map(Shape::Uint),
+            Just(Shape::Float(64)),
+            Just(Shape::Char),
+            Just(Shape::Str),
+            Just(Shape::Bytes),
+        ]
+    }
+
+    fn content(inner: BoxedStrategy<Shape>) -> impl Strategy<Value = Content> {
+        prop_oneof![
+            Just(Content::Unit),
+            inner.clone().prop_map(Content::Newtype),
+            prop::collection::vec(inner.clone(), 2..4).prop_map(Content::Tuple),
+            fields(inner).prop_map(Content::Struct),
+        ]
+    }
+
+    fn fields(inner: BoxedStrategy<Shape>) -> impl Strategy<Value = Vec<Field>> {
+        prop::collection::vec((inner, any::<bool>()), 1..4).prop_map(|fields| {
+            fields
+                .into_iter()
+                .enumerate()
+                .map(|(n, (shape, optional))| Field::new(format!("f{n}"), shape, optional))
+                .collect()
+        })
+    }
+
+    fn shape() -> impl Strategy<Value = Shape> {
+        leaf().prop_recursive(4, 48, 4, |inner| {
+            let inner = inner.boxed();
+            prop_oneof![
+                // An option of an option, or of (), prints `null` for two values: left out.
+                inner
+                    .clone()
+                    .prop_filter("not null-like", |s| !matches!(
+                        s,
+                        Shape::Option(_) | Shape::Unit
+                    ))
+                    .prop_map(|s| Shape::Option(Box::new(s))),
+                inner.clone().prop_map(|s| Shape::Seq(Box::new(s))),
+                (
+                    prop_oneof![
+                        Just(Shape::Str),
+                        Just(Shape::Uint(32)),
+                        Just(Shape::Int(64))
+                    ],
+                    inner.clone()
+                )
+                    .prop_map(|(k, v)| Shape::Map(Box::new(k), Box::new(v))),
+                prop::collection::vec(inner.clone(), 1..4).prop_map(Shape::Tuple),
+                fields(inner.clone()).prop_map(|fields| Shape::Struct {
+                    name: "S".into(),
+                    fields,
+                    closed: false,
+                }),
+                prop::collection::vec(content(inner), 1..4).prop_map(|contents| Shape::Enum {
+                    name: "E".into(),
+                    variants: contents
+                        .into_iter()
+                        .enumerate()
+                        .map(|(n, c)| Variant::new(format!("V{n}"), c))
+                        .collect(),
+                }),
+            ]
+        })
+    }
+
+    /// A 128-bit value as `cluster call` prints it: a number within 64 bits, else digits.
+    fn wide(n: i128) -> Json {
+        i64::try_from(n)
+            .map(Json::from)
+            .or_else(|_| u64::try_from(n).map(Json::from))
+            .unwrap_or_else(|_| Json::String(n.to_string()))
+    }
+
+    fn value(shape: &Shape) -> BoxedStrategy<Json> {
+        match shape {
+            Shape::Bool => any::<bool>().prop_map(Json::Bool).boxed(),
+            Shape::Int(128) => any::<i128>().prop_map(wide).boxed(),
+            Shape::Uint(128) => any::<u128>()
+                .prop_map(|n| match u64::try_from(n) {
+                    Ok(n) => Json::from(n),
+                    Err(_) => Json::String(n.to_string()),
+                })
+                .boxed(),
+            Shape::Int(bits) => {
+                let half = 1i128 << (bits - 1);
+                (-half..half).prop_map(wide).boxed()
+            }
+            Shape::Uint(bits) => (0..(1i128 << bits)).prop_map(wide).boxed(),
+            Shape::Float(_) => (-1e6..1e6f64).prop_map(Json::from).boxed(),
+            Shape::Char => any::<char>().prop_map(|c| Json::String(c.into())).boxed(),
+            Shape::Str => any::<String>().prop_map(Json::String).boxed(),
+            Shape::Bytes => any::<Vec<u8>>()
+                .prop_map(|b| Json::Array(b.into_iter().map(Json::from).collect()))
+                .boxed(),
+            Shape::Unit => Just(Json::Null).boxed(),
+            Shape::Option(inner) => prop_oneof![Just(Json::Null), value(inner)].boxed(),
+            Shape::Seq(item) => prop::collection::vec(value(item), 0..3)
+                .prop_map(Json::Array)
+                .boxed(),
+            Shape::Map(key, item) => {
+                let key = match **key {
+                    Shape::Str => any::<String>().boxed(),
+                    Shape::Uint(_) => any::<u32>().prop_map(|n| n.to_string()).boxed(),
+                    _ => any::<i64>().prop_map(|n| n.to_string()).boxed(),
+                };
+                prop::collection::btree_map(key, value(item), 0..3)
+                    .prop_map(|m| Json::Object(m.into_iter().collect()))
+                    .boxed()
+            }
+            Shape::Tuple(items) => items
+                .iter()
+                .map(value)
+                .collect::<Vec<_>>()
+                .prop_map(Json::Array)
+                .boxed(),
+            Shape::Struct { fields, .. } => object(fields),
+            Shape::Enum { variants, .. } => {
+                let choices: Vec<BoxedStrategy<Json>> = variants
+                    .iter()
+                    .map(|v| {
+                        let name = v.name.clone();
+                        let content = match &v.content {
+                            Content::Unit => return Just(Json::String(name)).boxed(),
+                            Content::Newtype(shape) => value(shape),
+                            Content::Tuple(items) => value(&Shape::Tuple(items.clone())),
+                            Content::Struct(fields) => object(fields),
+                            _ => unreachable!("generated above"),
+                        };
+                        content
+                            .prop_map(move |c| Json::Object(Map::from_iter([(name.clone(), c)])))
+                            .boxed()
+                    })
+                    .collect();
+                prop::strategy::Union::new(choices).boxed()
+            }
+            other => unreachable!("not generated: {other}"),
+        }
+    }
+
+    /// A struct's object: each optional field present or left out.
+    fn object(fields: &[Field]) -> BoxedStrategy<Json> {
+        fields
+            .iter()
+            .map(|f| {
+                let name = f.name.clone();
+                let present = value(&f.shape).prop_map(Some);
+                let value = if f.optional {
+                    prop_oneof![Just(None), present].boxed()
+                } else {
+                    present.boxed()
+                };
+                value.prop_map(move |v| v.map(|v| (name.clone(), v)))
+            })
+            .collect::<Vec<_>>()
+            .prop_map(|entries| Json::Object(entries.into_iter().flatten().collect()))
+            .boxed()
+    }
+
+    fn shape_and_value() -> impl Strategy<Value = (Shape, Json)> {
+        shape().prop_flat_map(|shape| {
+            let value = value(&shape);
+            (Just(shape), value)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn json_sent_by_a_generated_shape_prints_back_the_same((shape, json) in shape_and_value()) {
+            let wire = to_wire(&shape, &json, "value").map_err(TestCaseError::fail)?;
+            let bytes = encode(&wire).unwrap();
+            let read: Wire = decode(&bytes).unwrap();
+            let back = from_wire(&shape, read).to_json();
+            prop_assert_eq!(back, json, "shape {}", shape);
+        }
+    }
+}

@@ -143,6 +143,27 @@ impl FunctionShape {
     }
 }
 
+impl Field {
+    /// A field: its name on the wire, its shape, whether the struct decodes without it.
+    pub fn new(name: impl Into<String>, shape: Shape, optional: bool) -> Self {
+        Self {
+            name: name.into(),
+            shape,
+            optional,
+        }
+    }
+}
+
+impl Variant {
+    /// A variant: its name on the wire and what it carries.
+    pub fn new(name: impl Into<String>, content: Content) -> Self {
+        Self {
+            name: name.into(),
+            content,
+        }
+    }
+}
+
 impl FunctionShape {
     /// Whether any argument or the result holds a type the tracer could not follow.
     pub fn has_opaque(&self) -> bool {
