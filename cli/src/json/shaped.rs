@@ -235,7 +235,14 @@ impl<'a> Shaped<'a> {
                 Some(v) if *bits >= 64 || v >> bits == 0 => Wire::Uint(v),
                 _ => return Err(format!("{path}: {n} is not a u{bits}")),
             },
-            (Shape::Float(_), Json::Number(n)) => Wire::Float(n.as_f64().unwrap_or(f64::NAN)),
+            (Shape::Float(bits), Json::Number(n)) => {
+                let x = n.as_f64().unwrap_or(f64::NAN);
+                // An f32 reads a larger f64 as infinity: say so rather than send it.
+                if *bits == 32 && x.abs() > f64::from(f32::MAX) {
+                    return Err(format!("{path}: {n} is past an f32's range"));
+                }
+                Wire::Float(x)
+            }
             (Shape::Char, Json::String(text)) if text.chars().count() == 1 => {
                 Wire::Str(text.clone())
             }

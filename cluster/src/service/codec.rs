@@ -55,6 +55,7 @@ pub(crate) fn decode_within<T: DeserializeOwned>(
     bytes: &[u8],
     depth: usize,
 ) -> Result<T, CodecError> {
+    nested_within(bytes, depth)?;
     let mut reader = rmp_serde::Deserializer::from_read_ref(bytes);
     reader.set_max_depth(depth);
     T::deserialize(&mut reader).map_err(|e| {
@@ -72,6 +73,82 @@ pub(crate) fn decode_within<T: DeserializeOwned>(
     })
 }
 
+/// Refuses MessagePack whose arrays and maps nest deeper than `depth`, before any of it is
+/// decoded. rmp-serde's own bound does not count an enum's map (`{"Neg": {"Neg": …}}`), so a
+/// recursive enum 5,000 levels deep, 25 KB, would overflow the decoding thread's stack. One
+/// pass over the bytes: containers are counted, everything else skipped by its length.
+fn nested_within(bytes: &[u8], depth: usize) -> Result<(), CodecError> {
+    // Items still to read in each open container, innermost last.
+    let mut open: Vec<u64> = Vec::new();
+    let mut at = 0usize;
+    let too_deep = || CodecError(format!("values nest past the depth bound ({depth} levels)"));
+    while at < bytes.len() {
+        // One item starts here: it is counted against the innermost open container.
+        while let Some(left) = open.last_mut() {
+            if *left > 0 {
+                *left -= 1;
+                break;
+            }
+            open.pop();
+        }
+        let marker = bytes[at];
+        at += 1;
+        let be = |at: usize, n: usize| -> Option<u64> {
+            let field = bytes.get(at..at.checked_add(n)?)?;
+            Some(field.iter().fold(0u64, |v, b| (v << 8) | u64::from(*b)))
+        };
+        // (bytes of length field, fixed payload, items it opens)
+        let (length_bytes, payload, items): (usize, u64, u64) = match marker {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0, 0),
+            0x80..=0x8f => (0, 0, 2 * u64::from(marker & 0x0f)),
+            0x90..=0x9f => (0, 0, u64::from(marker & 0x0f)),
+            0xa0..=0xbf => (0, u64::from(marker & 0x1f), 0),
+            0xc4 | 0xd9 => (1, 0, 0),
+            0xc5 | 0xda => (2, 0, 0),
+            0xc6 | 0xdb => (4, 0, 0),
+            // ext: a length, then a type byte and the data.
+            0xc7 => (1, 1, 0),
+            0xc8 => (2, 1, 0),
+            0xc9 => (4, 1, 0),
+            0xca => (0, 4, 0),
+            0xcb => (0, 8, 0),
+            0xcc | 0xd0 => (0, 1, 0),
+            0xcd | 0xd1 => (0, 2, 0),
+            0xce | 0xd2 => (0, 4, 0),
+            0xcf | 0xd3 => (0, 8, 0),
+            0xd4 => (0, 2, 0),
+            0xd5 => (0, 3, 0),
+            0xd6 => (0, 5, 0),
+            0xd7 => (0, 9, 0),
+            0xd8 => (0, 17, 0),
+            0xdc => (2, 0, 0),
+            0xdd => (4, 0, 0),
+            0xde => (2, 0, 0),
+            0xdf => (4, 0, 0),
+            // 0xc1 is never used: the decoder says so.
+            _ => return Ok(()),
+        };
+        let Some(length) = be(at, length_bytes) else {
+            return Ok(());
+        };
+        at += length_bytes;
+        let (skip, items) = match marker {
+            0xdc | 0xdd => (0, length),
+            0xde | 0xdf => (0, length.saturating_mul(2)),
+            _ if length_bytes > 0 => (length.saturating_add(payload), items),
+            _ => (payload, items),
+        };
+        at = at.saturating_add(usize::try_from(skip).unwrap_or(usize::MAX));
+        if items > 0 {
+            if open.len() >= depth {
+                return Err(too_deep());
+            }
+            open.push(items);
+        }
+    }
+    Ok(())
+}
+
 /// A value that could not be encoded or decoded; the message is the codec's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -80,6 +157,31 @@ pub struct CodecError(pub String);
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};
+
+    /// A recursive enum nested 10,000 deep (about 60 KB: `{"Neg": {"Neg": … {"Lit": 1}}}`)
+    /// is refused before decoding, not decoded until the stack overflows.
+    #[test]
+    fn a_recursive_enum_nested_past_the_bound_is_refused_not_a_stack_overflow() {
+        #[derive(Serialize, Deserialize, Debug)]
+        enum Expr {
+            Neg(Box<Expr>),
+            Lit(u8),
+        }
+        let mut bytes = Vec::new();
+        for _ in 0..10_000 {
+            bytes.extend([0x81, 0xa3, b'N', b'e', b'g']);
+        }
+        bytes.extend([0x81, 0xa3, b'L', b'i', b't', 0x01]);
+        let e = super::decode::<Expr>(&bytes).unwrap_err();
+        assert!(e.0.contains("past the depth bound (128 levels)"), "{e}");
+        // Within the bound, the same shape decodes.
+        let mut value = Expr::Lit(1);
+        for _ in 0..100 {
+            value = Expr::Neg(Box::new(value));
+        }
+        let back: Expr = super::decode(&super::encode(&value).unwrap()).unwrap();
+        assert!(matches!(back, Expr::Neg(_)));
+    }
 
     #[test]
     fn a_value_that_does_not_decode_is_said_with_its_path() {

@@ -199,3 +199,84 @@ fn an_opaque_shape_against_a_traced_one_is_judged_by_the_signature_text() {
     );
     assert!(traced.calls(&renamed).is_err() && renamed.calls(&traced).is_err());
 }
+
+/// Two different types under one serde name, one inside the other where the type comes round:
+/// `rec T` could name either, so the shape is opaque and the pair is judged by its text, which
+/// differs. Field names holding `/` are not taken for a path.
+#[test]
+fn shapes_that_could_name_two_things_are_never_judged_compatible_wrongly() {
+    mod first {
+        use serde::{Deserialize, Serialize};
+        #[derive(Serialize, Deserialize)]
+        #[serde(rename = "T")]
+        pub(super) struct P {
+            pub(super) a: u32,
+            pub(super) sub: Q,
+        }
+        #[derive(Serialize, Deserialize)]
+        #[serde(rename = "T")]
+        pub(super) struct Q {
+            pub(super) b: String,
+            pub(super) back: Option<Box<P>>,
+        }
+    }
+    mod second {
+        use serde::{Deserialize, Serialize};
+        #[derive(Serialize, Deserialize)]
+        #[serde(rename = "T")]
+        pub(super) struct P {
+            pub(super) a: u32,
+            pub(super) sub: Q,
+        }
+        #[derive(Serialize, Deserialize)]
+        #[serde(rename = "T")]
+        pub(super) struct Q {
+            pub(super) b: String,
+            pub(super) back: Option<Box<Q>>,
+        }
+    }
+    let value = first::P {
+        a: 1,
+        sub: first::Q {
+            b: "b".into(),
+            back: Some(Box::new(first::P {
+                a: 2,
+                sub: first::Q {
+                    b: "c".into(),
+                    back: None,
+                },
+            })),
+        },
+    };
+    assert!(decode::<second::P>(&encode(&value).unwrap()).is_err());
+    assert!(!check_reads::<first::P, second::P>());
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename = "S")]
+    struct Slash {
+        #[serde(rename = "x/y")]
+        a: Option<u8>,
+        x: Inner,
+    }
+    #[derive(Serialize, Deserialize)]
+    struct Inner {
+        y: Option<Box<Slash>>,
+    }
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename = "S")]
+    struct SlashText {
+        #[serde(rename = "x/y")]
+        a: Option<String>,
+        x: InnerText,
+    }
+    #[derive(Serialize, Deserialize)]
+    struct InnerText {
+        y: Option<Box<SlashText>>,
+    }
+    let value = Slash {
+        a: Some(5),
+        x: Inner { y: None },
+    };
+    assert!(decode::<SlashText>(&encode(&value).unwrap()).is_err());
+    assert!(!check_reads::<Slash, SlashText>());
+}

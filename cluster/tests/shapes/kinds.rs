@@ -209,3 +209,51 @@ fn types_read_through_deserialize_any_are_opaque() {
         assert_eq!(got, format!("`{ty}`"));
     }
 }
+
+#[derive(Deserialize)]
+struct Forest(Vec<Forest>);
+#[derive(Deserialize)]
+struct Cons(u32, Option<Box<Cons>>);
+#[derive(Deserialize)]
+struct Doc(HashMap<String, Doc>);
+
+/// Reads a sequence of unknown length as a tuple of `usize::MAX` items, as some crates do.
+struct Unprefixed;
+impl<'de> Deserialize<'de> for Unprefixed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Items;
+        impl<'de> serde::de::Visitor<'de> for Items {
+            type Value = Unprefixed;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("items")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Unprefixed, A::Error> {
+                while a.next_element::<u8>()?.is_some() {}
+                Ok(Unprefixed)
+            }
+        }
+        d.deserialize_tuple(usize::MAX, Items)
+    }
+}
+
+/// A type that contains itself with no named struct or enum in between has nothing to write
+/// `rec Name` against: opaque, not a stack overflow. A tuple of `usize::MAX` items: opaque, not
+/// a panic.
+#[test]
+fn self_containing_wrappers_and_endless_tuples_are_opaque_not_a_crash() {
+    assert_eq!(shape::<Forest>(), "`shapes::kinds::Forest`");
+    assert_eq!(shape::<Cons>(), "`shapes::kinds::Cons`");
+    assert_eq!(shape::<Doc>(), "`shapes::kinds::Doc`");
+    assert_eq!(shape::<Unprefixed>(), "`shapes::kinds::Unprefixed`");
+    // Through a named struct, the wrapper is fine.
+    #[derive(Deserialize)]
+    struct Node {
+        kids: Kids,
+    }
+    #[derive(Deserialize)]
+    struct Kids(Vec<Node>);
+    assert_eq!(shape::<Node>(), "{kids: [rec Node]}");
+}

@@ -281,10 +281,12 @@ fn find(
 /// in an entry without shapes or with a result the tracer could not follow, its signature
 /// says `-> Result<`).
 fn returns_result(function: &FunctionDescription) -> bool {
+    // As `#[service]` reads it: the result's type path ends in `Result` (`Result<…>`,
+    // `std::result::Result<…>`, `::core::result::Result<…>`).
     let by_signature = || {
         function.signature.split_once("->").is_some_and(|(_, out)| {
-            let out = out.trim_start();
-            out.starts_with("Result<") || out.starts_with("std::result::Result<")
+            out.split_once('<')
+                .is_some_and(|(path, _)| path.trim().rsplit("::").next() == Some("Result"))
         })
     };
     match function.shape.as_ref().map(|s| &s.output) {

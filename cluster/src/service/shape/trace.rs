@@ -31,6 +31,9 @@ const MAX_ATTEMPTS: u32 = 4;
 /// Structs and enums nested deeper than this end the trace: a type that recurses through a
 /// new instantiation each time (`struct Deep<T>(Option<Box<Deep<Vec<T>>>>)`) never comes round.
 const MAX_DEPTH: usize = 64;
+/// Tuples longer than this end the trace (a type may read a sequence of unknown length as a
+/// tuple of `usize::MAX`; an array of a megabyte would be a shape of megabytes).
+const MAX_TUPLE: usize = 1024;
 
 /// The shape of `T`, or `Shape::Opaque(written)` when its `Deserialize` cannot be traced (it
 /// uses `deserialize_any`, as `serde_json::Value`, untagged and internally tagged enums and
@@ -133,6 +136,9 @@ fn finish(shape: &mut Shape, state: &State, open: &mut Vec<String>) -> Result<()
             let key = std::mem::take(name);
             *name = display_name(&key).to_owned();
             if open.contains(&key) {
+                if let Some(e) = ambiguous(open, &key, display_name(&key)) {
+                    return Err(e);
+                }
                 *shape = Shape::Recursive(display_name(&key).to_owned());
                 return Ok(());
             }
@@ -174,6 +180,20 @@ fn finish(shape: &mut Shape, state: &State, open: &mut Vec<String>) -> Result<()
     Ok(())
 }
 
+/// `Some` error when a type opened inside `key` (in `open`, outermost first) has the display
+/// name `name` too: `rec name` names the innermost one.
+fn ambiguous(open: &[String], key: &str, name: &str) -> Option<Error> {
+    let at = open.iter().position(|k| k == key)?;
+    open[at + 1..]
+        .iter()
+        .any(|k| display_name(k) == name)
+        .then(|| {
+            Error::Unsupported(format!(
+                "{name} comes round inside another type named {name}"
+            ))
+        })
+}
+
 fn display_name(key: &str) -> &str {
     key.split('\0').next().unwrap_or(key)
 }
@@ -204,12 +224,16 @@ struct State {
     names: HashMap<String, &'static [&'static str]>,
     /// Keys of the structs and enums open in this run.
     stack: Vec<String>,
-    /// Where this run is, as field names: where an `Option` or a map is cut.
-    path: Vec<String>,
+    /// Keys of the newtype and tuple structs open in this run: they have no name on the wire,
+    /// so one that comes round again cannot be written as `rec Name`.
+    wrappers: Vec<String>,
+    /// Where this run is, as field names: where an `Option` or a map is cut. Kept as a list
+    /// (`Place`): a field renamed `"x/y"` is not the field `y` of the field `x`.
+    path: Place,
     /// Places read as absent, and the shape written there.
-    cuts: HashMap<String, Shape>,
+    cuts: HashMap<Place, Shape>,
     /// A cut found in this run: the run restarts with it.
-    cut: Option<(String, Shape)>,
+    cut: Option<(Place, Shape)>,
     /// The variants picked in this run, in order, and the keys of their enums.
     picks: Vec<usize>,
     picked: Vec<String>,
@@ -218,9 +242,9 @@ struct State {
     /// (enum key, variant) -> the enums met under that variant, in any run.
     reaches: HashMap<(String, usize), Vec<String>>,
     /// Place -> which of its candidates the leaf there hands out.
-    candidate: HashMap<String, usize>,
+    candidate: HashMap<Place, usize>,
     /// The last leaf handed out in this run: its place and how many candidates it has.
-    last_leaf: Option<(String, usize)>,
+    last_leaf: Option<(Place, usize)>,
     /// Struct key -> the names in its field list that are aliases (`#[serde(alias)]`, listed
     /// among the fields): found when handing out both names made a duplicate field.
     aliases: HashMap<String, Vec<usize>>,
@@ -238,6 +262,9 @@ struct State {
     closed: HashMap<String, bool>,
 }
 
+/// A place in a value: the field names, item and variant markers that lead to it.
+type Place = Vec<String>;
+
 /// How a probe run changes a struct.
 #[derive(Clone, Copy)]
 enum Probe {
@@ -253,6 +280,7 @@ const EXTRA_FIELD: &str = "__cluster_shape_probe";
 impl State {
     fn begin(&mut self, replay: Vec<usize>, probe: Option<(String, Probe)>) {
         self.stack.clear();
+        self.wrappers.clear();
         self.path.clear();
         self.cut = None;
         self.picks.clear();
@@ -269,6 +297,36 @@ impl State {
         self.progress
             .values()
             .all(|(done, _)| done.iter().all(|d| *d))
+    }
+
+    /// Enters a newtype or tuple struct: refused if it is already open (it contains itself with
+    /// no named struct or enum between) or the value nests too deep.
+    fn wrapper_entered<V>(&mut self, name: &str) -> Result<(), Error> {
+        let key = container_key::<V>(name, &[]);
+        if self.wrappers.contains(&key) {
+            return Err(Error::Unsupported(format!(
+                "{name} contains itself through newtype or tuple structs, which have no name on the wire"
+            )));
+        }
+        self.deeper(name)?;
+        self.wrappers.push(key);
+        Ok(())
+    }
+
+    /// Refuses to open one more container past `MAX_DEPTH`.
+    fn deeper(&self, name: &str) -> Result<(), Error> {
+        if self.stack.len() + self.wrappers.len() >= MAX_DEPTH {
+            return Err(Error::Unsupported(format!(
+                "{name} nests deeper than {MAX_DEPTH}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The struct or enum `key` comes round again: cut there as `rec name`, unless a type
+    /// opened inside it has the same name, where `rec name` would name the wrong one.
+    fn came_round(&self, key: &str, name: &str) -> Error {
+        ambiguous(&self.stack, key, name).unwrap_or(Error::Recursion(name.to_owned()))
     }
 
     fn aliases_of(&self, key: &str) -> Vec<usize> {
@@ -397,8 +455,8 @@ impl State {
         }
     }
 
-    fn here(&self) -> String {
-        self.path.join("/")
+    fn here(&self) -> Place {
+        self.path.clone()
     }
 }
 
@@ -528,8 +586,7 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
     }
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        let value = visitor.visit_unit();
-        self.leaf(Shape::Unit, value)
+        self.deserialize_unit(visitor)
     }
 
     fn deserialize_identifier<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
@@ -547,11 +604,15 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
-        _: &'static str,
+        name: &'static str,
         visitor: V,
     ) -> Result<V::Value, Error> {
         // The codec writes a newtype as what it wraps.
-        visitor.visit_newtype_struct(self)
+        let Tracer { state, out } = self;
+        state.wrapper_entered::<V::Value>(name)?;
+        let value = visitor.visit_newtype_struct(Tracer::new(&mut *state, out));
+        state.wrappers.pop();
+        value
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
@@ -586,6 +647,9 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, Error> {
+        if len > MAX_TUPLE {
+            return Err(Error::Unsupported(format!("a tuple of {len} items")));
+        }
         let mut items = vec![Shape::Unit; len];
         let value = visitor.visit_seq(Items {
             state: self.state,
@@ -598,11 +662,15 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
 
     fn deserialize_tuple_struct<V: Visitor<'de>>(
         self,
-        _: &'static str,
+        name: &'static str,
         len: usize,
         visitor: V,
     ) -> Result<V::Value, Error> {
-        self.deserialize_tuple(len, visitor)
+        let Tracer { state, out } = self;
+        state.wrapper_entered::<V::Value>(name)?;
+        let value = Tracer::new(&mut *state, out).deserialize_tuple(len, visitor);
+        state.wrappers.pop();
+        value
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
@@ -637,13 +705,9 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
     ) -> Result<V::Value, Error> {
         let key = container_key::<V::Value>(name, fields);
         if self.state.stack.contains(&key) {
-            return Err(Error::Recursion(name.to_owned()));
+            return Err(self.state.came_round(&key, name));
         }
-        if self.state.stack.len() >= MAX_DEPTH {
-            return Err(Error::Unsupported(format!(
-                "{name} nests deeper than {MAX_DEPTH}"
-            )));
-        }
+        self.state.deeper(name)?;
         let (omit, extra) = self.state.fields_met(&key, fields);
         self.state.stack.push(key.clone());
         let mut shapes = vec![Shape::Unit; fields.len()];
@@ -679,11 +743,10 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
         }
         let key = container_key::<V::Value>(name, variants);
         let on_stack = self.state.stack.contains(&key);
-        if self.state.stack.len() >= MAX_DEPTH {
-            return Err(Error::Unsupported(format!(
-                "{name} nests deeper than {MAX_DEPTH}"
-            )));
+        if on_stack && let Some(e) = ambiguous(&self.state.stack, &key, name) {
+            return Err(e);
         }
+        self.state.deeper(name)?;
         self.state
             .progress
             .entry(key.clone())
@@ -807,7 +870,7 @@ struct Entry<'s> {
     key: &'s mut Shape,
     value: &'s mut Shape,
     left: bool,
-    here: String,
+    here: Place,
 }
 
 impl<'de> de::MapAccess<'de> for Entry<'_> {
