@@ -256,4 +256,12 @@ fn self_containing_wrappers_and_endless_tuples_are_opaque_not_a_crash() {
     #[derive(Deserialize)]
     struct Kids(Vec<Node>);
     assert_eq!(shape::<Node>(), "{kids: [rec Node]}");
+    // A wrapper met again inside a named struct it holds: the struct is where it is cut.
+    #[derive(Deserialize)]
+    struct Ring(Vec<Link>);
+    #[derive(Deserialize)]
+    struct Link {
+        next: Ring,
+    }
+    assert_eq!(shape::<Ring>(), "[{next: [rec Link]}]");
 }

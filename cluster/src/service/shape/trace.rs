@@ -224,9 +224,10 @@ struct State {
     names: HashMap<String, &'static [&'static str]>,
     /// Keys of the structs and enums open in this run.
     stack: Vec<String>,
-    /// Keys of the newtype and tuple structs open in this run: they have no name on the wire,
-    /// so one that comes round again cannot be written as `rec Name`.
-    wrappers: Vec<String>,
+    /// Keys of the newtype and tuple structs open in this run, with how many structs and enums
+    /// were open then: they have no name on the wire, so one that comes round again with no
+    /// struct or enum opened since cannot be cut as `rec Name`.
+    wrappers: Vec<(String, usize)>,
     /// Where this run is, as field names: where an `Option` or a map is cut. Kept as a list
     /// (`Place`): a field renamed `"x/y"` is not the field `y` of the field `x`.
     path: Place,
@@ -303,13 +304,18 @@ impl State {
     /// no named struct or enum between) or the value nests too deep.
     fn wrapper_entered<V>(&mut self, name: &str) -> Result<(), Error> {
         let key = container_key::<V>(name, &[]);
-        if self.wrappers.contains(&key) {
+        let named = self.stack.len();
+        if self
+            .wrappers
+            .iter()
+            .any(|(k, at)| *k == key && *at == named)
+        {
             return Err(Error::Unsupported(format!(
                 "{name} contains itself through newtype or tuple structs, which have no name on the wire"
             )));
         }
         self.deeper(name)?;
-        self.wrappers.push(key);
+        self.wrappers.push((key, named));
         Ok(())
     }
 
