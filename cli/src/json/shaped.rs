@@ -36,14 +36,28 @@ pub fn from_wire(shape: &Shape, wire: Wire) -> Wire {
     Reshaped::default().value(shape, wire)
 }
 
-/// The structs and enums open further out, for `Shape::Recursive`.
+/// The structs and enums open further out, for `Shape::Recursive`, and how many shapes deep
+/// the walk is.
 #[derive(Default)]
 struct Reshaped<'a> {
     open: Vec<&'a Shape>,
+    depth: usize,
 }
 
 impl<'a> Reshaped<'a> {
     fn value(&mut self, shape: &'a Shape, wire: Wire) -> Wire {
+        // A provider's shape may wrap each level of its reply in many `Option`s: past this,
+        // the rest is shown as it was read.
+        if self.depth >= 4 * MAX_DEPTH {
+            return wire;
+        }
+        self.depth += 1;
+        let wire = self.reshaped(shape, wire);
+        self.depth -= 1;
+        wire
+    }
+
+    fn reshaped(&mut self, shape: &'a Shape, wire: Wire) -> Wire {
         match (shape, wire) {
             (Shape::Uint(128), Wire::Bytes(bytes)) => match <[u8; 16]>::try_from(bytes) {
                 Ok(bytes) => Wire::Uint128(u128::from_be_bytes(bytes)),

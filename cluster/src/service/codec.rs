@@ -76,12 +76,14 @@ pub(crate) fn decode_within<T: DeserializeOwned>(
 /// Refuses MessagePack whose arrays and maps nest deeper than `depth`, before any of it is
 /// decoded. rmp-serde's own bound does not count an enum's map (`{"Neg": {"Neg": …}}`), so a
 /// recursive enum 5,000 levels deep, 25 KB, would overflow the decoding thread's stack. One
-/// pass over the bytes: containers are counted, everything else skipped by its length.
+/// pass over the bytes: containers are counted, everything else skipped by its length; bytes
+/// that are not one whole MessagePack value (cut short, trailing, the unused marker) are
+/// refused too, so that nothing the decoder reads can be taken for something else here.
 fn nested_within(bytes: &[u8], depth: usize) -> Result<(), CodecError> {
     // Items still to read in each open container, innermost last.
     let mut open: Vec<u64> = Vec::new();
     let mut at = 0usize;
-    let too_deep = || CodecError(format!("values nest past the depth bound ({depth} levels)"));
+    let refuse = |what: &str| Err(CodecError(what.to_owned()));
     while at < bytes.len() {
         // One item starts here: it is counted against the innermost open container.
         while let Some(left) = open.last_mut() {
@@ -91,13 +93,16 @@ fn nested_within(bytes: &[u8], depth: usize) -> Result<(), CodecError> {
             }
             open.pop();
         }
+        if open.is_empty() && at > 0 {
+            return refuse("bytes after the value");
+        }
         let marker = bytes[at];
         at += 1;
         let be = |at: usize, n: usize| -> Option<u64> {
             let field = bytes.get(at..at.checked_add(n)?)?;
             Some(field.iter().fold(0u64, |v, b| (v << 8) | u64::from(*b)))
         };
-        // (bytes of length field, fixed payload, items it opens)
+        // (bytes of its length field, bytes of payload besides, items it opens)
         let (length_bytes, payload, items): (usize, u64, u64) = match marker {
             0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0, 0),
             0x80..=0x8f => (0, 0, 2 * u64::from(marker & 0x0f)),
@@ -121,15 +126,12 @@ fn nested_within(bytes: &[u8], depth: usize) -> Result<(), CodecError> {
             0xd6 => (0, 5, 0),
             0xd7 => (0, 9, 0),
             0xd8 => (0, 17, 0),
-            0xdc => (2, 0, 0),
-            0xdd => (4, 0, 0),
-            0xde => (2, 0, 0),
-            0xdf => (4, 0, 0),
-            // 0xc1 is never used: the decoder says so.
-            _ => return Ok(()),
+            0xdc | 0xde => (2, 0, 0),
+            0xdd | 0xdf => (4, 0, 0),
+            _ => return refuse("not MessagePack (marker 0xc1)"),
         };
         let Some(length) = be(at, length_bytes) else {
-            return Ok(());
+            return refuse("cut short inside a length");
         };
         at += length_bytes;
         let (skip, items) = match marker {
@@ -138,13 +140,23 @@ fn nested_within(bytes: &[u8], depth: usize) -> Result<(), CodecError> {
             _ if length_bytes > 0 => (length.saturating_add(payload), items),
             _ => (payload, items),
         };
-        at = at.saturating_add(usize::try_from(skip).unwrap_or(usize::MAX));
+        at = usize::try_from(skip)
+            .ok()
+            .and_then(|skip| at.checked_add(skip))
+            .filter(|end| *end <= bytes.len())
+            .ok_or_else(|| CodecError("cut short inside a value".to_owned()))?;
         if items > 0 {
-            if open.len() >= depth {
-                return Err(too_deep());
+            // The decoder refuses at its bound's level, so this does too.
+            if open.len() + 1 >= depth {
+                return Err(CodecError(format!(
+                    "values nest past the depth bound ({depth} levels)"
+                )));
             }
             open.push(items);
         }
+    }
+    if open.iter().any(|left| *left > 0) {
+        return refuse("cut short: a container holds fewer items than it says");
     }
     Ok(())
 }
@@ -181,6 +193,28 @@ mod tests {
         }
         let back: Expr = super::decode(&super::encode(&value).unwrap()).unwrap();
         assert!(matches!(back, Expr::Neg(_)));
+    }
+
+    #[test]
+    fn bytes_that_are_not_one_whole_value_are_refused_before_decoding() {
+        let whole = super::encode(&(1u8, "ab", vec![1u16, 300])).unwrap();
+        assert!(super::nested_within(&whole, 128).is_ok());
+        let mut trailing = whole.clone();
+        trailing.push(0x01);
+        assert!(super::nested_within(&trailing, 128).is_err());
+        for cut in 1..whole.len() {
+            assert!(
+                super::nested_within(&whole[..cut], 128).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // A u128 the codec writes as 16 raw bytes after a fixarray marker (0x9c): a length that
+        // would skip the rest of the input is refused, not skipped.
+        let raw = [
+            0x9c, 0xdb, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert!(super::nested_within(&raw, 128).is_err());
+        assert!(super::nested_within(&[0xc1], 128).is_err());
     }
 
     #[test]

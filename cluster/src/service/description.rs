@@ -160,15 +160,15 @@ impl FunctionDescription {
 
     /// Whether a client that wants this function can call `provider`'s (of the same name): the
     /// provider reads the client's arguments and the client the provider's result. Compared by
-    /// shape when both sides have one, else by signature text. Where one side holds a type the
-    /// tracer could not follow (an older build traced a `Result` with a multi-variant error
-    /// enum so), equal signature texts still call, as they did for that build.
+    /// shape when both sides have one, else by signature text. Where the shapes part only
+    /// because one side has a type the tracer could not follow and the other traced it (two
+    /// builds whose tracers reach different types), equal signature texts call.
     pub fn calls(&self, provider: &FunctionDescription) -> Result<(), Mismatch> {
         match (&self.shape, &provider.shape) {
             (Some(client), Some(shape)) => client.calls(shape).or_else(|mismatch| {
-                let opaque = client.has_opaque() || shape.has_opaque();
-                if opaque && self.signature == provider.signature {
-                    Ok(())
+                // Checked again, the opaque places let through: a change elsewhere still shows.
+                if mismatch.opaque_against_traced && self.signature == provider.signature {
+                    client.calls_with(shape, true)
                 } else {
                     Err(mismatch)
                 }

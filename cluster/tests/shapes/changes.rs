@@ -176,28 +176,36 @@ fn an_f64_narrowed_to_f32_is_refused_because_the_codec_reads_it_with_loss() {
     assert!(read.is_infinite());
 }
 
-/// A build whose tracer could not follow a type (an older one had `Result<u32, Stock>` opaque)
-/// and a build that traces it: equal signature texts still call, as they did between two
-/// builds of the older kind; different texts do not.
+/// Two builds whose tracers reach different types (one sees `Result<u32, Two>` as opaque, the
+/// other traces it): where the shapes part only at an opaque type, equal signature texts call,
+/// and the rest of the shape is still checked; different texts do not call.
 #[test]
-fn an_opaque_shape_against_a_traced_one_is_judged_by_the_signature_text() {
+fn an_opaque_type_against_a_traced_one_is_judged_by_the_signature_text_and_the_rest_by_shape() {
     use cluster::__private::trace;
     use cluster::service::shape::{FunctionShape, Shape};
     use cluster::{CallOptions, FunctionDescription};
 
-    let function = |signature: &str, output: Shape| {
+    let function = |signature: &str, args: Vec<Shape>, output: Shape| {
         FunctionDescription::new("reserve", signature, false, CallOptions::new())
-            .with_shape(FunctionShape::new(vec![trace::<String>("String")], output))
+            .with_shape(FunctionShape::new(args, output))
     };
-    let signature = "reserve(String) -> Result<u32, Two>";
-    let traced = function(signature, trace::<Result<u32, Two>>("Result<u32, Two>"));
-    let older = function(signature, Shape::Opaque("Result<u32, Two>".to_owned()));
+    let signature = "reserve(Hit) -> Result<u32, Two>";
+    let hit = trace::<Hit>("Hit");
+    let traced = function(signature, vec![hit.clone()], trace::<Result<u32, Two>>("R"));
+    let opaque = || Shape::Opaque("Result<u32, Two>".to_owned());
+    let older = function(signature, vec![hit.clone()], opaque());
     assert!(traced.calls(&older).is_ok() && older.calls(&traced).is_ok());
-    let renamed = function(
-        "reserve(String) -> Result<u32, Three>",
-        Shape::Opaque("Result<u32, Three>".to_owned()),
-    );
+    let renamed = function("reserve(Hit) -> Result<u32, Three>", vec![hit], opaque());
     assert!(traced.calls(&renamed).is_err() && renamed.calls(&traced).is_err());
+    // The same texts, and a field changed elsewhere: still refused, at that field.
+    let narrowed = function(signature, vec![trace::<Narrow>("Hit")], opaque());
+    let refused = traced.calls(&narrowed).unwrap_err();
+    assert_eq!(refused.at, "argument 1, field `id`");
+    // Both opaque at the same place, a field changed elsewhere: refused.
+    let value = || Shape::Opaque("serde_json::Value".to_owned());
+    let both = function(signature, vec![trace::<Hit>("Hit"), value()], opaque());
+    let both_narrowed = function(signature, vec![trace::<Narrow>("Hit"), value()], opaque());
+    assert!(both.calls(&both_narrowed).is_err());
 }
 
 /// Two different types under one serde name, one inside the other where the type comes round:

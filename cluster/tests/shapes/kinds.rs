@@ -239,6 +239,29 @@ impl<'de> Deserialize<'de> for Unprefixed {
     }
 }
 
+/// serde lists a field's names (its own and its aliases) in alphabetical order, and `Deserialize`
+/// does not say which is its own: an alias that sorts after the field's name is dropped, one
+/// that sorts before it would stand in the shape for the name the field is written under, so
+/// that type is opaque.
+#[test]
+fn an_alias_sorting_before_its_field_makes_the_type_opaque() {
+    #[derive(Deserialize)]
+    struct Before {
+        #[serde(alias = "name")]
+        title: String,
+    }
+    #[derive(Deserialize)]
+    struct After {
+        #[serde(alias = "title2")]
+        title: String,
+    }
+    assert_eq!(
+        shape::<Before>(),
+        "`shapes::kinds::an_alias_sorting_before_its_field_makes_the_type_opaque::Before`"
+    );
+    assert_eq!(shape::<After>(), "{title: str}");
+}
+
 /// A type that contains itself with no named struct or enum in between has nothing to write
 /// `rec Name` against: opaque, not a stack overflow. A tuple of `usize::MAX` items: opaque, not
 /// a panic.

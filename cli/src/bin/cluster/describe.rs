@@ -218,9 +218,10 @@ fn version_text(description: &ServiceDescription, providers: &[Arc<ServiceEntry>
             if shape.has_opaque() {
                 let _ = writeln!(
                     out,
-                    "    note   a `type` in backticks could not be traced (read through \
-                     deserialize_any: untagged, internally tagged or flattened); it is compared \
-                     by its text, and `cluster call` sends its JSON as it stands"
+                    "    note   a `type` in backticks could not be traced (the WARN of the node \
+                     that traced it says why: read through deserialize_any, as untagged, tagged \
+                     and flattened types are, or a limit of the tracer); it is compared by its \
+                     text, and `cluster call` sends its JSON as it stands"
                 );
             }
         }

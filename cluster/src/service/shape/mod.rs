@@ -14,6 +14,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use relation::Mismatch;
+use relation::read;
+#[cfg(test)]
 pub(crate) use relation::readable;
 pub use trace::trace;
 
@@ -128,6 +130,16 @@ impl FunctionShape {
     /// the client's arguments and the client reads the provider's result. The first thing in
     /// the way, if any.
     pub fn calls(&self, provider: &FunctionShape) -> Result<(), Mismatch> {
+        self.calls_with(provider, false)
+    }
+
+    /// [`calls`](Self::calls), and with `lenient`, a type the tracer could not follow on one
+    /// side calls whatever the other side traced there.
+    pub(crate) fn calls_with(
+        &self,
+        provider: &FunctionShape,
+        lenient: bool,
+    ) -> Result<(), Mismatch> {
         if self.args.len() != provider.args.len() {
             return Err(Mismatch::new(
                 "the arguments",
@@ -136,10 +148,16 @@ impl FunctionShape {
             ));
         }
         for (n, (client, provider)) in self.args.iter().zip(&provider.args).enumerate() {
-            readable(client, provider).map_err(|m| m.within(&format!("argument {}", n + 1)))?;
+            read(client, provider, lenient)
+                .map_err(|m| m.within(&format!("argument {}", n + 1)))?;
         }
         // The result travels the other way: the provider writes it, the client reads it.
-        readable(&provider.output, &self.output).map_err(|m| m.within("the result").swapped())
+        read(&provider.output, &self.output, lenient).map_err(|m| m.within("the result").swapped())
+    }
+
+    /// Whether any argument or the result holds a type the tracer could not follow.
+    pub fn has_opaque(&self) -> bool {
+        self.args.iter().any(Shape::has_opaque) || self.output.has_opaque()
     }
 }
 
@@ -161,13 +179,6 @@ impl Variant {
             name: name.into(),
             content,
         }
-    }
-}
-
-impl FunctionShape {
-    /// Whether any argument or the result holds a type the tracer could not follow.
-    pub fn has_opaque(&self) -> bool {
-        self.args.iter().any(Shape::has_opaque) || self.output.has_opaque()
     }
 }
 

@@ -17,6 +17,8 @@ pub struct Mismatch {
     pub client: String,
     /// The provider's side there.
     pub provider: String,
+    /// Whether one side there is a type the tracer could not follow and the other is not.
+    pub(crate) opaque_against_traced: bool,
 }
 
 impl Mismatch {
@@ -25,6 +27,7 @@ impl Mismatch {
             at: at.to_owned(),
             client,
             provider,
+            opaque_against_traced: false,
         }
     }
 
@@ -55,22 +58,35 @@ impl fmt::Display for Mismatch {
     }
 }
 
-/// Whether every value the `writer` shape produces decodes in the `reader` shape. Mismatches
-/// name the writer's side as `client` (flip with [`Mismatch::swapped`]).
+/// `read`, not lenient.
+#[cfg(test)]
 pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
-    let differ = || Err(Mismatch::new("", writer.to_string(), reader.to_string()));
+    read(writer, reader, false)
+}
+
+/// Whether every value the `writer` shape produces decodes in the `reader` shape. Mismatches
+/// name the writer's side as `client` (flip with [`Mismatch::swapped`]). With `lenient`, a
+/// type the tracer could not follow on one side reads whatever the other side has there
+/// (for two builds whose signature texts were found equal).
+pub(crate) fn read(writer: &Shape, reader: &Shape, lenient: bool) -> Result<(), Mismatch> {
+    let differ = || {
+        let mut mismatch = Mismatch::new("", writer.to_string(), reader.to_string());
+        mismatch.opaque_against_traced =
+            matches!(writer, Shape::Opaque(_)) != matches!(reader, Shape::Opaque(_));
+        Err(mismatch)
+    };
     match (writer, reader) {
-        (Shape::Option(w), Shape::Option(r)) => readable(w, r),
+        (Shape::Option(w), Shape::Option(r)) => read(w, r, lenient),
         // `Some(x)` is written as `x`, so a plain value reads as an option.
-        (w, Shape::Option(r)) if !matches!(w, Shape::Option(_)) => readable(w, r),
-        (Shape::Seq(w), Shape::Seq(r)) => readable(w, r).map_err(|m| m.within("the items")),
+        (w, Shape::Option(r)) if !matches!(w, Shape::Option(_)) => read(w, r, lenient),
+        (Shape::Seq(w), Shape::Seq(r)) => read(w, r, lenient).map_err(|m| m.within("the items")),
         (Shape::Map(wk, wv), Shape::Map(rk, rv)) => {
-            readable(wk, rk).map_err(|m| m.within("the keys"))?;
-            readable(wv, rv).map_err(|m| m.within("the values"))
+            read(wk, rk, lenient).map_err(|m| m.within("the keys"))?;
+            read(wv, rv, lenient).map_err(|m| m.within("the values"))
         }
         (Shape::Tuple(w), Shape::Tuple(r)) if w.len() == r.len() => {
             for (n, (w, r)) in w.iter().zip(r).enumerate() {
-                readable(w, r).map_err(|m| m.within(&format!("item {n}")))?;
+                read(w, r, lenient).map_err(|m| m.within(&format!("item {n}")))?;
             }
             Ok(())
         }
@@ -85,7 +101,7 @@ pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
                 let refused = "none, and it denies unknown fields".to_owned();
                 return Err(Mismatch::new(&at, extra.shape.to_string(), refused));
             }
-            fields(w, r)
+            fields(w, r, lenient)
         }
         (Shape::Enum { variants: w, .. }, Shape::Enum { variants: r, .. }) => {
             // Each variant the writer may send must be known to the reader; the reader may know
@@ -95,7 +111,7 @@ pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
                 let Some(known) = r.iter().find(|v| v.name == variant.name) else {
                     return Err(Mismatch::new(&at, "it".to_owned(), "none".to_owned()));
                 };
-                content(&variant.content, &known.content).map_err(|m| m.within(&at))?;
+                content(&variant.content, &known.content, lenient).map_err(|m| m.within(&at))?;
             }
             Ok(())
         }
@@ -103,6 +119,7 @@ pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
         // another of the same type.
         (Shape::Recursive(w), Shape::Recursive(r)) if w == r => Ok(()),
         (Shape::Opaque(w), Shape::Opaque(r)) if w == r => Ok(()),
+        (Shape::Opaque(_), _) | (_, Shape::Opaque(_)) if lenient => Ok(()),
         (w, r) if is_primitive(w) && w == r => Ok(()),
         (w, r) if widens(w, r) => Ok(()),
         _ => differ(),
@@ -116,10 +133,8 @@ pub(crate) fn readable(writer: &Shape, reader: &Shape) -> Result<(), Mismatch> {
 /// wrapped, so only unsigned writers widen into `u128`.
 fn widens(writer: &Shape, reader: &Shape) -> bool {
     match (writer, reader) {
-        (Shape::Uint(w), Shape::Uint(r)) | (Shape::Int(w), Shape::Int(r)) => {
-            w <= r && (*r <= 64 || *w <= 64 || w == r)
-        }
-        (Shape::Uint(w), Shape::Int(r)) => w < r && *w <= 64,
+        (Shape::Uint(w), Shape::Uint(r)) | (Shape::Int(w), Shape::Int(r)) => w <= r,
+        (Shape::Uint(w), Shape::Int(r)) => w < r,
         (Shape::Float(32), Shape::Float(64)) => true,
         // `serde_bytes` reads an array of bytes as well as its own format, and the codec hands
         // its format to a `Vec<u8>` as a sequence.
@@ -144,14 +159,14 @@ fn is_primitive(shape: &Shape) -> bool {
     )
 }
 
-fn content(writer: &Content, reader: &Content) -> Result<(), Mismatch> {
+fn content(writer: &Content, reader: &Content, lenient: bool) -> Result<(), Mismatch> {
     match (writer, reader) {
         (Content::Unit, Content::Unit) => Ok(()),
-        (Content::Newtype(w), Content::Newtype(r)) => readable(w, r),
+        (Content::Newtype(w), Content::Newtype(r)) => read(w, r, lenient),
         (Content::Tuple(w), Content::Tuple(r)) => {
-            readable(&Shape::Tuple(w.clone()), &Shape::Tuple(r.clone()))
+            read(&Shape::Tuple(w.clone()), &Shape::Tuple(r.clone()), lenient)
         }
-        (Content::Struct(w), Content::Struct(r)) => fields(w, r),
+        (Content::Struct(w), Content::Struct(r)) => fields(w, r, lenient),
         _ => Err(Mismatch::new(
             "",
             kind(writer).to_owned(),
@@ -171,11 +186,11 @@ fn kind(content: &Content) -> &'static str {
 
 /// Fields the writer has and the reader lacks are skipped; fields the reader has and the
 /// writer lacks must be optional to the reader; common fields must be readable.
-fn fields(writer: &[Field], reader: &[Field]) -> Result<(), Mismatch> {
+fn fields(writer: &[Field], reader: &[Field], lenient: bool) -> Result<(), Mismatch> {
     for field in reader {
         let at = format!("field `{}`", field.name);
         match writer.iter().find(|w| w.name == field.name) {
-            Some(w) => readable(&w.shape, &field.shape).map_err(|m| m.within(&at))?,
+            Some(w) => read(&w.shape, &field.shape, lenient).map_err(|m| m.within(&at))?,
             None if field.optional => {}
             None => {
                 return Err(Mismatch::new(

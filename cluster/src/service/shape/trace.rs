@@ -9,8 +9,8 @@
 //! field with the field left out: the struct decodes without it exactly when it is an `Option`
 //! or `#[serde(default)]`, which is what the codec does with a field that a peer lacks.
 //!
-//! A type that refuses a made-up value (a `NonZeroU32` given 0, a `Uuid` given no bytes, a
-//! `chrono::DateTime` given "") is run again with the next candidate at the place it refused
+//! A type that refuses a made-up value (a `Uuid` given no bytes, a `chrono::DateTime` given
+//! "") is run again with the next candidate at the place it refused
 //! (`candidates`), so types that validate what they read are traced too.
 //!
 //! Structs and enums are told apart by their Rust type (`std::any::type_name` of what the
@@ -339,12 +339,20 @@ impl State {
         self.aliases.get(key).cloned().unwrap_or_default()
     }
 
-    /// A struct refused the last name handed to it as a duplicate: that name is an alias of
-    /// a field already given, and the run starts again without it.
-    fn alias_found<V>(&mut self, value: Result<V, Error>) -> Result<V, Error> {
+    /// A struct refused the last name handed to it as a duplicate of `field` (the field's own
+    /// name, as serde says it): that name is an alias of a field already given, and the run
+    /// starts again without it. serde lists a field's names in alphabetical order, so the name
+    /// kept is the field's own only if no alias sorts before it; when one does, the shape
+    /// would carry the alias, and the type is not traced.
+    fn alias_found<V>(&mut self, value: Result<V, Error>, names: &[&str]) -> Result<V, Error> {
         match value {
-            Err(Error::Duplicate) => {
-                let (key, n) = self.fed.take().ok_or(Error::Duplicate)?;
+            Err(Error::Duplicate(field)) => {
+                let (key, n) = self.fed.take().ok_or(Error::Duplicate(field))?;
+                if names.get(n) == Some(&field) {
+                    return Err(Error::Unsupported(format!(
+                        "field `{field}` has an alias that sorts before it"
+                    )));
+                }
                 self.aliases.entry(key).or_default().push(n);
                 Err(Error::Restart)
             }
@@ -402,7 +410,10 @@ impl State {
             .min_by_key(|&n| attempts[n])
         {
             if attempts[next] >= MAX_ATTEMPTS {
-                return Err(Error::Unsupported(format!("variant {next} of {key}")));
+                return Err(Error::Unsupported(format!(
+                    "variant {next} of {} refuses every value made up for it",
+                    display_name(key)
+                )));
             }
             next
         } else {
@@ -477,8 +488,8 @@ enum Error {
     Unsupported(String),
     /// The type refused a made-up value.
     Custom(String),
-    /// A struct was handed a field twice (one of the names is an alias).
-    Duplicate,
+    /// A struct was handed this field twice (one of the names given is an alias).
+    Duplicate(&'static str),
 }
 
 impl fmt::Display for Error {
@@ -486,7 +497,7 @@ impl fmt::Display for Error {
         match self {
             Error::Recursion(name) => write!(f, "{name} comes round again"),
             Error::Restart => f.write_str("a cut was found"),
-            Error::Duplicate => f.write_str("a field was given twice"),
+            Error::Duplicate(field) => write!(f, "field `{field}` was given twice"),
             Error::Unsupported(what) | Error::Custom(what) => f.write_str(what),
         }
     }
@@ -499,8 +510,8 @@ impl de::Error for Error {
         Error::Custom(msg.to_string())
     }
 
-    fn duplicate_field(_: &'static str) -> Self {
-        Error::Duplicate
+    fn duplicate_field(field: &'static str) -> Self {
+        Error::Duplicate(field)
     }
 }
 
@@ -729,7 +740,7 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
             extra,
         });
         self.state.stack.pop();
-        let value = self.state.alias_found(value)?;
+        let value = self.state.alias_found(value, fields)?;
         *self.out = Shape::Struct {
             name: key,
             fields: fields_of(fields, shapes, &aliases),
@@ -1033,7 +1044,7 @@ impl<'de> de::VariantAccess<'de> for Choice<'_> {
             extra,
         });
         self.state.path.pop();
-        let value = self.state.alias_found(value)?;
+        let value = self.state.alias_found(value, fields)?;
         self.seen(Content::Struct(fields_of(fields, shapes, &aliases)));
         Ok(value)
     }
