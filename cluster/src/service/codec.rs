@@ -55,7 +55,11 @@ pub(crate) fn decode_within<T: DeserializeOwned>(
     bytes: &[u8],
     depth: usize,
 ) -> Result<T, CodecError> {
-    nested_within(bytes, depth)?;
+    // Each container takes at least a byte: fewer bytes than the bound cannot nest past it, so
+    // a small call (most of them) skips the walk.
+    if bytes.len() + 1 >= depth {
+        nested_within(bytes, depth)?;
+    }
     let mut reader = rmp_serde::Deserializer::from_read_ref(bytes);
     reader.set_max_depth(depth);
     T::deserialize(&mut reader).map_err(|e| {
