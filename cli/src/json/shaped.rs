@@ -102,12 +102,10 @@ impl<'a> Reshaped<'a> {
                 self.open.pop();
                 Wire::Map(vec![(name, content)])
             }
-            (Shape::Recursive(name), wire) => {
-                match self.open.iter().rev().find(|s| named(s) == Some(name)) {
-                    Some(outer) => self.value(outer, wire),
-                    None => wire,
-                }
-            }
+            (Shape::Recursive(name), wire) => match outer(&self.open, name) {
+                Some(outer) => self.value(outer, wire),
+                None => wire,
+            },
             (_, wire) => wire,
         }
     }
@@ -323,7 +321,7 @@ impl<'a> Shaped<'a> {
                 wire?
             }
             (Shape::Recursive(name), _) => {
-                let Some(outer) = self.open.iter().rev().find(|s| named(s) == Some(name)) else {
+                let Some(outer) = outer(&self.open, name) else {
                     return Err(format!("{path}: the shape names `{name}` outside itself"));
                 };
                 self.value(outer, json, path)?
@@ -439,11 +437,12 @@ fn name_of(json: &Json) -> &str {
     json.as_str().unwrap_or_default()
 }
 
-fn named(shape: &Shape) -> Option<&String> {
-    match shape {
-        Shape::Struct { name, .. } | Shape::Enum { name, .. } => Some(name),
-        _ => None,
-    }
+/// The struct or enum a `Shape::Recursive(name)` stands for: the innermost open one so named.
+fn outer<'a>(open: &[&'a Shape], name: &str) -> Option<&'a Shape> {
+    open.iter().rev().copied().find(|s| match s {
+        Shape::Struct { name: n, .. } | Shape::Enum { name: n, .. } => n == name,
+        _ => false,
+    })
 }
 
 fn signed_range(bits: u8) -> (i64, i64) {
