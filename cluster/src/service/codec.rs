@@ -84,8 +84,10 @@ pub(crate) fn decode_within<T: DeserializeOwned>(
 /// that are not one whole MessagePack value (cut short, trailing, the unused marker) are
 /// refused too, so that nothing the decoder reads can be taken for something else here.
 fn nested_within(bytes: &[u8], depth: usize) -> Result<(), CodecError> {
-    // Items still to read in each open container, innermost last.
-    let mut open: Vec<u64> = Vec::new();
+    // Items still to read in each open container, innermost last: on the stack, so that the
+    // walk allocates nothing (it runs on every call's arguments and reply).
+    let depth = depth.min(MAX_DEPTH);
+    let mut open: Stack = Stack::default();
     let mut at = 0usize;
     let refuse = |what: &str| Err(CodecError(what.to_owned()));
     while at < bytes.len() {
@@ -151,7 +153,7 @@ fn nested_within(bytes: &[u8], depth: usize) -> Result<(), CodecError> {
             .ok_or_else(|| CodecError("cut short inside a value".to_owned()))?;
         if items > 0 {
             // The decoder refuses at its bound's level, so this does too.
-            if open.len() + 1 >= depth {
+            if open.len + 1 >= depth {
                 return Err(CodecError(format!(
                     "values nest past the depth bound ({depth} levels)"
                 )));
@@ -159,10 +161,51 @@ fn nested_within(bytes: &[u8], depth: usize) -> Result<(), CodecError> {
             open.push(items);
         }
     }
-    if open.iter().any(|left| *left > 0) {
+    if open.holds_items() {
         return refuse("cut short: a container holds fewer items than it says");
     }
     Ok(())
+}
+
+/// The open containers' item counts, at most [`MAX_DEPTH`].
+struct Stack {
+    left: [u64; MAX_DEPTH],
+    len: usize,
+}
+
+impl Default for Stack {
+    fn default() -> Self {
+        Self {
+            left: [0; MAX_DEPTH],
+            len: 0,
+        }
+    }
+}
+
+impl Stack {
+    fn last_mut(&mut self) -> Option<&mut u64> {
+        self.len.checked_sub(1).map(|top| &mut self.left[top])
+    }
+
+    fn pop(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+
+    fn push(&mut self, items: u64) {
+        // The caller refuses before the bound, so there is room.
+        if let Some(slot) = self.left.get_mut(self.len) {
+            *slot = items;
+            self.len += 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn holds_items(&self) -> bool {
+        self.left[..self.len].iter().any(|left| *left > 0)
+    }
 }
 
 /// A value that could not be encoded or decoded; the message is the codec's.
