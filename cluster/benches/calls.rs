@@ -1,5 +1,6 @@
-//! What a call costs: raw tarpc and tonic (gRPC) against the full `#[cluster::service]` call path
-//! in plaintext and over mutual TLS, measured in the same run, plus what a new connection costs
+//! What a call costs: the floor (a bare multiplexed echo over one TCP connection, `calls/floor.rs`),
+//! raw tarpc and tonic (gRPC) against the full `#[cluster::service]` call path in plaintext and
+//! over mutual TLS, measured in the same run, plus what a new connection costs
 //! (plaintext, a full TLS handshake, a resumed one), the registry lookup and the allocations per
 //! call. Method and figures: `docs/benchmarks.md`.
 //!
@@ -9,8 +10,8 @@
 //! cargo bench -p cluster --bench calls -- --profile ours --calls 2000 --payload 32 --in-flight 1
 //! ```
 //!
-//! `--profile raw|ours|tls|tonic|metered` runs only calls of one side, nothing else (for
-//! `valgrind --tool=callgrind`): `ours` is the call path in plaintext, `tls` over mutual TLS,
+//! `--profile floor|raw|ours|tls|tonic|metered` runs only calls of one side, nothing else (for
+//! `valgrind --tool=callgrind`): `floor` is the bare echo, `ours` is the call path in plaintext, `tls` over mutual TLS,
 //! `tonic` the same echo over gRPC, `metered` the call path in plaintext with metrics on (both
 //! nodes recording into their own Prometheus recorders).
 //!
@@ -34,6 +35,9 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 // Counts every allocation of the process: client, provider and tarpc's tasks alike.
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+#[path = "calls/floor.rs"]
+mod floor;
 
 /// The baseline: tarpc 0.38 alone, with the transport and codec `cluster` uses (TCP on loopback,
 /// length-delimited bincode frames, `TCP_NODELAY` on both ends, default configs).
@@ -229,6 +233,7 @@ impl Bench for Echo {
 /// One side of the comparison. Every calling task has a clone of its own.
 #[derive(Clone)]
 enum Side {
+    Floor(floor::EchoClient),
     Raw(raw::EchoClient),
     Ours(BenchClient),
     Tonic(grpc::EchoClient),
@@ -237,6 +242,7 @@ enum Side {
 impl Side {
     async fn echo(&mut self, payload: &ByteBuf) {
         let length = match self {
+            Side::Floor(c) => c.echo(payload.to_vec()).await.len(),
             Side::Raw(c) => c
                 .echo(tarpc::context::current(), payload.clone())
                 .await
@@ -283,12 +289,12 @@ const SMOKE: Plan = Plan {
 
 const PAYLOADS: [usize; 2] = [32, 4096];
 const IN_FLIGHT: usize = 64;
-/// The sides compared: raw tarpc, the call path in plaintext, the call path over mutual TLS,
-/// tonic (gRPC).
-const SIDES: usize = 4;
+/// The sides compared: the floor, raw tarpc, the call path in plaintext, the call path over
+/// mutual TLS, tonic (gRPC).
+const SIDES: usize = 5;
 /// The turns each side takes per round and payload, for each of latency and throughput: a
 /// multiple of `SIDES`, so that each side goes first equally often.
-const SLICES: usize = 8;
+const SLICES: usize = 10;
 const SERVICES: usize = 1000;
 
 fn main() {
@@ -342,13 +348,14 @@ async fn profile(side: &str, calls: usize, payload: usize, in_flight: usize) {
     let side = if side == "metered" {
         metered().await.0
     } else {
-        let [raw, ours, tls, tonic] = start().await.sides;
+        let [floor, raw, ours, tls, tonic] = start().await.sides;
         match side {
+            "floor" => floor,
             "raw" => raw,
             "ours" => ours,
             "tls" => tls,
             "tonic" => tonic,
-            other => panic!("--profile raw|ours|tls|tonic|metered, not {other}"),
+            other => panic!("--profile floor|raw|ours|tls|tonic|metered, not {other}"),
         }
     };
     let payload = ByteBuf::from(vec![7u8; payload]);
@@ -369,8 +376,8 @@ async fn profile(side: &str, calls: usize, payload: usize, in_flight: usize) {
 
 /// Everything the run needs, started.
 struct Started {
-    /// Raw tarpc, the call path in plaintext, the call path over mutual TLS, tonic: connected,
-    /// ready.
+    /// The floor, raw tarpc, the call path in plaintext, the call path over mutual TLS, tonic:
+    /// connected, ready.
     sides: [Side; SIDES],
     /// The registry entry of the plaintext provider, and of the TLS one.
     plain: ServiceEntry,
@@ -408,8 +415,9 @@ async fn pair(
     (side, entry)
 }
 
-/// The four sides, connected and ready.
+/// The five sides, connected and ready.
 async fn start() -> Started {
+    let floor = Side::Floor(floor::start().await);
     let raw = Side::Raw(raw::start().await);
     let (ours, plain) = pair(
         Node::builder().name("provider").insecure(),
@@ -425,7 +433,7 @@ async fn start() -> Started {
     let tonic = Side::Tonic(grpc::start().await);
     // Each side connects before anything is measured.
     let payload = ByteBuf::from(vec![7u8; 32]);
-    let mut sides = [raw, ours, tls_side, tonic];
+    let mut sides = [floor, raw, ours, tls_side, tonic];
     for side in &mut sides {
         side.echo(&payload).await;
     }
@@ -456,7 +464,7 @@ struct Series {
 
 struct Row {
     payload: usize,
-    /// Raw tarpc, cluster in plaintext, cluster over mutual TLS, tonic.
+    /// The floor, raw tarpc, cluster in plaintext, cluster over mutual TLS, tonic.
     sides: [Series; SIDES],
 }
 
@@ -774,12 +782,13 @@ fn ratio(ours: &[f64], theirs: &[f64]) -> (f64, f64) {
     median(&per_round)
 }
 
-/// One line of the table: a figure of the four sides, and what their ratios should be (cluster /
-/// tonic has no target: it places the call path among RPC stacks, it is not a budget).
+/// One line of the table: a figure of the five sides, and what their ratios should be.
 struct Figure<'a> {
     name: &'static str,
-    /// Raw tarpc, cluster in plaintext, cluster over mutual TLS, tonic.
+    /// The floor, raw tarpc, cluster in plaintext, cluster over mutual TLS, tonic.
     values: [&'a [f64]; SIDES],
+    /// For cluster / the floor.
+    floor_target: Target,
     /// For cluster / raw tarpc.
     target: Target,
     /// For TLS / plaintext cluster.
@@ -794,11 +803,11 @@ enum Target {
 }
 
 impl Target {
-    fn judge(self, q: f64) -> (String, &'static str) {
+    fn judge(self, q: f64) -> String {
         match self {
-            Target::AtMost(limit) => (format!("≤ {limit:.2}"), yes(q <= limit)),
-            Target::AtLeast(limit) => (format!("≥ {limit:.2}"), yes(q >= limit)),
-            Target::None => (String::new(), ""),
+            Target::AtMost(limit) => format!("≤ {limit:.2}: {}", yes(q <= limit)),
+            Target::AtLeast(limit) => format!("≥ {limit:.2}: {}", yes(q >= limit)),
+            Target::None => String::new(),
         }
     }
 }
@@ -807,13 +816,13 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "\n{} round(s), {cpus} CPUs; medians over rounds, ± half their range in % of the median; \
-         each ratio is the median of the per-round ratios: cluster / raw tarpc and cluster / tonic \
+         each ratio is the median of the per-round ratios: cluster / floor, cluster / raw tarpc \
          (all plaintext), and TLS / cluster (the call path over mutual TLS against the same in \
-         plaintext)\n",
+         plaintext); each target with whether it was met\n",
         plan.rounds
     );
     println!(
-        "| figure | payload | raw tarpc | cluster | cluster TLS | tonic | cluster / raw | target | met | cluster / tonic | TLS / cluster | target | met |"
+        "| figure | payload | floor | raw tarpc | cluster | cluster TLS | tonic | cluster / floor | target | cluster / raw | target | TLS / cluster | target |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in rows {
@@ -822,45 +831,51 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
         } else {
             format!("{} B", row.payload)
         };
-        let [raw, ours, tls, tonic] = &row.sides;
+        let [floor, raw, ours, tls, tonic] = &row.sides;
         let figures = [
             Figure {
                 name: "p50 latency, 1 in flight (µs)",
-                values: [&raw.p50, &ours.p50, &tls.p50, &tonic.p50],
-                target: Target::AtMost(1.15),
+                values: [&floor.p50, &raw.p50, &ours.p50, &tls.p50, &tonic.p50],
+                floor_target: Target::AtMost(1.2),
+                target: Target::None,
                 tls_target: Target::AtMost(1.10),
             },
             Figure {
                 name: "p99 latency, 1 in flight (µs)",
-                values: [&raw.p99, &ours.p99, &tls.p99, &tonic.p99],
+                values: [&floor.p99, &raw.p99, &ours.p99, &tls.p99, &tonic.p99],
+                floor_target: Target::None,
                 target: Target::None,
                 tls_target: Target::None,
             },
             Figure {
                 name: "calls/s, 64 in flight",
                 values: [
+                    &floor.calls_per_s,
                     &raw.calls_per_s,
                     &ours.calls_per_s,
                     &tls.calls_per_s,
                     &tonic.calls_per_s,
                 ],
-                target: Target::AtLeast(0.90),
-                tls_target: Target::AtLeast(0.85),
+                floor_target: Target::None,
+                target: Target::AtLeast(1.2),
+                tls_target: Target::AtLeast(0.90),
             },
             Figure {
                 name: "CPU time per call, 64 in flight (µs)",
                 values: [
+                    &floor.cpu_per_call,
                     &raw.cpu_per_call,
                     &ours.cpu_per_call,
                     &tls.cpu_per_call,
                     &tonic.cpu_per_call,
                 ],
+                floor_target: Target::AtMost(1.5),
                 target: Target::None,
-                tls_target: Target::None,
+                tls_target: Target::AtMost(1.1),
             },
         ];
         for figure in figures {
-            let [r, o, t, g] = figure.values;
+            let [f, r, o, t, _] = figure.values;
             let cells: Vec<String> = figure
                 .values
                 .iter()
@@ -869,41 +884,34 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
                     format!("{} (±{:.0}%)", figure_value(m), spread * 50.0)
                 })
                 .collect();
-            let (q, q_spread) = ratio(o, r);
-            let (target, met) = figure.target.judge(q);
-            let (qg, qg_spread) = ratio(o, g);
-            let (qt, qt_spread) = ratio(t, o);
-            let (tls_target, tls_met) = figure.tls_target.judge(qt);
+            let quotient = |a: &[f64], b: &[f64], target: Target| {
+                let (q, spread) = ratio(a, b);
+                (format!("{q:.3} (±{:.0}%)", spread * 50.0), target.judge(q))
+            };
+            let (qf, floor_met) = quotient(o, f, figure.floor_target);
+            let (qr, raw_met) = quotient(o, r, figure.target);
+            let (qt, tls_met) = quotient(t, o, figure.tls_target);
             println!(
-                "| {} | {size} | {} | {} | {} | {} | {q:.3} (±{:.0}%) | {target} | {met} | {qg:.3} (±{:.0}%) | {qt:.3} (±{:.0}%) | {tls_target} | {tls_met} |",
+                "| {} | {size} | {} | {qf} | {floor_met} | {qr} | {raw_met} | {qt} | {tls_met} |",
                 figure.name,
-                cells[0],
-                cells[1],
-                cells[2],
-                cells[3],
-                q_spread * 50.0,
-                qg_spread * 50.0,
-                qt_spread * 50.0,
+                cells.join(" | "),
             );
         }
+        let allocs = [floor, raw, ours, tls, tonic].map(|s| format!("{:.1}", s.allocs));
         println!(
-            "| allocations per call (reallocations included) | {size} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | | | {:.2} | {:.2} | | |",
-            raw.allocs,
-            ours.allocs,
-            tls.allocs,
-            tonic.allocs,
+            "| allocations per call (reallocations included) | {size} | {} | {:.2} | | {:.2} | ≤ 8 (cluster): {} | {:.2} | |",
+            allocs.join(" | "),
+            ours.allocs / floor.allocs,
             ours.allocs / raw.allocs,
-            ours.allocs / tonic.allocs,
+            yes(ours.allocs <= 8.0),
             tls.allocs / ours.allocs
         );
+        let bytes = [floor, raw, ours, tls, tonic].map(|s| format!("{:.0}", s.bytes));
         println!(
-            "| bytes allocated per call | {size} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | | | {:.2} | {:.2} | | |",
-            raw.bytes,
-            ours.bytes,
-            tls.bytes,
-            tonic.bytes,
+            "| bytes allocated per call | {size} | {} | {:.2} | | {:.2} | | {:.2} | |",
+            bytes.join(" | "),
+            ours.bytes / floor.bytes,
             ours.bytes / raw.bytes,
-            ours.bytes / tonic.bytes,
             tls.bytes / ours.bytes
         );
     }
@@ -922,7 +930,7 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
         yes(filtered < 1000.0)
     );
     println!(
-        "\nallocations: whole process (client, provider, tarpc's, hyper's and tonic's tasks), one \
+        "\nallocations: whole process (client, provider, the floor's, tarpc's, hyper's and tonic's tasks), one \
          call in flight, \
          {} calls after a warm-up",
         plan.alloc_calls
@@ -1279,7 +1287,7 @@ async fn metered() -> (Side, Node) {
 /// What metrics cost a call: the call path with metrics off and on, at 32 B, the two taking
 /// turns in short slices as in `compare`; per-round ratios on / off.
 async fn metrics_cost(plan: &Plan) {
-    let [_, off, ..] = start().await.sides;
+    let [_, _, off, ..] = start().await.sides;
     let (on, node) = metered().await;
     let sides = [off, on];
     let payload = ByteBuf::from(vec![7u8; 32]);
