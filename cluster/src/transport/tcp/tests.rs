@@ -24,7 +24,8 @@ use crate::service::{FunctionDescription, ServiceDescription, encode, signature_
 use crate::transport::wire::handshake::{self, Hello};
 use crate::transport::wire::{Head, Request, v2};
 
-/// A service whose `park` never returns and whose `echo` returns its argument; both counted.
+/// A service whose `park` never returns, whose `echo` returns its argument and whose `nap`
+/// returns it after 50 ms; all counted.
 struct Sink {
     runs: Arc<AtomicUsize>,
 }
@@ -46,7 +47,7 @@ fn description() -> &'static ServiceDescription {
             semver::Version::new(1, 0, 0),
             None,
             CallOptions::default(),
-            vec![function("echo"), function("park")],
+            vec![function("echo"), function("park"), function("nap")],
         )
     })
 }
@@ -59,8 +60,10 @@ impl Provide for Sink {
     fn dispatch(&self, function: usize, args: Vec<u8>) -> DispatchFuture {
         self.runs.fetch_add(1, Ordering::SeqCst);
         dispatch_with(args, move |(bytes,): (Vec<u8>,)| async move {
-            if function == 1 {
-                std::future::pending::<()>().await;
+            match function {
+                1 => std::future::pending::<()>().await,
+                2 => tokio::time::sleep(Duration::from_millis(50)).await,
+                _ => {}
             }
             bytes
         })
@@ -220,6 +223,32 @@ async fn echo_works(addr: SocketAddr) {
         .await
         .expect("a legitimate call is answered");
     assert_eq!(reply.request_id, 1);
+}
+
+#[tokio::test]
+async fn a_handler_that_waits_goes_on_in_its_own_task_and_those_behind_it_are_answered() {
+    // `echo` answers when it is read, on the connection's task; `nap` and `park` wait, and go
+    // on in tasks of their own. One write brings all of them: the echoes behind a napping and
+    // a parked request are answered at once, the nap's reply comes when it wakes.
+    let provider = provider(config()).await;
+    let mut stream = connect(provider.addr).await;
+    let mut bytes = Vec::new();
+    let left = Duration::from_secs(10);
+    bytes.extend(frame(1, "nap", b"one".to_vec(), left));
+    bytes.extend(frame(2, "park", b"two".to_vec(), left));
+    bytes.extend(frame(3, "echo", b"three".to_vec(), left));
+    bytes.extend(frame(4, "echo", b"four".to_vec(), left));
+    stream.write_all(&bytes).await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let reply = tokio::time::timeout(Duration::from_secs(5), reply(&mut stream))
+            .await
+            .expect("answered");
+        order.push(reply.request_id);
+    }
+    assert_eq!(order, [3, 4, 1], "answered in the order they finished");
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 4);
+    echo_works(provider.addr).await;
 }
 
 #[tokio::test]
