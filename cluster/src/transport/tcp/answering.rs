@@ -166,7 +166,7 @@ impl<R> Drop for Running<R> {
 }
 
 /// Serves wire 2 on `frames` until the connection ends. `call` makes the future of one request
-/// (`serve.rs`'s `V2::call`): `deadline_of` says when its tarpc context ends. Requests are read
+/// from its deadline (`serve.rs`'s `V2::answer`): `deadline_of` says when its tarpc context ends. Requests are read
 /// while replies wait for the writer (as tarpc's server does): the frame reader bounds them.
 pub(super) async fn serve<T, F, Fut>(
     mut frames: T,
@@ -176,7 +176,7 @@ pub(super) async fn serve<T, F, Fut>(
     T: Stream<Item = io::Result<ClientMessage<WireRequest>>>
         + Sink<Response<WireResponse>, Error = io::Error>
         + Unpin,
-    F: Fn(tarpc::context::Context, RequestFrame) -> Fut,
+    F: Fn(Instant, RequestFrame) -> Fut,
     Fut: Future<Output = ReplyFrame> + Send + 'static,
 {
     let (replies, mut ready) = mpsc::unbounded_channel::<(u64, u64, ReplyFrame)>();
@@ -235,7 +235,7 @@ pub(super) async fn serve<T, F, Fut>(
                         let WireRequest::Call { request: frame } = request.message;
                         let id = request.id;
                         let number = running.next();
-                        let mut handler = Box::pin(call(request.context, frame));
+                        let mut handler = Box::pin(call(deadline, frame));
                         match handler.as_mut().poll(cx) {
                             Poll::Ready(reply) => {
                                 running.start(id, None, deadline, number);

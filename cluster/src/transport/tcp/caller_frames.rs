@@ -139,8 +139,8 @@ impl<S, Req, Resp> CallerFrames<S, Req, Resp> {
         }
         self.read.advance(4);
         let frame = self.read.split_to(len);
-        // Whatever follows is the next frame, begun now.
-        self.began = (!self.read.is_empty()).then(Instant::now);
+        // Whatever follows is the next frame, begun when its bytes came in.
+        self.began = (!self.read.is_empty()).then_some(self.heard);
         Ok(Some(frame))
     }
 

@@ -207,6 +207,9 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
     }
 
     /// Forgets the holds of requests past their deadline (tarpc has: no reply will come).
+    /// Called when the reader waits (for bytes, or for bytes to be given back), not per frame:
+    /// a hold matters only once the connection's share is short, and a clock read per frame
+    /// was a tenth of the reader's instructions.
     fn forget_expired(&mut self) -> bool {
         let now = Instant::now();
         let mut forgot = false;
@@ -220,7 +223,12 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
                 forgot = true;
             }
         }
-        // Entries of requests that ended are left in the heap; rebuilt before they pile up.
+        self.compact_expiries();
+        forgot
+    }
+
+    /// Entries of requests that ended are left in the heap; rebuilt before they pile up.
+    fn compact_expiries(&mut self) {
         if self.expiries.len() > 2 * self.holds.len() + 64 {
             self.expiries = self
                 .holds
@@ -228,7 +236,6 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
                 .map(|(id, (_, due))| Reverse((*due, *id)))
                 .collect();
         }
-        forgot
     }
 
     /// Arms the timer for the next timeout that applies, if any; `Some` when one has passed.
@@ -317,7 +324,8 @@ where
         }
         self.read.advance(4);
         let frame = self.read.split_to(len);
-        self.frame_began = (!self.read.is_empty()).then(Instant::now);
+        // Whatever follows is the next frame, begun when its bytes came in.
+        self.frame_began = (!self.read.is_empty()).then_some(self.last_heard);
         if self.read.is_empty() && self.read.capacity() > 2 * READ_CHUNK {
             // The rest of a large frame's buffer would stay with the connection while it idles.
             self.read = BytesMut::new();
@@ -346,7 +354,7 @@ where
             }
             _ => {}
         }
-        self.forget_expired();
+        self.compact_expiries();
         Poll::Ready(Ok(Some(message)))
     }
 }

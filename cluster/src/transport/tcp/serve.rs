@@ -29,7 +29,6 @@ use crate::security::tls::{TLS_HANDSHAKE_RECORD, Tls};
 use crate::server::Dispatcher;
 use crate::transport::wire::handshake::{self, Opening};
 use crate::transport::wire::v1::Wire as _;
-use crate::transport::wire::v2::Wire as _;
 use crate::transport::wire::{Reply, v1, v2};
 
 /// How long a new connection has to say how it opens (a handshake, or a wire 1 frame).
@@ -359,7 +358,7 @@ async fn opened<S>(
             let guarded = channel::guard(frames, serving);
             super::answering::serve(
                 guarded,
-                |ctx, request| server.clone().call(ctx, request),
+                |deadline, request| server.clone().answer(deadline, request),
                 deadline_of,
             )
             .await;
@@ -436,15 +435,15 @@ struct V2 {
     account: Arc<Account>,
 }
 
-impl v2::Wire for V2 {
-    // Not an `async fn`: that would keep its arguments (the context, the request) in every
-    // request's task beside the handler's future for as long as the call runs.
-    fn call(
+impl V2 {
+    /// One request, which runs until `deadline` (read from its context once, by the loop
+    /// that runs it). Not an `async fn`: that would keep its arguments (the request) in every
+    /// request's future beside the handler's for as long as the call runs.
+    fn answer(
         self,
-        ctx: tarpc::context::Context,
+        deadline: Instant,
         request: v2::RequestFrame,
-    ) -> impl Future<Output = v2::ReplyFrame> {
-        let deadline = deadline_of(&ctx);
+    ) -> impl Future<Output = v2::ReplyFrame> + Send + 'static {
         let mut request = request.0;
         // Just read from the frame: nothing else holds it.
         if let Some(request) = Arc::get_mut(&mut request) {
