@@ -18,8 +18,9 @@
 //!    `docs/benchmarks.md`). A payload nobody read for a while is not served once writes have
 //!    changed the registry under it. A read that finds no payload at all waits for the
 //!    rebuild. Eureka's read-only cache is refreshed every 30 s instead.
-//! 4. A payload is made gzipped or plain, as the reader that builds it asks; the other is
-//!    made from it for the first reader that asks for it, then kept (see [`Payload`]).
+//! 4. A payload is made gzipped or plain, as the reader that builds it asks (gzipped as it
+//!    is written, so the plain text is never held whole); the other is made from it for the
+//!    first reader that asks for it, then kept (see [`Payload`]).
 //!
 //! Heartbeats do not change the version: the `lastRenewalTimestamp`s served are those of the
 //! last change, as in Eureka's cache. The other reads (an application, an instance, a VIP)
