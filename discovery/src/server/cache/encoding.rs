@@ -41,8 +41,8 @@ pub(crate) fn gzip_from(
     capacity: usize,
     write: impl FnOnce(&mut BufWriter<GzEncoder<Vec<u8>>>) -> io::Result<()>,
 ) -> Bytes {
-    // The writers pass on a token or an instance at a time; the encoder takes them in pieces
-    // of 64 KiB, which it compresses as fast as the whole at once.
+    // The writers pass on a token or an instance at a time; the encoder is given them in
+    // pieces of 64 KiB, so that each call into it has enough to work on.
     let encoder = GzEncoder::new(Vec::with_capacity(capacity), Compression::fast());
     let mut out = BufWriter::with_capacity(64 * 1024, encoder);
     let packed = write(&mut out)

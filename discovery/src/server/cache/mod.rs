@@ -39,7 +39,7 @@ use crate::model::Format;
 
 /// Past this many instances a payload is large: it is built on the blocking pool, so that the
 /// runtime's threads go on answering heartbeats, and made only as its reader asks (gzipped or
-/// plain). Up to it, a payload is a few hundred KiB of text and is kept both ways at once.
+/// plain). Up to it, a payload is at most about 1 MiB of text and is kept both ways at once.
 const LARGE_PAST: usize = 1_000;
 
 /// One document in one format, at one version, gzipped or plain or both: what the reader
@@ -61,7 +61,7 @@ impl Payload {
         if gzip && snapshot.instances() > LARGE_PAST {
             // Compressed as it is written: the plain text is never held whole, so building
             // needs the gzip's 2 to 3 MiB at 100,000 instances, not the text's 70 to 100 MiB.
-            // About 25 to 35 bytes of gzip per instance.
+            // About 25 to 35 bytes of gzip per instance here; 64 leaves room.
             let capacity = snapshot.instances().saturating_mul(64);
             let _ = packed.set(encoding::gzip_from(capacity, |out| {
                 snapshot.write(format, out)
