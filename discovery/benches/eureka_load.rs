@@ -11,7 +11,7 @@
 //! ```
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster_discovery::server::{Access, Limits, RegistryServer, RunningServer, ServerConfig};
@@ -209,14 +209,59 @@ async fn read_as(http: &reqwest::Client, url: &str, accept: &str) -> (Duration, 
     (t.elapsed(), bytes)
 }
 
-/// The resident memory of this process (servers and load together), in MiB.
-fn rss_mib() -> f64 {
+/// This process's resident memory (servers and load together) now and at its peak since the
+/// last [`reset_peak`] (`VmRSS`, `VmHWM`), in MiB.
+struct Memory {
+    rss: f64,
+    peak: f64,
+}
+
+fn memory() -> Memory {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    Memory {
+        rss: field("VmRSS:"),
+        peak: field("VmHWM:"),
+    }
+}
+
+/// The largest peak printed, as `f64` bits (positive floats order as their bits do).
+static PEAK: AtomicU64 = AtomicU64::new(0);
+
+/// Starts a new peak at the present RSS (Linux 4.0 on; where it cannot, the peak printed is
+/// the peak since the process started, and says so).
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// `what`'s memory: the RSS now, the peak since `since` (a [`reset_peak`]), and how far the
+/// peak rose above `before` (the RSS when the phase began).
+fn print_memory(what: &str, before: &Memory, reset: bool) {
+    let m = memory();
+    let _ = PEAK.fetch_max(m.peak.to_bits(), Ordering::Relaxed);
+    let peak = if reset { "peak" } else { "peak since start" };
+    println!(
+        "memory {what}: rss {:.0} MiB, {peak} {:.0} MiB (+{:.0} MiB over the {:.0} MiB before it)",
+        m.rss,
+        m.peak,
+        m.peak - before.rss,
+        before.rss
+    );
+}
+
+/// Runs `phase` with the peak reset before it, and prints its memory as `what`.
+async fn measured<T>(what: &str, phase: impl std::future::Future<Output = T>) -> T {
+    let reset = reset_peak();
+    let before = memory();
+    let out = phase.await;
+    print_memory(what, &before, reset);
+    out
 }
 
 fn server_runtime() -> tokio::runtime::Runtime {
@@ -247,11 +292,11 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
         .pool_max_idle_per_host(CONNECTIONS * 2)
         .build()
         .expect("a client");
-    let (rate, mut lat) = register_range(&http, &url, 0..n).await;
+    let (rate, mut lat) = measured("registering", register_range(&http, &url, 0..n)).await;
     println!("registrations: {rate:.0}/s ({})", lat.summary());
-    println!("rss after registering: {:.0} MiB", rss_mib());
+    println!("rss after registering: {:.0} MiB", memory().rss);
 
-    let (rate, mut lat) = heartbeats(&http, &url, n, o.seconds).await;
+    let (rate, mut lat) = measured("heartbeating", heartbeats(&http, &url, n, o.seconds)).await;
     let needed = n as f64 / 30.0;
     println!(
         "heartbeats: {rate:.0}/s = {:.1}x the {needed:.0}/s {n} instances need ({})",
@@ -259,7 +304,9 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
         lat.summary()
     );
 
-    let (cold, bytes) = read_apps(&http, &url).await;
+    // The peak of the read that builds a payload is the server's: the load holds only the
+    // body it receives (a few MiB gzipped) meanwhile.
+    let (cold, bytes) = measured("building the json payload", read_apps(&http, &url)).await;
     let mut warm = Latencies::default();
     for _ in 0..20 {
         warm.add(read_apps(&http, &url).await.0);
@@ -272,7 +319,7 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
     );
 
     // XML, as the Python client reads it (it sends no Accept).
-    let (cold, bytes) = read_as(&http, &url, "*/*").await;
+    let (cold, bytes) = measured("building the xml payload", read_as(&http, &url, "*/*")).await;
     let mut warm = Latencies::default();
     for _ in 0..20 {
         warm.add(read_as(&http, &url, "*/*").await.0);
@@ -287,6 +334,8 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
     // Readers poll the full registry in a loop while heartbeats go on.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reads = Arc::new(AtomicUsize::new(0));
+    let reset = reset_peak();
+    let before = memory();
     let readers: Vec<_> = (0..o.readers)
         .map(|_| {
             let (http, url, stop, reads) = (http.clone(), url.clone(), stop.clone(), reads.clone());
@@ -309,7 +358,12 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
         reads.load(Ordering::Relaxed),
         lat.summary()
     );
-    println!("rss at the end: {:.0} MiB", rss_mib());
+    print_memory("while readers poll", &before, reset);
+    println!("rss at the end: {:.0} MiB", memory().rss);
+    println!(
+        "peak rss so far, the largest of the phases' peaks: {:.0} MiB",
+        f64::from_bits(PEAK.load(Ordering::Relaxed))
+    );
     drop(http);
     let _ = servers.spawn(server.shutdown()).await;
 }

@@ -81,30 +81,22 @@ impl Format {
         }
     }
 
-    /// A registry document in this format, from applications made one at a time as they are
-    /// written; `capacity` is a guess of its size in bytes.
-    pub(crate) fn applications_from(
+    /// A registry document in this format, into `out`, from applications made one at a time
+    /// as they are written; `out` gets it an instance at a time, so a writer that passes it on
+    /// (the response cache's gzip) never holds the whole text.
+    pub(crate) fn applications_into(
         self,
+        out: &mut impl std::io::Write,
         versions_delta: &str,
         apps_hashcode: &str,
         applications: impl Iterator<Item = Application>,
-        capacity: usize,
-    ) -> Vec<u8> {
+    ) -> std::io::Result<()> {
         match self {
             Format::Json => {
-                let mut out = Vec::with_capacity(capacity);
-                json::write_applications_from(
-                    &mut out,
-                    versions_delta,
-                    apps_hashcode,
-                    applications,
-                );
-                out
+                json::write_applications_from(out, versions_delta, apps_hashcode, applications)
             }
             Format::Xml => {
-                let mut out = String::with_capacity(capacity);
-                xml::write_applications_from(&mut out, versions_delta, apps_hashcode, applications);
-                out.into_bytes()
+                xml::write_applications_from(out, versions_delta, apps_hashcode, applications)
             }
         }
     }

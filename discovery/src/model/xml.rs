@@ -183,31 +183,44 @@ pub fn write_application(a: &Application) -> Vec<u8> {
 
 /// `<applications><versions__delta>…</versions__delta><apps__hashcode>…</apps__hashcode>…`.
 pub fn write_applications(apps: &Applications) -> Vec<u8> {
-    let mut out = String::new();
-    write_applications_from(
+    let mut out = Vec::new();
+    // Into a Vec: cannot fail.
+    let _ = write_applications_from(
         &mut out,
         &apps.versions_delta,
         &apps.apps_hashcode,
         apps.applications.iter(),
     );
-    out.into_bytes()
+    out
 }
 
 /// Like [`write_applications`], into `out`, from applications made as they are written (the
-/// response cache makes each from the store's leases, so only one is ever held whole).
+/// response cache makes each from the store's leases, so only one is ever held whole, and
+/// gzips the text as it comes, so the whole text is never held either). Each instance is
+/// written into one buffer, reused, then passed on.
 pub(crate) fn write_applications_from<A: std::borrow::Borrow<Application>>(
-    out: &mut String,
+    out: &mut impl std::io::Write,
     versions_delta: &str,
     apps_hashcode: &str,
     applications: impl Iterator<Item = A>,
-) {
-    out.push_str("<applications>");
-    leaf(out, "versions__delta", versions_delta);
-    leaf(out, "apps__hashcode", apps_hashcode);
+) -> std::io::Result<()> {
+    let mut piece = String::with_capacity(4096);
+    piece.push_str("<applications>");
+    leaf(&mut piece, "versions__delta", versions_delta);
+    leaf(&mut piece, "apps__hashcode", apps_hashcode);
     for a in applications {
-        write_application_into(out, a.borrow());
+        let a = a.borrow();
+        piece.push_str("<application>");
+        leaf(&mut piece, "name", &a.name);
+        for i in &a.instances {
+            write_instance_into(&mut piece, i);
+            out.write_all(piece.as_bytes())?;
+            piece.clear();
+        }
+        piece.push_str("</application>");
     }
-    out.push_str("</applications>");
+    piece.push_str("</applications>");
+    out.write_all(piece.as_bytes())
 }
 
 // ---- reading -------------------------------------------------------------------------------

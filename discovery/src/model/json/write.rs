@@ -1,6 +1,8 @@
 //! Writing Eureka's JSON: root-wrapped entities, `$`/`@enabled` ports, `@Auto` fields as
 //! strings, arrays always arrays, fields in the order Eureka writes them.
 
+use std::io::{self, Write};
+
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 use crate::model::{Application, Applications, Instance, Port};
@@ -173,7 +175,8 @@ pub fn write_application(a: &Application) -> Vec<u8> {
 /// held every string of 100,000 instances a second time, and took most of the time.
 pub fn write_applications(apps: &Applications) -> Vec<u8> {
     let mut out = Vec::new();
-    write_applications_from(
+    // Into a Vec: cannot fail.
+    let _ = write_applications_from(
         &mut out,
         &apps.versions_delta,
         &apps.apps_hashcode,
@@ -183,41 +186,36 @@ pub fn write_applications(apps: &Applications) -> Vec<u8> {
 }
 
 /// Like [`write_applications`], into `out`, from applications made as they are written (the
-/// response cache makes each from the store's leases, so only one is ever held whole).
+/// response cache makes each from the store's leases, so only one is ever held whole, and
+/// gzips the text as it comes, so the whole text is never held either).
 pub(crate) fn write_applications_from<A: std::borrow::Borrow<Application>>(
-    out: &mut Vec<u8>,
+    out: &mut impl Write,
     versions_delta: &str,
     apps_hashcode: &str,
     applications: impl Iterator<Item = A>,
-) {
-    out.extend_from_slice(br#"{"applications":{"versions__delta":"#);
-    string(out, versions_delta);
-    out.extend_from_slice(br#","apps__hashcode":"#);
-    string(out, apps_hashcode);
-    out.extend_from_slice(br#","application":["#);
+) -> io::Result<()> {
+    out.write_all(br#"{"applications":{"versions__delta":"#)?;
+    serde_json::to_writer(&mut *out, versions_delta)?;
+    out.write_all(br#","apps__hashcode":"#)?;
+    serde_json::to_writer(&mut *out, apps_hashcode)?;
+    out.write_all(br#","application":["#)?;
     for (k, a) in applications.enumerate() {
         let a = a.borrow();
         if k > 0 {
-            out.push(b',');
+            out.write_all(b",")?;
         }
-        out.extend_from_slice(br#"{"name":"#);
-        string(out, &a.name);
-        out.extend_from_slice(br#","instance":["#);
+        out.write_all(br#"{"name":"#)?;
+        serde_json::to_writer(&mut *out, &a.name)?;
+        out.write_all(br#","instance":["#)?;
         for (k, i) in a.instances.iter().enumerate() {
             if k > 0 {
-                out.push(b',');
+                out.write_all(b",")?;
             }
-            // Into a Vec: cannot fail.
-            let _ = serde_json::to_writer(&mut *out, &instance_value(i));
+            serde_json::to_writer(&mut *out, &instance_value(i))?;
         }
-        out.extend_from_slice(b"]}");
+        out.write_all(b"]}")?;
     }
-    out.extend_from_slice(b"]}}");
-}
-
-/// `v` as a JSON string.
-fn string(out: &mut Vec<u8>, v: &str) {
-    let _ = serde_json::to_writer(out, v);
+    out.write_all(b"]}}")
 }
 
 #[cfg(test)]

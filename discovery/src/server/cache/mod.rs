@@ -18,8 +18,9 @@
 //!    `docs/benchmarks.md`). A payload nobody read for a while is not served once writes have
 //!    changed the registry under it. A read that finds no payload at all waits for the
 //!    rebuild. Eureka's read-only cache is refreshed every 30 s instead.
-//! 4. A payload is made gzipped or plain, as the reader that builds it asks; the other is
-//!    made from it for the first reader that asks for it, then kept (see [`Payload`]).
+//! 4. A payload is made gzipped or plain, as the reader that builds it asks (gzipped as it
+//!    is written, so the plain text is never held whole); the other is made from it for the
+//!    first reader that asks for it, then kept (see [`Payload`]).
 //!
 //! Heartbeats do not change the version: the `lastRenewalTimestamp`s served are those of the
 //! last change, as in Eureka's cache. The other reads (an application, an instance, a VIP)
@@ -36,8 +37,10 @@ pub(crate) use encoding::accepts_gzip;
 use super::store::{Document, Snapshot, Store};
 use crate::model::Format;
 
-/// From this many bytes of text up, serialising and compressing run on the blocking pool.
-const BLOCKING_FROM: usize = 256 * 1024;
+/// Past this many instances a payload is large: it is built on the blocking pool, so that the
+/// runtime's threads go on answering heartbeats, and made only as its reader asks (gzipped or
+/// plain). Up to it, a payload is at most about 1 MiB of text and is kept both ways at once.
+const LARGE_PAST: usize = 1_000;
 
 /// One document in one format, at one version, gzipped or plain or both: what the reader
 /// that built it asked for, and the other made from it for the first reader that asks for
@@ -52,15 +55,22 @@ pub(crate) struct Payload {
 }
 
 impl Payload {
-    /// Serialises a snapshot, and compresses it if `gzip` (on the calling thread).
+    /// Serialises a snapshot, gzipped if `gzip` (on the calling thread).
     fn build(snapshot: &Snapshot, format: Format, gzip: bool) -> Self {
-        let text = Bytes::from(snapshot.write(format));
         let (packed, plain) = (OnceLock::new(), OnceLock::new());
-        let small = text.len() < BLOCKING_FROM;
-        if gzip || small {
-            let _ = packed.set(encoding::gzip(&text));
-        }
-        if !gzip || small {
+        if gzip && snapshot.instances() > LARGE_PAST {
+            // Compressed as it is written: the plain text is never held whole, so building
+            // needs the gzip's 2 to 3 MiB at 100,000 instances, not the text's 70 to 100 MiB.
+            // About 25 to 35 bytes of gzip per instance here; 64 leaves room.
+            let capacity = snapshot.instances().saturating_mul(64);
+            let _ = packed.set(encoding::gzip_from(capacity, |out| {
+                snapshot.write(format, out)
+            }));
+        } else {
+            let text = Bytes::from(snapshot.text(format));
+            if snapshot.instances() <= LARGE_PAST {
+                let _ = packed.set(encoding::gzip(&text));
+            }
             let _ = plain.set(text);
         }
         Self {
@@ -192,7 +202,7 @@ impl ResponseCache {
             return p;
         }
         let snapshot = store.snapshot(doc);
-        let large = snapshot.instances() > 1_000;
+        let large = snapshot.instances() > LARGE_PAST;
         let build = move || Payload::build(&snapshot, format, gzip);
         let payload = Arc::new(if large {
             match tokio::task::spawn_blocking(build).await {
@@ -223,6 +233,48 @@ mod tests {
             store.register(&app, i).expect("registered");
         }
         store
+    }
+
+    /// Counts what it is given: its length, and the largest piece.
+    #[derive(Default)]
+    struct Pieces {
+        total: usize,
+        largest: usize,
+    }
+
+    impl std::io::Write for Pieces {
+        fn write(&mut self, piece: &[u8]) -> std::io::Result<usize> {
+            self.total += piece.len();
+            self.largest = self.largest.max(piece.len());
+            Ok(piece.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A large payload is gzipped as it is written: the document comes out an instance at a
+    /// time, so its whole text (1 MiB here, 70 MiB at 100,000 instances) is never held, and
+    /// what is gzipped is that text, byte for byte.
+    #[test]
+    fn a_large_payload_is_gzipped_as_it_is_written_never_held_whole() {
+        let store = store(1_500);
+        let snapshot = store.snapshot(Document::Apps);
+        for format in [Format::Json, Format::Xml] {
+            let mut pieces = Pieces::default();
+            snapshot.write(format, &mut pieces).unwrap();
+            let text = snapshot.text(format);
+            assert_eq!(pieces.total, text.len());
+            assert!(
+                pieces.largest < 2_048,
+                "{format:?}: a piece of {} bytes (an instance is under 1 KiB)",
+                pieces.largest
+            );
+            let payload = Payload::build(&snapshot, format, true);
+            assert!(payload.plain.get().is_none(), "no plain text kept");
+            let packed = payload.gzip.get().expect("gzipped");
+            assert_eq!(encoding::gunzip(packed), text);
+        }
     }
 
     /// The staleness bound: a read while another reader rebuilds gets the payload before the

@@ -53,16 +53,27 @@ impl Snapshot {
         })
     }
 
-    /// The document in `format`.
-    pub(crate) fn write(&self, format: Format) -> Vec<u8> {
-        // About 1 KiB of text per instance; what is not written is never touched.
-        let capacity = self.instances.saturating_mul(1024).saturating_add(256);
-        format.applications_from(
+    /// The document in `format`, into `out`, an instance at a time.
+    pub(crate) fn write(
+        &self,
+        format: Format,
+        out: &mut impl std::io::Write,
+    ) -> std::io::Result<()> {
+        format.applications_into(
+            out,
             &self.versions_delta,
             &self.apps_hashcode,
             self.applications(),
-            capacity,
         )
+    }
+
+    /// The document in `format`, whole.
+    pub(crate) fn text(&self, format: Format) -> Vec<u8> {
+        // About 1 KiB of text per instance; what is not written is never touched.
+        let mut out = Vec::with_capacity(self.instances.saturating_mul(1024).saturating_add(256));
+        // Into a Vec: cannot fail.
+        let _ = self.write(format, &mut out);
+        out
     }
 
     /// The document as a value.
