@@ -236,12 +236,19 @@ pub(super) async fn serve<T, F, Fut>(
                         let id = request.id;
                         let number = running.next();
                         let mut handler = Box::pin(call(deadline, frame));
-                        match handler.as_mut().poll(cx) {
-                            Poll::Ready(reply) => {
+                        // The dispatcher catches a handler's panic and answers it; were one to
+                        // escape all the same, it ends this request alone (no reply, as when
+                        // its task panicked), not the connection and every request on it.
+                        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            handler.as_mut().poll(cx)
+                        }));
+                        match first {
+                            Err(_) => {}
+                            Ok(Poll::Ready(reply)) => {
                                 running.start(id, None, deadline, number);
                                 running.answered(id, number, reply);
                             }
-                            Poll::Pending => {
+                            Ok(Poll::Pending) => {
                                 // It goes on in a task of its own, which polls it again at
                                 // once and so takes over its wake-ups.
                                 let replies = replies.clone();

@@ -59,6 +59,18 @@ mod tests {
 
     /// A provider on `io` whose handler answers after `takes`, with heartbeats if `beating`.
     fn provider(io: DuplexStream, beating: bool, takes: Duration) -> JoinHandle<()> {
+        serving(io, beating, move |_, _: RequestFrame| async move {
+            tokio::time::sleep(takes).await;
+            ReplyFrame(Reply::Done(vec![7]))
+        })
+    }
+
+    /// A provider on `io` whose requests `handler` answers, with heartbeats if `beating`.
+    fn serving<F, Fut>(io: DuplexStream, beating: bool, handler: F) -> JoinHandle<()>
+    where
+        F: Fn(Instant, RequestFrame) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ReplyFrame> + Send + 'static,
+    {
         let account = Account::new(
             Budget::new(1 << 20),
             &super::super::established::Peer::test(1),
@@ -87,10 +99,7 @@ mod tests {
         let guarded = super::super::channel::guard(frames, serving.clone());
         let task = tokio::spawn(super::super::answering::serve(
             guarded,
-            move |_, _: RequestFrame| async move {
-                tokio::time::sleep(takes).await;
-                ReplyFrame(Reply::Done(vec![7]))
-            },
+            handler,
             super::super::serve::deadline_of,
         ));
         serving.set(task.abort_handle()).unwrap();
@@ -98,17 +107,51 @@ mod tests {
     }
 
     fn call(calls: &Calls, within: Duration) -> impl Future<Output = Result<Reply, Ended>> + '_ {
+        call_with(calls, within, vec![1; 16])
+    }
+
+    fn call_with(
+        calls: &Calls,
+        within: Duration,
+        args: Vec<u8>,
+    ) -> impl Future<Output = Result<Reply, Ended>> + '_ {
         let mut ctx = tarpc::context::current();
         ctx.deadline = std::time::Instant::now() + within;
         let request = Arc::new(Request {
             service: "svc".into(),
             function: "f".into(),
             signature: 0,
-            args: vec![1; 16],
+            args,
             head: Head::default(),
             attempt: AtomicU32::new(1),
         });
         calls.call(ctx, request, Instant::now() + within)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_that_panics_where_it_is_read_ends_its_request_alone() {
+        // (Here, beside the loop's other tests over an in-memory pipe.) A request runs on the
+        // provider's loop until it first waits (`answering.rs`): a panic that escaped the
+        // dispatcher there would take the connection and every request on it, were it not
+        // caught.
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let calls = caller(a);
+        let _provider = serving(b, true, |_, request: RequestFrame| {
+            let boom = request.0.args.first() == Some(&0);
+            async move {
+                assert!(!boom, "a handler that panics where it is read");
+                ReplyFrame(Reply::Done(vec![7]))
+            }
+        });
+        let within = Duration::from_secs(1);
+        let (lost, answered) = tokio::join!(
+            call_with(&calls, within, vec![0]),
+            call_with(&calls, within, vec![1])
+        );
+        assert_eq!(answered.unwrap(), Reply::Done(vec![7]));
+        assert!(matches!(lost, Err(Ended::Timeout)), "{lost:?}");
+        // The connection serves on.
+        assert_eq!(call(&calls, within).await.unwrap(), Reply::Done(vec![7]));
     }
 
     #[tokio::test(start_paused = true)]
