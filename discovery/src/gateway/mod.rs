@@ -251,8 +251,8 @@ impl Gateway {
         self.start_listening(listeners)
     }
 
-    /// Serves on a listener already bound, shared by the workers (the one that wakes first
-    /// accepts a burst, and hands each worker serving fewer connections its share).
+    /// Serves on a listener already bound, shared by the workers (which then take connections
+    /// as they wake, less evenly than the sockets of their own [`Gateway::start`] binds).
     pub fn start_on(self, listener: TcpListener) -> std::io::Result<RunningGateway> {
         let listeners = serve::shared(listener.into_std()?, self.worker_count())?;
         self.start_listening(listeners)

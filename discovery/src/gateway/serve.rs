@@ -1,13 +1,10 @@
 //! The gateway's workers and their accept loops.
 //!
 //! The gateway runs `workers` threads (one per core by default), each a single-threaded tokio
-//! runtime that accepts on its listening socket and serves its connections, with its own pool
-//! of connections to instances: a request is read, forwarded, answered and its response
-//! written back on one thread, never handed to another (nginx's workers, Envoy's worker
-//! threads). A worker that accepts a connection while it serves more than another worker hands
-//! the connection to the one serving fewest ([`Spread`]): the kernel's spread of new
-//! connections over the workers' sockets is uneven, and a worker's connections share its one
-//! thread. A work-stealing runtime moves tasks between threads and wakes parked ones;
+//! runtime that accepts on the one listening socket and serves the connections it accepted,
+//! with its own pool of connections to instances: a request is read, forwarded, answered and
+//! its response written back on one thread, never handed to another (nginx's workers, Envoy's
+//! worker threads). A work-stealing runtime moves tasks between threads and wakes parked ones;
 //! on this path that cost 40 % more CPU per request (`docs/benchmarks.md`, "The gateway").
 //! What the workers share — routes, balancers, the retry budget, the connection limit — is
 //! behind locks held for a few instructions.
@@ -25,14 +22,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 
 use super::GatewayLimits;
@@ -45,10 +41,9 @@ use crate::server::limits::connections::{Guarded, Places, refuse};
 const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// One listening socket per worker on `addr`, with `SO_REUSEPORT` on Linux: the kernel spreads
-/// new connections over them by a hash of their addresses (64 connections over two sockets:
-/// from 21 to 41 on one of them; [`Spread`] evens that out). Sharing one socket instead, the
-/// worker that wakes first accepts a whole burst (the 64 connections a load balancer or `wrk`
-/// opens at once), and [`Spread`] then hands half of them on. Before the group binds, a plain socket is
+/// new connections over them evenly (by a hash of their addresses). Sharing one socket instead,
+/// the worker that wakes first accepts a whole burst (the 64 connections a load balancer or
+/// `wrk` opens at once) and the others sit idle. Before the group binds, a plain socket is
 /// bound to the address and closed: an address already in use is an error, as without the
 /// option, rather than a second gateway of the same user silently sharing the port.
 pub(super) async fn listeners(
@@ -94,73 +89,6 @@ const INSTANCE_READ_BUFFER: usize = 16 * 1024;
 /// hyper's default bound on header fields (`proto::h1::DEFAULT_MAX_HEADERS`, not exported).
 const HYPER_MAX_HEADERS: usize = 100;
 
-/// How many connections each worker serves, and the way to hand a worker a connection another
-/// accepted. A worker serving more connections than the one serving fewest hands it the
-/// connection it just accepted: as connections open, no worker gets more than one past
-/// another's count (nginx's and Envoy's workers keep what they accept). A connection, once
-/// placed, stays: connections that close can leave the counts apart until new ones come. Counted when a connection is placed and until it closes, over all its requests:
-/// long-lived keep-alive connections are what the workers share.
-struct Spread {
-    open: Box<[AtomicUsize]>,
-    to: Box<[mpsc::UnboundedSender<Handed>]>,
-}
-
-/// A connection accepted by one worker for another to serve.
-struct Handed {
-    tcp: std::net::TcpStream,
-    peer: SocketAddr,
-    place: OwnedSemaphorePermit,
-    counted: Counted,
-}
-
-/// One connection in a worker's count, until dropped.
-struct Counted {
-    spread: Arc<Spread>,
-    worker: usize,
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.spread.open[self.worker].fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Spread {
-    fn new(workers: usize) -> (Arc<Self>, Vec<mpsc::UnboundedReceiver<Handed>>) {
-        let (to, from): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
-        let open = (0..workers).map(|_| AtomicUsize::new(0)).collect();
-        let spread = Self {
-            open,
-            to: to.into(),
-        };
-        (Arc::new(spread), from)
-    }
-
-    /// The worker to serve a connection `me` accepted: `me`, unless it serves more than the
-    /// one serving fewest (the first of them, if several). Counted to that worker.
-    fn place(self: &Arc<Self>, me: usize) -> Counted {
-        let mine = self.open[me].load(Ordering::Relaxed);
-        let mut worker = me;
-        let mut least = mine;
-        for (i, open) in self.open.iter().enumerate() {
-            let n = open.load(Ordering::Relaxed);
-            if n < least {
-                (worker, least) = (i, n);
-            }
-        }
-        self.place_on(worker)
-    }
-
-    /// A connection counted to `worker`.
-    fn place_on(self: &Arc<Self>, worker: usize) -> Counted {
-        self.open[worker].fetch_add(1, Ordering::Relaxed);
-        Counted {
-            spread: self.clone(),
-            worker,
-        }
-    }
-}
-
 /// What the workers are asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -190,8 +118,7 @@ impl Workers {
         let (phase, watching) = watch::channel(Phase::Serving);
         let (ended_tx, ended) = mpsc::channel(1);
         let places = Places::new(limits.max_connections);
-        let (spread, handed) = Spread::new(listeners.len());
-        for (i, (listener, handed)) in listeners.into_iter().zip(handed).enumerate() {
+        for (i, listener) in listeners.into_iter().enumerate() {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -203,16 +130,10 @@ impl Workers {
                 watching.clone(),
                 ended_tx.clone(),
             );
-            let accepting = Accepting {
-                me: i,
-                spread: spread.clone(),
-                handed,
-                places,
-            };
             std::thread::Builder::new()
                 .name(format!("gateway-{i}"))
                 .spawn(move || {
-                    runtime.block_on(worker(listener, tls, shared, limits, accepting, watching));
+                    runtime.block_on(worker(listener, tls, shared, limits, places, watching));
                     // The connections left (past the drain timeout) go with the runtime.
                     drop(runtime);
                     drop(ended_tx);
@@ -237,15 +158,6 @@ impl Workers {
     }
 }
 
-/// A worker's share of the accepting: its index, the counts and the other workers' queues,
-/// its own queue of connections handed to it, the places shared by all.
-struct Accepting {
-    me: usize,
-    spread: Arc<Spread>,
-    handed: mpsc::UnboundedReceiver<Handed>,
-    places: Places,
-}
-
 /// One worker: its accept loop until asked to drain (or the handle is gone), or until asked
 /// to stop.
 async fn worker(
@@ -253,7 +165,7 @@ async fn worker(
     tls: Option<TlsAcceptor>,
     shared: Arc<Shared>,
     limits: GatewayLimits,
-    accepting: Accepting,
+    places: Places,
     phase: watch::Receiver<Phase>,
 ) {
     let listener = match TcpListener::from_std(listener) {
@@ -289,42 +201,26 @@ async fn worker(
         }
     };
     tokio::select! {
-        () = serve(listener, tls, proxy, limits, accepting, drain) => {}
+        () = serve(listener, tls, proxy, limits, places, drain) => {}
         () = stop => {}
     }
 }
 
-/// Serves `listener`, and the connections other workers hand over, until `stopped` completes;
-/// then waits for the connections to finish (those of every worker: `places` is shared).
+/// Serves `listener` until `stopped` completes, then waits for the connections to finish
+/// (those of every worker: `places` is shared).
 async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     proxy: Arc<Proxy>,
     limits: GatewayLimits,
-    accepting: Accepting,
+    places: Places,
     stopped: impl Future<Output = ()>,
 ) {
-    let Accepting {
-        me,
-        spread,
-        mut handed,
-        places,
-    } = accepting;
     let (close, closing) = watch::channel(false);
-    let serving = Serving {
-        tls,
-        proxy,
-        limits,
-        closing,
-    };
     tokio::pin!(stopped);
     loop {
         let accepted = tokio::select! {
             () = &mut stopped => break,
-            Some(h) = handed.recv() => {
-                serving.handed(h);
-                continue;
-            }
             a = listener.accept() => a,
         };
         let (tcp, peer) = match accepted {
@@ -338,96 +234,19 @@ async fn serve(
         };
         let Some(place) = places.take() else {
             crate::server::limits::warn::throttled_warn!(
-                serving.proxy.shared.warn,
+                proxy.shared.warn,
                 "connections",
                 "max_connections",
                 "refused a connection from {peer}: all {} places are taken (max_connections)",
                 places.total()
             );
-            refuse(tcp, serving.tls.is_none());
+            refuse(tcp, tls.is_none());
             continue;
         };
         let _ = tcp.set_nodelay(true);
-        let counted = spread.place(me);
-        if counted.worker == me {
-            serving.spawn(tcp, peer, place, counted);
-            continue;
-        }
-        // Off this worker's reactor, onto the other's (`Serving::handed`).
-        let tcp = match tcp.into_std() {
-            Ok(tcp) => tcp,
-            Err(e) => {
-                tracing::debug!("a connection from {peer} could not be handed on: {e}");
-                continue;
-            }
-        };
-        let to = counted.worker;
-        let h = Handed {
-            tcp,
-            peer,
-            place,
-            counted,
-        };
-        if let Err(mpsc::error::SendError(h)) = spread.to[to].send(h) {
-            // That worker has ended: this one serves it.
-            let Handed {
-                tcp,
-                peer,
-                place,
-                counted,
-            } = h;
-            drop(counted);
-            serving.handed(Handed {
-                tcp,
-                peer,
-                place,
-                counted: spread.place_on(me),
-            });
-        }
-    }
-    drop(listener);
-    // Connections handed over before the drain are served (and asked to close with the rest).
-    handed.close();
-    while let Ok(h) = handed.try_recv() {
-        serving.handed(h);
-    }
-    let _ = close.send(true);
-    places.all_free().await;
-}
-
-/// What a worker's connections are served with.
-struct Serving {
-    tls: Option<TlsAcceptor>,
-    proxy: Arc<Proxy>,
-    limits: GatewayLimits,
-    closing: watch::Receiver<bool>,
-}
-
-impl Serving {
-    /// A connection another worker accepted.
-    fn handed(&self, h: Handed) {
-        match TcpStream::from_std(h.tcp) {
-            Ok(tcp) => self.spawn(tcp, h.peer, h.place, h.counted),
-            Err(e) => tracing::debug!("a connection from {} could not be taken: {e}", h.peer),
-        }
-    }
-
-    /// Serves a connection on this worker until it closes.
-    fn spawn(
-        &self,
-        tcp: TcpStream,
-        peer: SocketAddr,
-        place: OwnedSemaphorePermit,
-        counted: Counted,
-    ) {
-        let (proxy, limits, tls, closing) = (
-            self.proxy.clone(),
-            self.limits.clone(),
-            self.tls.clone(),
-            self.closing.clone(),
-        );
+        let (proxy, limits, tls, closing) =
+            (proxy.clone(), limits.clone(), tls.clone(), closing.clone());
         tokio::spawn(async move {
-            let _counted = counted;
             let write_timeout = limits.write_timeout;
             match tls {
                 None => {
@@ -459,6 +278,9 @@ impl Serving {
             }
         });
     }
+    drop(listener);
+    let _ = close.send(true);
+    places.all_free().await;
 }
 
 async fn connection<IO>(
@@ -507,49 +329,5 @@ async fn connection<IO>(
                 finishing = true;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn counts(spread: &Spread) -> Vec<usize> {
-        spread
-            .open
-            .iter()
-            .map(|n| n.load(Ordering::Relaxed))
-            .collect()
-    }
-
-    #[test]
-    fn a_burst_accepted_by_one_worker_is_spread_over_all() {
-        let (spread, _queues) = Spread::new(3);
-        let placed: Vec<Counted> = (0..7).map(|_| spread.place(0)).collect();
-        assert_eq!(counts(&spread), [3, 2, 2]);
-        // The accepting worker keeps a connection while it serves no more than any other.
-        assert_eq!(placed[0].worker, 0);
-        assert_eq!(placed[1].worker, 1);
-        assert_eq!(placed[2].worker, 2);
-        drop(placed);
-        assert_eq!(counts(&spread), [0, 0, 0]);
-    }
-
-    #[test]
-    fn a_worker_whose_connections_closed_gets_the_next_ones() {
-        let (spread, _queues) = Spread::new(2);
-        let mut on_0: Vec<Counted> = (0..4).map(|_| spread.place_on(0)).collect();
-        let _on_1: Vec<Counted> = (0..4).map(|_| spread.place_on(1)).collect();
-        on_0.truncate(1);
-        // Worker 1 accepts two: both go to worker 0, then it keeps its own.
-        let next: Vec<usize> = (0..4)
-            .map(|_| spread.place(1))
-            .map(|c| {
-                let w = c.worker;
-                std::mem::forget(c);
-                w
-            })
-            .collect();
-        assert_eq!(next, [0, 0, 0, 1]);
     }
 }

@@ -133,42 +133,6 @@ async fn a_port_in_use_is_an_error_not_a_port_shared_with_another_gateway() {
 }
 
 #[tokio::test]
-async fn connections_one_worker_accepted_and_handed_to_another_are_served() {
-    let up = Upstream::start().await;
-    let b = Arc::new(Balancer::new(
-        Static::new().service("orders", [up.endpoint()]),
-    ));
-    // One socket shared by the workers: whichever wakes first accepts the burst and hands on
-    // what makes it serve more than the others.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gw = Gateway::new()
-        .route("/*", Route::service("orders", b))
-        .workers(3)
-        .start_on(listener)
-        .unwrap();
-    let mut all = Vec::new();
-    for _ in 0..24 {
-        all.push(TcpStream::connect(gw.addr()).await.unwrap());
-    }
-    // Each kept alive over several requests, on whichever worker serves it.
-    for _ in 0..3 {
-        for tcp in &mut all {
-            tcp.write_all(b"GET /empty HTTP/1.1\r\nhost: a\r\n\r\n")
-                .await
-                .unwrap();
-        }
-        for tcp in &mut all {
-            // A 204: the head is the whole answer.
-            let h = head(tcp).await;
-            assert!(h.starts_with("HTTP/1.1 204"), "{h}");
-        }
-    }
-    assert_eq!(up.hits(), 24 * 3);
-    drop(all);
-    gw.shutdown().await;
-}
-
-#[tokio::test]
 async fn limits_out_of_range_are_refused_by_start_not_met_by_a_worker_panicking() {
     let b = Arc::new(Balancer::new(Static::new()));
     let mut limits = GatewayLimits::default();
