@@ -128,7 +128,32 @@ for round in $(seq 1 "$rounds"); do
       rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
       errors=$(echo "$out" | awk '/Non-2xx|Socket errors/' | tr -s ' ' | tr '\n' ' ')
       echo "| $round | $c | $target | $p50 | $p99 | $rps | ${errors:-none} |"
+      echo "$round $c $target $p50 $p99 $rps" >>"$dir/rows"
     done
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Medians over the rounds, and the gateway's figures over nginx's, round by round (then their
+# median): requests/s (the target is at least 1.0) and p99 (at most 1.5).
+echo
+echo "| connections | target | median p50 µs | median p99 µs | median requests/s |"
+echo "|---|---|---|---|---|"
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+for c in 1 64; do
+  for target in direct nginx gateway; do
+    m() { awk -v c="$c" -v t="$target" -v f="$1" '$2 == c && $3 == t {print $f}' "$dir/rows" | median; }
+    echo "| $c | $target | $(m 4) | $(m 5) | $(m 6) |"
+  done
+done
+echo
+echo "| connections | gateway/nginx requests/s, per round | median | gateway/nginx p99, per round | median |"
+echo "|---|---|---|---|---|"
+for c in 1 64; do
+  ratios() { # FIELD: the gateway's over nginx's, per round
+    awk -v c="$c" -v f="$1" '$2 == c && $3 == "nginx" {n[$1] = $f} $2 == c && $3 == "gateway" {g[$1] = $f}
+      END {for (r in g) printf "%d %.2f\n", r, g[r] / n[r]}' "$dir/rows" | sort -n | cut -d' ' -f2
+  }
+  rps=$(ratios 6); p99=$(ratios 5)
+  echo "| $c | $(echo $rps) | $(echo "$rps" | median) | $(echo $p99) | $(echo "$p99" | median) |"
+done
