@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use bincode::Options;
 use futures::{Sink, Stream};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tarpc::{ClientMessage, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -26,7 +25,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::bytes::{Buf, BytesMut};
 use tokio_util::io::{poll_read_buf, poll_write_buf};
 
-use super::frames::write_frame;
+use super::frames::{RequestBody, write_frame};
 
 /// Heartbeats read in a second past which the provider is taken to flood the connection.
 const MAX_BEATS_A_SECOND: u32 = 16;
@@ -258,7 +257,7 @@ impl<S: AsyncWrite + Unpin, Req, Resp> CallerFrames<S, Req, Resp> {
 impl<S, Req, Resp> Sink<ClientMessage<Req>> for CallerFrames<S, Req, Resp>
 where
     S: AsyncWrite + Unpin,
-    ClientMessage<Req>: Serialize,
+    Req: RequestBody,
 {
     type Error = io::Error;
 
@@ -272,7 +271,9 @@ where
     fn start_send(mut self: Pin<&mut Self>, message: ClientMessage<Req>) -> io::Result<()> {
         let this = &mut *self;
         // The call path checks sizes before sending; the limit here is the codec's own guard.
-        let len = write_frame(&mut this.write, &message, this.max_frame)?;
+        let len = write_frame(&mut this.write, this.max_frame, |out| {
+            Req::write(&message, out)
+        })?;
         this.appended += 4 + len as u64;
         Ok(())
     }
@@ -296,6 +297,12 @@ mod tests {
     use super::*;
 
     type Caller<S> = CallerFrames<S, u32, String>;
+
+    impl RequestBody for u32 {
+        fn write(message: &ClientMessage<Self>, out: &mut BytesMut) -> io::Result<()> {
+            super::super::frames::bincode_into(message, out)
+        }
+    }
 
     fn frame(body: &[u8]) -> Vec<u8> {
         let mut f = (body.len() as u32).to_be_bytes().to_vec();

@@ -32,7 +32,8 @@ fn read_varint(bytes: &[u8]) -> Option<(u64, usize)> {
     }
 }
 
-fn write_varint(value: u64, out: &mut BytesMut) {
+/// `value` as bincode's varint writes it (the inverse of [`read_varint`]).
+pub(super) fn write_varint(value: u64, out: &mut BytesMut) {
     match value {
         0..=250 => out.extend_from_slice(&[value as u8]),
         251..=0xffff => {

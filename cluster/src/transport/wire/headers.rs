@@ -34,10 +34,15 @@ pub(super) fn write<S: Serializer>(
     headers: &[Option<(u16, &[u8])>],
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
+    encoded(headers, |bytes| serializer.serialize_bytes(bytes))
+}
+
+/// The byte string of the headers that are present, handed to `with`.
+pub(super) fn encoded<R>(headers: &[Option<(u16, &[u8])>], with: impl FnOnce(&[u8]) -> R) -> R {
     let present = || headers.iter().flatten();
     if present().next().is_none() {
-        // The usual case, written at once (and twice per frame: bincode sizes it first).
-        return serializer.serialize_bytes(&[]);
+        // The usual case, at once.
+        return with(&[]);
     }
     let len: usize = present().map(|(_, value)| ENTRY + value.len()).sum();
     if len <= INLINE {
@@ -46,14 +51,14 @@ pub(super) fn write<S: Serializer>(
         for (key, value) in present() {
             at += put(&mut inline[at..], *key, value);
         }
-        return serializer.serialize_bytes(&inline[..at]);
+        return with(&inline[..at]);
     }
     let mut out = vec![0u8; len];
     let mut at = 0;
     for (key, value) in present() {
         at += put(&mut out[at..], *key, value);
     }
-    serializer.serialize_bytes(&out)
+    with(&out)
 }
 
 /// Writes one entry at the start of `out`, which has room for it; its length.

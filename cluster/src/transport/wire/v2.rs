@@ -38,8 +38,10 @@ pub(crate) struct RequestFrame(pub(crate) Arc<Request>);
 #[derive(Debug, Clone)]
 pub(crate) struct ReplyFrame(pub(crate) Reply);
 
-impl Serialize for RequestFrame {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl RequestFrame {
+    /// The fourth field: the request id, the attempt, the budget left in microseconds and the
+    /// reply limit (`u64::MAX` for either of the last two when unset).
+    pub(crate) fn core(&self) -> (u128, u32, u64, u64) {
         let request = &self.0;
         let head = &request.head;
         // Time left when the frame is written: the receiver counts from when it reads it.
@@ -47,34 +49,20 @@ impl Serialize for RequestFrame {
             let left = end.saturating_duration_since(Instant::now());
             u64::try_from(left.as_micros()).unwrap_or(NONE)
         });
-        let core = (
+        (
             head.request_id.0,
             request.attempt(),
             budget,
             head.reply_limit.unwrap_or(NONE),
-        );
-        let mut tuple = serializer.serialize_tuple(6)?;
-        tuple.serialize_element(&*request.service)?;
-        tuple.serialize_element(&*request.function)?;
-        tuple.serialize_element(&request.signature)?;
-        tuple.serialize_element(&core)?;
-        tuple.serialize_element(&RequestHeaders(head, request.trace()))?;
-        tuple.serialize_element(Bytes::new(&request.args))?;
-        tuple.end()
+        )
     }
-}
 
-/// A core field a caller did not set (no budget, no reply limit).
-const NONE: u64 = u64::MAX;
-
-struct RequestHeaders<'a>(&'a Head, Option<TraceParent>);
-
-impl Serialize for RequestHeaders<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let head = self.0;
+    /// The fifth field, the header map's byte string, handed to `with`.
+    pub(crate) fn with_headers<R>(&self, with: impl FnOnce(&[u8]) -> R) -> R {
+        let (head, trace) = (&self.0.head, self.0.trace());
         let call_id = head.call_id.map(u128::to_le_bytes);
         let pinned = head.pinned.map(u64::to_le_bytes);
-        let trace = self.1.map(TraceParent::to_bytes);
+        let trace = trace.map(TraceParent::to_bytes);
         let present = [
             (!head.encoded_metadata.is_empty())
                 .then_some((METADATA, head.encoded_metadata.as_slice())),
@@ -82,9 +70,26 @@ impl Serialize for RequestHeaders<'_> {
             pinned.as_ref().map(|generation| (PINNED, &generation[..])),
             trace.as_ref().map(|trace| (TRACE, &trace[..])),
         ];
-        headers::write(&present, serializer)
+        headers::encoded(&present, with)
     }
 }
+
+impl Serialize for RequestFrame {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let request = &self.0;
+        let mut tuple = serializer.serialize_tuple(6)?;
+        tuple.serialize_element(&*request.service)?;
+        tuple.serialize_element(&*request.function)?;
+        tuple.serialize_element(&request.signature)?;
+        tuple.serialize_element(&self.core())?;
+        self.with_headers(|headers| tuple.serialize_element(Bytes::new(headers)))?;
+        tuple.serialize_element(Bytes::new(&request.args))?;
+        tuple.end()
+    }
+}
+
+/// A core field a caller did not set (no budget, no reply limit).
+const NONE: u64 = u64::MAX;
 
 impl<'de> Deserialize<'de> for RequestFrame {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -179,8 +184,10 @@ mod kind {
     pub(super) const INTERRUPTED: u16 = 6;
 }
 
-impl Serialize for ReplyFrame {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl ReplyFrame {
+    /// What the frame carries: the reply's kind, its code, its body, and whether it is recalled
+    /// from the provider's record (its one header).
+    pub(crate) fn parts(&self) -> (u16, u16, &[u8], bool) {
         let (reply, recalled) = match &self.0 {
             Reply::Recalled(reply) => (&**reply, true),
             reply => (reply, false),
@@ -200,6 +207,13 @@ impl Serialize for ReplyFrame {
                 &b"a recalled reply inside another"[..],
             ),
         };
+        (kind, code, body, recalled)
+    }
+}
+
+impl Serialize for ReplyFrame {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (kind, code, body, recalled) = self.parts();
         let mut tuple = serializer.serialize_tuple(4)?;
         tuple.serialize_element(&kind)?;
         tuple.serialize_element(&code)?;
