@@ -647,7 +647,7 @@ pub(crate) fn catching<T>(layer: impl FnOnce() -> T) -> Result<T, String> {
 }
 
 /// A panic's message, as its payload carries it.
-fn panic_message(panic: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

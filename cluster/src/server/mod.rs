@@ -10,5 +10,5 @@ mod provide;
 pub(crate) mod record;
 
 pub use admission::DEFAULT_MAX_CONCURRENT_CALLS;
-pub(crate) use dispatch::{Dispatcher, catching};
+pub(crate) use dispatch::{Dispatcher, catching, panic_message};
 pub use provide::{DispatchError, DispatchFuture, Provide, dispatch_with, unknown_function};

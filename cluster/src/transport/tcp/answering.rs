@@ -89,7 +89,14 @@ impl<R> Running<R> {
             number,
             reply: None,
         };
-        self.tasks.insert(id, handler);
+        // An id reused while its request still runs here (the frame reader forgot its hold a
+        // little before this loop expired it): the old handler stops, rather than run on
+        // detached, holding its place in admission.
+        if let Some(old) = self.tasks.insert(id, handler)
+            && let Some(task) = old.task
+        {
+            task.abort();
+        }
         self.deadlines.push(Reverse((deadline, id)));
         // Entries of requests that ended are left in the heap; rebuilt before they pile up.
         if self.deadlines.len() > 2 * self.tasks.len() + 64 {
@@ -165,9 +172,17 @@ impl<R> Drop for Running<R> {
     }
 }
 
-/// Serves wire 2 on `frames` until the connection ends. `call` makes the future of one request
-/// from its deadline (`serve.rs`'s `V2::answer`): `deadline_of` says when its tarpc context ends. Requests are read
-/// while replies wait for the writer (as tarpc's server does): the frame reader bounds them.
+/// Requests run on this loop until they first wait, at most this many per turn of its task;
+/// the rest of a turn's go straight to tasks of their own. Bounds the handlers' work between
+/// two writes of replies (and heartbeats): a flood of requests, or of requests and their
+/// cancels (which keep the frame reader's count of requests in flight low), cannot hold up the
+/// connection's writer, or its worker thread, for more than this many handlers' first steps.
+const INLINE_PER_TURN: usize = 32;
+
+/// Serves wire 2 on `frames` until the connection ends. `call` makes the future of one
+/// request from its deadline (`serve.rs`'s `V2::answer`): `deadline_of` says when its tarpc
+/// context ends. Requests are read while replies wait for the writer (as tarpc's server does):
+/// the frame reader bounds them.
 pub(super) async fn serve<T, F, Fut>(
     mut frames: T,
     call: F,
@@ -185,6 +200,7 @@ pub(super) async fn serve<T, F, Fut>(
     let mut armed: Option<Instant> = None;
     let mut unflushed = false;
     poll_fn(|cx| {
+        let mut inline_left = INLINE_PER_TURN;
         loop {
             // Replies ready, all of them: the reply of a request cancelled or stopped meanwhile
             // is dropped (its id may already belong to another request).
@@ -235,20 +251,20 @@ pub(super) async fn serve<T, F, Fut>(
                         let WireRequest::Call { request: frame } = request.message;
                         let id = request.id;
                         let number = running.next();
-                        let mut handler = Box::pin(call(deadline, frame));
-                        // The dispatcher catches a handler's panic and answers it; were one to
-                        // escape all the same, it ends this request alone (no reply, as when
-                        // its task panicked), not the connection and every request on it.
-                        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            handler.as_mut().poll(cx)
-                        }));
+                        let handler = Box::pin(call(deadline, frame));
+                        let first = if inline_left > 0 {
+                            inline_left -= 1;
+                            first_step(handler, cx)
+                        } else {
+                            First::Waits(handler)
+                        };
                         match first {
-                            Err(_) => {}
-                            Ok(Poll::Ready(reply)) => {
+                            First::Panicked => {}
+                            First::Answered(reply) => {
                                 running.start(id, None, deadline, number);
                                 running.answered(id, number, reply);
                             }
-                            Ok(Poll::Pending) => {
+                            First::Waits(handler) => {
                                 // It goes on in a task of its own, which polls it again at
                                 // once and so takes over its wake-ups.
                                 let replies = replies.clone();
@@ -291,6 +307,34 @@ pub(super) async fn serve<T, F, Fut>(
         }
     })
     .await;
+}
+
+/// A request's handler after its first step on the loop.
+enum First<H: Future> {
+    Answered(H::Output),
+    Waits(Pin<Box<H>>),
+    Panicked,
+}
+
+/// Runs `handler` until it first waits. The dispatcher catches a handler's panic and answers
+/// it; were one to escape all the same (or the handler's drop to panic), it ends this request
+/// alone (no reply, as when its task panicked), not the connection and every request on it.
+fn first_step<H: Future>(handler: Pin<Box<H>>, cx: &mut std::task::Context<'_>) -> First<H> {
+    let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let mut handler = handler;
+        match handler.as_mut().poll(cx) {
+            Poll::Ready(reply) => {
+                drop(handler);
+                First::Answered(reply)
+            }
+            Poll::Pending => First::Waits(handler),
+        }
+    }));
+    stepped.unwrap_or_else(|panic| {
+        let message = crate::server::panic_message(&*panic);
+        tracing::error!("a request's handler panicked outside the dispatcher's catch: {message}");
+        First::Panicked
+    })
 }
 
 #[cfg(test)]

@@ -141,47 +141,54 @@ impl RequestBody for crate::transport::wire::v2::WireRequest {
     /// the span id and the sampling decision; the request's id), the call's variant, then the
     /// request's six fields. Each integer is bincode's varint, each string and byte string its
     /// length then its bytes. Through bincode's serializer the same bytes cost a small call
-    /// about 1.2 k instructions more (`docs/benchmarks.md`); tests check that bincode reads
-    /// back what this writes, and writes the same bytes.
+    /// about 1.2 k instructions more (`docs/benchmarks.md`); property tests check that bincode
+    /// writes the same bytes, and the time left as bincode writes a `Duration`.
     fn write(message: &ClientMessage<Self>, out: &mut BytesMut) -> io::Result<()> {
         let ClientMessage::Request(request) = message else {
             return bincode_into(message, out);
         };
-        let Self::Call { request: frame } = &request.message;
-        // `Request`: variant 0.
-        out.put_u8(0);
-        let context = &request.context;
-        let left = context
-            .deadline
-            .saturating_duration_since(std::time::Instant::now());
-        write_varint(left.as_secs(), out);
-        write_varint(u64::from(left.subsec_nanos()), out);
-        let trace = &context.trace_context;
-        out.put_slice(&u128::from(trace.trace_id).to_le_bytes());
-        write_varint(u64::from(trace.span_id), out);
-        write_varint(trace.sampling_decision as u64, out);
-        write_varint(request.id, out);
-        // `Call`: variant 0.
-        out.put_u8(0);
-        let call = &frame.0;
-        for text in [&*call.service, &*call.function] {
-            write_varint(text.len() as u64, out);
-            out.put_slice(text.as_bytes());
-        }
-        write_varint(call.signature, out);
-        let (id, attempt, budget, limit) = frame.core();
-        write_varint_u128(id, out);
-        write_varint(u64::from(attempt), out);
-        write_varint(budget, out);
-        write_varint(limit, out);
-        frame.with_headers(|headers| {
-            write_varint(headers.len() as u64, out);
-            out.put_slice(headers);
-        });
-        write_varint(call.args.len() as u64, out);
-        out.put_slice(&call.args);
+        let left = (request.context.deadline).saturating_duration_since(std::time::Instant::now());
+        write_request(request, left, out);
         Ok(())
     }
+}
+
+/// A wire 2 request (see [`RequestBody`]), `left` the time left before its deadline.
+fn write_request(
+    request: &tarpc::Request<crate::transport::wire::v2::WireRequest>,
+    left: Duration,
+    out: &mut BytesMut,
+) {
+    let crate::transport::wire::v2::WireRequest::Call { request: frame } = &request.message;
+    // `Request`: variant 0.
+    out.put_u8(0);
+    let context = &request.context;
+    write_varint(left.as_secs(), out);
+    write_varint(u64::from(left.subsec_nanos()), out);
+    let trace = &context.trace_context;
+    out.put_slice(&u128::from(trace.trace_id).to_le_bytes());
+    write_varint(u64::from(trace.span_id), out);
+    write_varint(trace.sampling_decision as u64, out);
+    write_varint(request.id, out);
+    // `Call`: variant 0.
+    out.put_u8(0);
+    let call = &frame.0;
+    for text in [&*call.service, &*call.function] {
+        write_varint(text.len() as u64, out);
+        out.put_slice(text.as_bytes());
+    }
+    write_varint(call.signature, out);
+    let (id, attempt, budget, limit) = frame.core();
+    write_varint_u128(id, out);
+    write_varint(u64::from(attempt), out);
+    write_varint(budget, out);
+    write_varint(limit, out);
+    frame.with_headers(|headers| {
+        write_varint(headers.len() as u64, out);
+        out.put_slice(headers);
+    });
+    write_varint(call.args.len() as u64, out);
+    out.put_slice(&call.args);
 }
 
 /// A `u128` as bincode's varint writes it: as a `u64` when it fits, else a tag and 16 bytes.
@@ -441,8 +448,13 @@ where
         }
         self.read.advance(4);
         let frame = self.read.split_to(len);
-        // Whatever follows is the next frame, begun when its bytes came in.
-        self.frame_began = (!self.read.is_empty()).then_some(self.last_heard);
+        // Whatever follows is the next frame, begun when its bytes came in, or when this one was
+        // let in, if it had to wait for room: waiting is this node's doing, not the peer's, and
+        // the rest of the next frame may have been held back by it.
+        let began = self
+            .frame_began
+            .map_or(self.last_heard, |b| b.max(self.last_heard));
+        self.frame_began = (!self.read.is_empty()).then_some(began);
         if self.read.is_empty() && self.read.capacity() > 2 * READ_CHUNK {
             // The rest of a large frame's buffer would stay with the connection while it idles.
             self.read = BytesMut::new();
@@ -845,6 +857,41 @@ mod tests {
             RequestBody::write(&message, &mut by_hand).unwrap();
             bincode_into(&message, &mut by_bincode).unwrap();
             prop_assert_eq!(by_hand, by_bincode);
+        }
+
+        /// The time left before the deadline is written as bincode writes a `Duration`
+        /// (seconds, then nanoseconds, each a varint of any width), the rest of the frame as
+        /// with no time left.
+        #[test]
+        fn the_time_left_is_written_as_bincode_writes_a_duration(
+            request in request(),
+            secs in integer(),
+            nanos in prop_oneof![
+                prop::sample::select(vec![0u32, 250, 251, 0xffff, 0x1_0000, 999_999_999]),
+                0..1_000_000_000u32,
+            ],
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let _clock = rt.enter();
+            let request = tarpc::Request {
+                context: tarpc::context::current(),
+                id: 1,
+                message: WireRequest::Call { request: RequestFrame(Arc::new(request)) },
+            };
+            let left = Duration::new(secs, nanos);
+            let (mut with_left, mut without) = (BytesMut::new(), BytesMut::new());
+            write_request(&request, left, &mut with_left);
+            write_request(&request, Duration::ZERO, &mut without);
+            let mut expected = BytesMut::from(&[0u8][..]);
+            bincode_into(&left, &mut expected).unwrap();
+            // Without time left, the variant and two zero bytes.
+            prop_assert_eq!(&without[..3], &[0, 0, 0]);
+            expected.extend_from_slice(&without[3..]);
+            prop_assert_eq!(with_left, expected);
         }
 
         /// The wire 2 reply written by hand is, byte for byte, what bincode writes.

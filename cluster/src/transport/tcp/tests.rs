@@ -252,6 +252,62 @@ async fn a_handler_that_waits_goes_on_in_its_own_task_and_those_behind_it_are_an
 }
 
 #[tokio::test]
+async fn a_hundred_requests_in_one_write_are_all_answered() {
+    // A turn of the provider's loop runs the first 32 where they are read and hands the rest
+    // to tasks of their own (`answering.rs`, `INLINE_PER_TURN`): both ways answer.
+    let provider = provider(config()).await;
+    let mut stream = connect(provider.addr).await;
+    let mut bytes = Vec::new();
+    for id in 0..100 {
+        bytes.extend(frame(
+            id,
+            "echo",
+            vec![id as u8; 10],
+            Duration::from_secs(10),
+        ));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    let mut answered = Vec::new();
+    for _ in 0..100 {
+        let reply = tokio::time::timeout(Duration::from_secs(5), reply(&mut stream))
+            .await
+            .expect("answered");
+        answered.push(reply.request_id);
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, (0..100).collect::<Vec<u64>>());
+}
+
+#[tokio::test]
+async fn a_frame_behind_one_that_waited_for_room_is_timed_from_when_that_one_got_in() {
+    // Frame A waits for the connection's share of bytes (a parked request holds most of it
+    // until its deadline and the grace pass, about 1.2 s); half of frame B came with it. B's
+    // rest follows A's reply. Timed from when its first bytes were read, B would be 1.2 s
+    // late against a 300 ms frame timeout, and the connection closed for the node's own wait.
+    let mut config = config();
+    config.limits.frame_timeout = Duration::from_millis(300);
+    config.connection.per_connection = 64 << 10;
+    let provider = provider(config).await;
+    let mut stream = connect(provider.addr).await;
+    let park = frame(1, "park", vec![0; 40 << 10], Duration::from_millis(200));
+    stream.write_all(&park).await.unwrap();
+    until("it is parked", || provider.runs.load(Ordering::SeqCst) == 1).await;
+    let a = frame(2, "echo", vec![1; 30 << 10], Duration::from_secs(10));
+    let b = frame(3, "echo", b"b".to_vec(), Duration::from_secs(10));
+    let (b_head, b_rest) = b.split_at(b.len() / 2);
+    stream.write_all(&[&a[..], b_head].concat()).await.unwrap();
+    let reply_a = tokio::time::timeout(Duration::from_secs(5), reply(&mut stream))
+        .await
+        .expect("A is answered once it got in");
+    assert_eq!(reply_a.request_id, 2);
+    stream.write_all(b_rest).await.unwrap();
+    let reply_b = tokio::time::timeout(Duration::from_secs(2), reply(&mut stream))
+        .await
+        .expect("B is answered: its connection was not closed");
+    assert_eq!(reply_b.request_id, 3);
+}
+
+#[tokio::test]
 async fn a_connection_with_its_most_requests_in_flight_is_not_read_from() {
     let mut config = config();
     config.connection.max_in_flight = 10;
