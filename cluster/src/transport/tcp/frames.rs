@@ -750,6 +750,15 @@ mod tests {
         })
     }
 
+    /// A runtime on a paused clock, for the budget's time left to be written the same twice.
+    fn paused() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    }
+
     fn text() -> impl Strategy<Value = String> {
         prop_oneof![".{0,20}", ".{240,300}"]
     }
@@ -829,11 +838,7 @@ mod tests {
             sampled in any::<bool>(),
             cancel in any::<bool>(),
         ) {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .unwrap();
+            let rt = paused();
             let _clock = rt.enter();
             let mut context = tarpc::context::current();
             context.deadline = std::time::Instant::now();
@@ -871,11 +876,7 @@ mod tests {
                 0..1_000_000_000u32,
             ],
         ) {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .unwrap();
+            let rt = paused();
             let _clock = rt.enter();
             let request = tarpc::Request {
                 context: tarpc::context::current(),
