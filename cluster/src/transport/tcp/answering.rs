@@ -172,12 +172,12 @@ impl<R> Drop for Running<R> {
     }
 }
 
-/// Requests run on this loop until they first wait, at most this many per turn of its task;
-/// the rest of a turn's go straight to tasks of their own. Bounds the handlers' work between
-/// two writes of replies (and heartbeats): a flood of requests, or of requests and their
+/// Requests started between two writes of replies: after this many the loop writes what is
+/// answered before it reads on. Bounds the handlers' work (their first steps run on this loop)
+/// between two writes of replies and heartbeats: a flood of requests, or of requests and their
 /// cancels (which keep the frame reader's count of requests in flight low), cannot hold up the
-/// connection's writer, or its worker thread, for more than this many handlers' first steps.
-const INLINE_PER_TURN: usize = 32;
+/// connection's writer for more than this many handlers' first steps.
+const STARTED_BETWEEN_WRITES: usize = 32;
 
 /// Serves wire 2 on `frames` until the connection ends. `call` makes the future of one
 /// request from its deadline (`serve.rs`'s `V2::answer`): `deadline_of` says when its tarpc
@@ -200,7 +200,6 @@ pub(super) async fn serve<T, F, Fut>(
     let mut armed: Option<Instant> = None;
     let mut unflushed = false;
     poll_fn(|cx| {
-        let mut inline_left = INLINE_PER_TURN;
         loop {
             // Replies ready, all of them: the reply of a request cancelled or stopped meanwhile
             // is dropped (its id may already belong to another request).
@@ -244,21 +243,22 @@ pub(super) async fn serve<T, F, Fut>(
             }
             // Requests, as the frame reader lets them in.
             let mut read = false;
+            let mut may_start = STARTED_BETWEEN_WRITES;
             loop {
+                if may_start == 0 {
+                    // What is answered is written before more is read (the loop goes round).
+                    read = true;
+                    break;
+                }
                 match Pin::new(&mut frames).poll_next(cx) {
                     Poll::Ready(Some(Ok(ClientMessage::Request(request)))) => {
+                        may_start -= 1;
                         let deadline = deadline_of(&request.context);
                         let WireRequest::Call { request: frame } = request.message;
                         let id = request.id;
                         let number = running.next();
                         let handler = Box::pin(call(deadline, frame));
-                        let first = if inline_left > 0 {
-                            inline_left -= 1;
-                            first_step(handler, cx)
-                        } else {
-                            First::Waits(handler)
-                        };
-                        match first {
+                        match first_step(handler, cx) {
                             First::Panicked => {}
                             First::Answered(reply) => {
                                 running.start(id, None, deadline, number);

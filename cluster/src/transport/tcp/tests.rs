@@ -253,8 +253,8 @@ async fn a_handler_that_waits_goes_on_in_its_own_task_and_those_behind_it_are_an
 
 #[tokio::test]
 async fn a_hundred_requests_in_one_write_are_all_answered() {
-    // A turn of the provider's loop runs the first 32 where they are read and hands the rest
-    // to tasks of their own (`answering.rs`, `INLINE_PER_TURN`): both ways answer.
+    // The provider's loop writes the replies of every 32 requests it starts before it reads
+    // on (`answering.rs`, `STARTED_BETWEEN_WRITES`): all are answered, none lost in between.
     let provider = provider(config()).await;
     let mut stream = connect(provider.addr).await;
     let mut bytes = Vec::new();
