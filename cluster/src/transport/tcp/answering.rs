@@ -4,7 +4,7 @@
 //! the request's deadline stopping it with no reply, as tarpc's server did.
 //!
 //! Most handlers answer without waiting on anything: run here, such a request costs no task,
-//! no hand-off of its reply and no wake-up of this loop (a task per request was a fifth of a
+//! no hand-off of its reply and no wake-up of this loop (a task per request was a sixth of a
 //! small call's instructions). The price is that a handler's work before its first `.await`
 //! holds up the requests behind it on the same connection, as any work on a runtime's thread
 //! holds up what else that thread runs: long computation belongs in `spawn_blocking`.

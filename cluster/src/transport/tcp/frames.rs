@@ -101,8 +101,8 @@ impl ReplyBody for crate::transport::wire::v2::WireResponse {
     /// one recalled from the record): tarpc's `Response` (the request id, `Ok`), the call's
     /// variant, then the reply's `(kind, code, body, headers)`, each integer bincode's varint,
     /// the headers an empty byte string. Through bincode's serializer the same bytes cost a
-    /// small call about 1.5 k instructions (`docs/benchmarks.md`); a test checks both give the
-    /// same bytes for every kind of reply.
+    /// small call about 0.2 k instructions more (callgrind, `docs/benchmarks.md`); a test
+    /// checks both give the same bytes for every kind of reply.
     fn write(reply: &Response<Self>, out: &mut BytesMut) -> io::Result<()> {
         let Ok(Self::Call(frame)) = &reply.message else {
             return bincode_into(reply, out);
@@ -141,8 +141,8 @@ impl RequestBody for crate::transport::wire::v2::WireRequest {
     /// the span id and the sampling decision; the request's id), the call's variant, then the
     /// request's six fields. Each integer is bincode's varint, each string and byte string its
     /// length then its bytes. Through bincode's serializer the same bytes cost a small call
-    /// about 1.2 k instructions more (`docs/benchmarks.md`); property tests check that bincode
-    /// writes the same bytes, and the time left as bincode writes a `Duration`.
+    /// about 0.8 k instructions more (callgrind, `docs/benchmarks.md`); property tests check
+    /// that bincode writes the same bytes, and the time left as bincode writes a `Duration`.
     fn write(message: &ClientMessage<Self>, out: &mut BytesMut) -> io::Result<()> {
         let ClientMessage::Request(request) = message else {
             return bincode_into(message, out);

@@ -183,6 +183,14 @@ async fn reply(stream: &mut TcpStream) -> Response<v2::WireResponse> {
         .unwrap()
 }
 
+/// The id of the next reply on `stream`, which must come within `within` (`what` says whose).
+async fn answered(stream: &mut TcpStream, within: Duration, what: &str) -> u64 {
+    tokio::time::timeout(within, reply(stream))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no reply within {within:?}"))
+        .request_id
+}
+
 /// Waits until `stream` is closed by the other side; how long that took.
 async fn closed(stream: &mut TcpStream, within: Duration) -> Duration {
     let start = Instant::now();
@@ -219,10 +227,15 @@ async fn echo_works(addr: SocketAddr) {
         .write_all(&frame(1, "echo", b"ping".to_vec(), Duration::from_secs(5)))
         .await
         .unwrap();
-    let reply = tokio::time::timeout(Duration::from_secs(2), reply(&mut stream))
-        .await
-        .expect("a legitimate call is answered");
-    assert_eq!(reply.request_id, 1);
+    assert_eq!(
+        answered(
+            &mut stream,
+            Duration::from_secs(2),
+            "a legitimate call is answered"
+        )
+        .await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -241,10 +254,7 @@ async fn a_handler_that_waits_goes_on_in_its_own_task_and_those_behind_it_are_an
     stream.write_all(&bytes).await.unwrap();
     let mut order = Vec::new();
     for _ in 0..3 {
-        let reply = tokio::time::timeout(Duration::from_secs(5), reply(&mut stream))
-            .await
-            .expect("answered");
-        order.push(reply.request_id);
+        order.push(answered(&mut stream, Duration::from_secs(5), "answered").await);
     }
     assert_eq!(order, [3, 4, 1], "answered in the order they finished");
     assert_eq!(provider.runs.load(Ordering::SeqCst), 4);
@@ -267,15 +277,12 @@ async fn a_hundred_requests_in_one_write_are_all_answered() {
         ));
     }
     stream.write_all(&bytes).await.unwrap();
-    let mut answered = Vec::new();
+    let mut ids = Vec::new();
     for _ in 0..100 {
-        let reply = tokio::time::timeout(Duration::from_secs(5), reply(&mut stream))
-            .await
-            .expect("answered");
-        answered.push(reply.request_id);
+        ids.push(answered(&mut stream, Duration::from_secs(5), "answered").await);
     }
-    answered.sort_unstable();
-    assert_eq!(answered, (0..100).collect::<Vec<u64>>());
+    ids.sort_unstable();
+    assert_eq!(ids, (0..100).collect::<Vec<u64>>());
 }
 
 #[tokio::test]
@@ -296,15 +303,25 @@ async fn a_frame_behind_one_that_waited_for_room_is_timed_from_when_that_one_got
     let b = frame(3, "echo", b"b".to_vec(), Duration::from_secs(10));
     let (b_head, b_rest) = b.split_at(b.len() / 2);
     stream.write_all(&[&a[..], b_head].concat()).await.unwrap();
-    let reply_a = tokio::time::timeout(Duration::from_secs(5), reply(&mut stream))
-        .await
-        .expect("A is answered once it got in");
-    assert_eq!(reply_a.request_id, 2);
+    assert_eq!(
+        answered(
+            &mut stream,
+            Duration::from_secs(5),
+            "A is answered once it got in"
+        )
+        .await,
+        2
+    );
     stream.write_all(b_rest).await.unwrap();
-    let reply_b = tokio::time::timeout(Duration::from_secs(2), reply(&mut stream))
-        .await
-        .expect("B is answered: its connection was not closed");
-    assert_eq!(reply_b.request_id, 3);
+    assert_eq!(
+        answered(
+            &mut stream,
+            Duration::from_secs(2),
+            "B is answered: its connection was not closed"
+        )
+        .await,
+        3
+    );
 }
 
 #[tokio::test]
