@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! CARGO_TARGET_DIR=/work/target-sim SIM_NODES=300 SIM_LOSS=0.01 \
-//!   cargo test --release --manifest-path vendor/chitchat/Cargo.toml --lib --features testsuite \
+//!   cargo test --release -p cluster-chitchat --lib --features testsuite \
 //!   sim -- --ignored --nocapture
 //! ```
 //!
