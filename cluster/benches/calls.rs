@@ -16,7 +16,7 @@
 //! nodes recording into their own Prometheus recorders).
 //!
 //! `--metrics` compares the call path with metrics off and on, interleaved as the full run
-//! does (`docs/benchmarks.md`, "Metrics (issue 16)"); `--metrics --smoke` for a few seconds.
+//! does (`docs/benchmarks.md`, "Metrics"); `--metrics --smoke` for a few seconds.
 
 use std::alloc::System;
 use std::sync::Arc;

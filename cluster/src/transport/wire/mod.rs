@@ -75,7 +75,7 @@ impl Request {
 
 /// A traced call's place in its trace, as its request carries it. Boxed in [`Head`], so that
 /// a call nothing traces carries one empty pointer: inline, these 40 bytes grew every request
-/// and the futures that build one (`docs/benchmarks.md`, "Metrics (issue 16)").
+/// and the futures that build one (`docs/benchmarks.md`, "Metrics").
 #[derive(Debug)]
 pub(crate) struct Traced {
     /// The call's trace; its parent is the call's span, unless the attempt has one (`span`).
