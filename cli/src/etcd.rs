@@ -1,11 +1,21 @@
 //! The options that put a node's registry on etcd instead of gossip (`docs/etcd.md`), shared by
 //! `cluster` and `cluster-node`. The password is read from the environment only, never from a
 //! flag: a flag shows in every process listing.
+//!
+//! etcd's client is built in with the `etcd` feature only. Without it the options are still
+//! read, so that `--etcd` is refused with a message saying how to build it in rather than as an
+//! unknown flag.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use cluster_etcd::{EtcdConfig, EtcdRegistry};
+#[cfg(feature = "etcd")]
+pub use cluster_etcd::EtcdRegistry;
+#[cfg(feature = "etcd")]
+use cluster_etcd::EtcdConfig;
+
+/// What `--etcd` is refused with in a build without the `etcd` feature.
+pub const NOT_BUILT_IN: &str = "this build has no etcd client: install it with `cargo install --locked --path cli --features etcd` (or build cluster-node with `--features etcd`)";
 
 /// The variable the etcd user's password is read from.
 pub const PASSWORD_VARIABLE: &str = "CLUSTER_ETCD_PASSWORD";
@@ -66,6 +76,16 @@ impl EtcdArgs {
             }
             return Ok(None);
         }
+        self.connect(cluster).map(Some)
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    fn connect(&self, _cluster: Option<&str>) -> Result<EtcdRegistry, String> {
+        Err(NOT_BUILT_IN.to_owned())
+    }
+
+    #[cfg(feature = "etcd")]
+    fn connect(&self, cluster: Option<&str>) -> Result<EtcdRegistry, String> {
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
         };
@@ -96,7 +116,42 @@ impl EtcdArgs {
             })?;
             config = config.user(user.clone(), password);
         }
-        Ok(Some(EtcdRegistry::new(config)))
+        Ok(EtcdRegistry::new(config))
+    }
+}
+
+/// A registry on etcd, which a build without the `etcd` feature can never make: the callers'
+/// code stays the same in both builds.
+#[cfg(not(feature = "etcd"))]
+#[derive(Debug, Clone)]
+pub enum EtcdRegistry {}
+
+#[cfg(not(feature = "etcd"))]
+mod never {
+    use cluster::registry::{
+        LocalCopy, NodeInfo, Registry, RegistryError, RegistryFuture, ServiceEntry,
+    };
+
+    impl Registry for super::EtcdRegistry {
+        fn register(&self, _: ServiceEntry) -> RegistryFuture<'_, Result<(), RegistryError>> {
+            match *self {}
+        }
+        fn deregister(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> RegistryFuture<'_, Result<(), RegistryError>> {
+            match *self {}
+        }
+        fn join(&self, _: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>> {
+            match *self {}
+        }
+        fn leave(&self, _: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
+            match *self {}
+        }
+        fn local_copy(&self) -> &LocalCopy {
+            match *self {}
+        }
     }
 }
 
@@ -104,6 +159,19 @@ impl EtcdArgs {
 mod tests {
     use super::*;
 
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn without_the_feature_etcd_is_refused_with_how_to_build_it_in() {
+        let asked = EtcdArgs {
+            endpoints: vec!["127.0.0.1:2379".into()],
+            plaintext: true,
+            ..EtcdArgs::default()
+        };
+        assert_eq!(asked.registry(None).unwrap_err(), NOT_BUILT_IN);
+        assert!(EtcdArgs::default().registry(None).unwrap().is_none());
+    }
+
+    #[cfg(feature = "etcd")]
     #[test]
     fn etcd_needs_tls_or_plaintext_by_name_and_no_option_without_endpoints() {
         let none = EtcdArgs::default();
