@@ -10,9 +10,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 #[cfg(feature = "etcd")]
-pub use cluster_etcd::EtcdRegistry;
-#[cfg(feature = "etcd")]
 use cluster_etcd::EtcdConfig;
+#[cfg(feature = "etcd")]
+pub use cluster_etcd::EtcdRegistry;
 
 /// What `--etcd` is refused with in a build without the `etcd` feature.
 pub const NOT_BUILT_IN: &str = "this build has no etcd client: install it with `cargo install --locked --path cli --features etcd` (or build cluster-node with `--features etcd`)";
@@ -136,11 +136,7 @@ mod never {
         fn register(&self, _: ServiceEntry) -> RegistryFuture<'_, Result<(), RegistryError>> {
             match *self {}
         }
-        fn deregister(
-            &self,
-            _: &str,
-            _: &str,
-        ) -> RegistryFuture<'_, Result<(), RegistryError>> {
+        fn deregister(&self, _: &str, _: &str) -> RegistryFuture<'_, Result<(), RegistryError>> {
             match *self {}
         }
         fn join(&self, _: NodeInfo) -> RegistryFuture<'_, Result<(), RegistryError>> {
