@@ -139,6 +139,9 @@ async fn main() {
         .unwrap();
     let search = SearchClient::new(&client_node);
 
+    println!(
+        "A cluster on loopback: every connection is mutual TLS, with certificates of a CA made for this run.\n"
+    );
     println!("What every client reads from the registry entry of `search`:");
     for f in &SearchClient::description().functions {
         println!(
@@ -195,10 +198,7 @@ async fn main() {
         .await
         .unwrap();
     match SearchClient::new(&batch).search("rust".into()).await {
-        Err(e) => println!(
-            "search(\"rust\") from batch-1 -> {}",
-            e.to_string().lines().next().unwrap_or("")
-        ),
+        Err(e) => println!("search(\"rust\") from batch-1 -> {e}"),
         Ok(_) => panic!("batch-1 is not among search's callers"),
     }
     batch.shutdown().await;
@@ -212,19 +212,35 @@ async fn main() {
         .expect("reindexed");
     println!("reindex(true) -> {n}");
 
-    // A rolling replacement during a call: search-1 and search-2 leave, search-3 (slow) comes up.
-    // The call re-resolves before every attempt and waits for the replacement within its budget.
-    let call = tokio::spawn({
+    // A rolling replacement. search-1 and search-2 shut down while a call runs on one of them: a
+    // shutdown drains, so that call is answered by the node it reached. A call made while no
+    // provider is left re-resolves before each attempt, and with `wait_for_provider` it waits
+    // for the replacement, search-3, within its budget.
+    let in_flight = tokio::spawn({
         let search = search.clone();
         async move { search.search("deploy".into()).await }
     });
-    tokio::time::sleep(Duration::from_millis(20)).await; // the call is in flight on search-1 or -2
+    tokio::time::sleep(Duration::from_millis(20)).await; // the call runs on search-1 or -2
     one.shutdown().await;
     two.shutdown().await;
-    let three = provider(&secrets, &registry, "search-3", Duration::from_millis(20)).await;
-    let hits = call.await.unwrap().expect("the call survives the deploy");
+    let hits = in_flight.await.unwrap().expect("a shutdown drains");
     println!(
-        "search(\"deploy\") during the deploy -> served by {}",
+        "search(\"deploy\") in flight while both providers shut down -> served by {} (drained)",
+        hits[0].node
+    );
+    let waiting = tokio::spawn({
+        let search = search.clone();
+        async move {
+            search
+                .search("after".into())
+                .wait_for_provider(Duration::from_secs(5))
+                .await
+        }
+    });
+    let three = provider(&secrets, &registry, "search-3", Duration::from_millis(20)).await;
+    let hits = waiting.await.unwrap().expect("the replacement serves it");
+    println!(
+        "search(\"after\") made with no provider left -> served by {} (the replacement)",
         hits[0].node
     );
 

@@ -167,10 +167,15 @@ fn logs_to<W: Write + Send + 'static>(out: W, lines: usize) -> (Logs, NonBlockin
 
 /// Installs the process's logging: [`log_filter`]'s lines to stderr, never blocking the thread
 /// that logs ([`BUFFERED_LOG_LINES`] queued at most, the rest dropped and counted).
+///
+/// A span the filter lets through is written when it closes, with its fields and its time: so
+/// `RUST_LOG=info,cluster::trace=debug` shows each call, attempt and handler with its trace id
+/// and how long it took, and a trace can be followed across nodes' logs by its id.
 pub fn init_logs() -> Logs {
     let (logs, writer) = logs_to(std::io::stderr(), BUFFERED_LOG_LINES);
     tracing_subscriber::fmt()
         .with_env_filter(log_filter())
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(writer)
         .init();
