@@ -56,6 +56,7 @@
 //! `docs/benchmarks.md` (what it costs).
 #![deny(missing_docs)]
 
+#[cfg(feature = "admin")]
 mod admin;
 mod client;
 pub mod context;

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString};
+#[cfg(feature = "admin")]
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 pub(crate) use calls::{ClientMeters, Tally};
@@ -36,6 +37,7 @@ use crate::service::ServiceDescription;
 use names::{Kind, Name};
 
 /// Upper bounds of the latency histograms' buckets, in seconds: 100 µs to a minute.
+#[cfg(feature = "admin")]
 const BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     10.0, 60.0,
@@ -51,7 +53,8 @@ static METADATA: Metadata<'static> =
 
 /// Where a node's metrics go.
 pub(crate) enum Sink {
-    /// A recorder of the node's own, rendered by its endpoint.
+    /// A recorder of the node's own, rendered by its endpoint (the `admin` feature).
+    #[cfg(feature = "admin")]
     Own {
         recorder: PrometheusRecorder,
         handle: PrometheusHandle,
@@ -62,6 +65,7 @@ pub(crate) enum Sink {
 
 impl Sink {
     /// A recorder of the node's own, its latencies as histograms.
+    #[cfg(feature = "admin")]
     pub(crate) fn own() -> Self {
         let recorder = PrometheusBuilder::new()
             .set_buckets(&BUCKETS)
@@ -73,6 +77,7 @@ impl Sink {
 
     fn with<T>(&self, f: impl FnOnce(&dyn Recorder) -> T) -> T {
         match self {
+            #[cfg(feature = "admin")]
             Sink::Own { recorder, .. } => f(recorder),
             Sink::Global => metrics::with_recorder(f),
         }
@@ -159,6 +164,7 @@ impl Meters {
     pub(crate) fn render(&self, sampled: &Sampled) -> Option<String> {
         self.node.write(sampled);
         match &*self.sink {
+            #[cfg(feature = "admin")]
             Sink::Own { handle, .. } => Some(handle.render()),
             Sink::Global => None,
         }
@@ -167,6 +173,7 @@ impl Meters {
     /// Drains the histograms' waiting samples (own recorder), writes `sampled` (any).
     pub(crate) fn upkeep(&self, sampled: &Sampled) {
         self.node.write(sampled);
+        #[cfg(feature = "admin")]
         if let Sink::Own { handle, .. } = &*self.sink {
             handle.run_upkeep();
         }

@@ -280,7 +280,8 @@ impl NodeBuilder {
     /// serves them as `GET /metrics` in Prometheus's text format at `addr` (port 0: one the OS
     /// picks, [`Node::metrics_addr`]). Over mutual TLS with the node's identity: a scraper must
     /// present a certificate of the cluster's CA. In plaintext on an [`insecure`](Self::insecure)
-    /// node. Replaces an earlier `metrics*` setting.
+    /// node. Replaces an earlier `metrics*` setting. With the `admin` feature.
+    #[cfg(feature = "admin")]
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics = Some(super::metrics::Wanted::Serve {
             addr,
@@ -291,6 +292,8 @@ impl NodeBuilder {
 
     /// As [`metrics`](Self::metrics), served in plaintext even on a secure node: anyone who
     /// reaches `addr` reads them (service and node names, rates, latencies). Logs a WARN at start.
+    /// With the `admin` feature.
+    #[cfg(feature = "admin")]
     pub fn metrics_insecure(mut self, addr: SocketAddr) -> Self {
         self.metrics = Some(super::metrics::Wanted::Serve {
             addr,

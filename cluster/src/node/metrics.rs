@@ -7,25 +7,45 @@ use std::sync::{Arc, OnceLock, Weak};
 use tokio::sync::watch;
 
 use super::{Node, NodeInner, StartError};
+#[cfg(feature = "admin")]
 use crate::admin::Pages;
+#[cfg(feature = "admin")]
 use crate::admin::dashboard::{Dashboard, View, page};
 use crate::meters::{Meters, Sampled, Sink, UPKEEP_EVERY};
 use crate::registry::GossipRegistry;
 use crate::security::tls::Tls;
 
 /// How long a dashboard page is served again before it is made anew.
+#[cfg(feature = "admin")]
 const FRESH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Without the `admin` feature there is no endpoint, so no dashboard to feed: the code that
+/// feeds one stays the same, with none ever made.
+#[cfg(not(feature = "admin"))]
+enum Dashboard {}
+
+#[cfg(not(feature = "admin"))]
+impl Dashboard {
+    fn event(&self, _: crate::registry::RegistryEvent) {
+        match *self {}
+    }
+    fn sample(&self, _: &str) {
+        match *self {}
+    }
+}
 
 /// What the builder was asked for.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Wanted {
     /// A recorder of the node's own, served at the address: in plaintext if `plaintext`.
+    #[cfg(feature = "admin")]
     Serve { addr: SocketAddr, plaintext: bool },
     /// The process's recorder, through the facade; no endpoint.
     Global,
 }
 
-/// A running endpoint.
+/// A running endpoint (never one without the `admin` feature).
+#[cfg_attr(not(feature = "admin"), allow(dead_code))]
 pub(super) struct Endpoint {
     pub(super) addr: SocketAddr,
     stop: watch::Sender<bool>,
@@ -51,6 +71,7 @@ pub(super) struct Started {
 }
 
 /// Sets up what `wanted` asks for; `tls` is the node's, `insecure` whether the node itself is.
+#[cfg_attr(not(feature = "admin"), allow(unused_variables))]
 pub(super) async fn start(
     wanted: Option<Wanted>,
     tls: Option<&Arc<Tls>>,
@@ -59,17 +80,26 @@ pub(super) async fn start(
     let Some(wanted) = wanted else {
         return Ok(None);
     };
-    let (addr, plaintext) = match wanted {
-        Wanted::Global => {
-            return Ok(Some(Started {
-                meters: Arc::new(Meters::new(Sink::Global)),
-                endpoint: None,
-                node: Arc::default(),
-                dashboard: None,
-            }));
-        }
-        Wanted::Serve { addr, plaintext } => (addr, plaintext || insecure),
-    };
+    match wanted {
+        Wanted::Global => Ok(Some(Started {
+            meters: Arc::new(Meters::new(Sink::Global)),
+            endpoint: None,
+            node: Arc::default(),
+            dashboard: None,
+        })),
+        #[cfg(feature = "admin")]
+        Wanted::Serve { addr, plaintext } => serve(addr, plaintext || insecure, tls).await,
+    }
+}
+
+/// A recorder of the node's own and its endpoint, bound at `addr`: in plaintext if `plaintext`,
+/// else over mutual TLS with `tls`.
+#[cfg(feature = "admin")]
+async fn serve(
+    addr: SocketAddr,
+    plaintext: bool,
+    tls: Option<&Arc<Tls>>,
+) -> Result<Option<Started>, StartError> {
     let tls = match (plaintext, tls) {
         (true, _) => None,
         (false, Some(tls)) => Some(tls.clone()),
@@ -193,14 +223,14 @@ fn sample(inner: &NodeInner) -> Sampled {
 
 impl Node {
     /// Where the node serves its metrics (`GET /metrics`), if it does: the address given to
-    /// [`NodeBuilder::metrics`](super::NodeBuilder::metrics), with the port the OS chose for
-    /// port 0.
+    /// `NodeBuilder::metrics` (the `admin` feature), with the port the OS chose for port 0.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.inner.metrics_addr
     }
 
     /// The node's metrics in Prometheus's text format, as its endpoint serves them; `None` if it
-    /// keeps none of its own (metrics off, or recorded into the process's recorder).
+    /// keeps none of its own (metrics off, recorded into the process's recorder, or a build
+    /// without the `admin` feature).
     pub fn render_metrics(&self) -> Option<String> {
         self.inner.meters.as_ref()?.render(&sample(&self.inner))
     }
