@@ -29,7 +29,8 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // Two nodes on loopback TCP, over mutual TLS with certificates of a CA made here and
-//! // thrown away (`cluster-node init` and `issue` write real ones), sharing an in-process
+//! // thrown away (`Authority`, the `authority` feature; `cluster init` and `issue` write
+//! // real ones), sharing an in-process
 //! // registry (use `registry::GossipRegistry` across processes).
 //! let ca = cluster::Authority::new("example")?;
 //! let registry = cluster::MemoryRegistry::new();
@@ -95,7 +96,9 @@ pub use node::{
 };
 pub use options::{CallOptions, Source};
 pub use registry::{MemoryRegistry, Registry};
-pub use security::{Authority, Callers, GossipKey, Identity, IdentityError, KeyId, Keyring};
+#[cfg(feature = "authority")]
+pub use security::Authority;
+pub use security::{Callers, GossipKey, Identity, IdentityError, KeyId, Keyring};
 /// Versions and requirements on them, as `Client::require` and the descriptions take them.
 pub use semver::{Version, VersionReq};
 pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, Provide};

@@ -7,11 +7,13 @@ use rustls::pki_types::CertificateDer;
 const SCHEME: &str = "spiffe://";
 
 /// The URI naming `node` of `cluster`.
+#[cfg(feature = "authority")]
 pub(crate) fn node_uri(cluster: &str, node: &str) -> String {
     format!("{SCHEME}{cluster}/node/{node}")
 }
 
 /// The URI naming the cluster itself, in its CA's certificate.
+#[cfg(feature = "authority")]
 pub(crate) fn cluster_uri(cluster: &str) -> String {
     format!("{SCHEME}{cluster}")
 }
@@ -31,42 +33,39 @@ pub(crate) fn check(what: &str, name: &str) -> Result<(), String> {
 
 /// The cluster and node a certificate names, if it names exactly one node.
 pub(crate) fn of_certificate(cert: &CertificateDer<'_>) -> Result<(String, String), String> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert)
-        .map_err(|e| format!("the certificate cannot be read: {e}"))?;
-    let mut found = Vec::new();
-    if let Ok(Some(san)) = parsed.subject_alternative_name() {
-        for name in &san.value.general_names {
-            if let x509_parser::extensions::GeneralName::URI(uri) = name
-                && let Some(parsed) = parse_node_uri(uri)
-            {
-                found.push(parsed);
-            }
-        }
-    }
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => Err(format!(
+    let found: Vec<(String, String)> = uris(cert)
+        .map_err(|e| format!("the certificate cannot be read: {e}"))?
+        .into_iter()
+        .filter_map(parse_node_uri)
+        .collect();
+    match <[_; 1]>::try_from(found) {
+        Ok([named]) => Ok(named),
+        Err(found) if found.is_empty() => Err(format!(
             "the certificate names no node (no `{SCHEME}<cluster>/node/<node>` name)"
         )),
-        _ => Err("the certificate names more than one node".to_owned()),
+        Err(_) => Err("the certificate names more than one node".to_owned()),
     }
 }
 
 /// The cluster a CA's certificate names (`spiffe://<cluster>`).
+#[cfg(feature = "authority")]
 pub(crate) fn of_ca(cert: &CertificateDer<'_>) -> Result<String, String> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert)
-        .map_err(|e| format!("the CA certificate cannot be read: {e}"))?;
-    let san = parsed.subject_alternative_name().ok().flatten();
-    san.into_iter()
-        .flat_map(|san| san.value.general_names.iter())
-        .find_map(|name| match name {
-            x509_parser::extensions::GeneralName::URI(uri) => uri
-                .strip_prefix(SCHEME)
+    uris(cert)
+        .map_err(|e| format!("the CA certificate cannot be read: {e}"))?
+        .into_iter()
+        .find_map(|uri| {
+            uri.strip_prefix(SCHEME)
                 .filter(|cluster| check("", cluster).is_ok())
-                .map(str::to_owned),
-            _ => None,
+                .map(str::to_owned)
         })
         .ok_or_else(|| format!("the CA certificate names no cluster (no `{SCHEME}<cluster>`)"))
+}
+
+/// The URI subject alternative names of a certificate, as webpki (which verifies it in the TLS
+/// handshake) reads them.
+fn uris<'a>(cert: &'a CertificateDer<'a>) -> Result<Vec<&'a str>, webpki::Error> {
+    let parsed = webpki::EndEntityCert::try_from(cert)?;
+    Ok(parsed.valid_uri_names().collect())
 }
 
 fn parse_node_uri(uri: &str) -> Option<(String, String)> {

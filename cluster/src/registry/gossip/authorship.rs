@@ -65,7 +65,7 @@ use ring::signature::{self, EcdsaKeyPair, KeyPair as _, UnparsedPublicKey};
 use rustls::pki_types::CertificateDer;
 
 use crate::security::Identity;
-use crate::security::{names, tls};
+use crate::security::{der, names, tls};
 
 /// The key under which a node publishes its certificate chain.
 pub(crate) const CERT: &str = "cert";
@@ -292,12 +292,9 @@ impl Authorship {
         let mut not_after = i64::MAX;
         let mut public = None;
         for der in &chain {
-            let (_, parsed) = x509_parser::parse_x509_certificate(der)
-                .map_err(|e| format!("a certificate of its chain does not parse: {e}"))?;
-            not_after = not_after.min(parsed.validity().not_after.timestamp());
-            public.get_or_insert_with(|| {
-                Arc::<[u8]>::from(parsed.public_key().subject_public_key.data.as_ref())
-            });
+            let read = der::read(der).ok_or("a certificate of its chain does not parse")?;
+            not_after = not_after.min(read.not_after);
+            public.get_or_insert_with(|| Arc::<[u8]>::from(read.public_key));
         }
         tls::verify_chain(&self.ca, &chain).map_err(|e| {
             format!(
