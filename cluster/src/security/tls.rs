@@ -18,6 +18,10 @@ use super::{Identity, IdentityError, names};
 /// client from a plaintext one before answering either.
 pub(crate) const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
+// rustls 0.23.48 deprecates ring's provider because ring has no post-quantum key exchange;
+// aws-lc-rs, which has, is a C build that needs cmake (../shared/reference/security-and-limits.md).
+// A dependent crate resolving a newer rustls would otherwise see the warning in our code.
+#[allow(deprecated)]
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }

@@ -26,6 +26,9 @@ fn invalid(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("{what}: {e}"))
 }
 
+// Deprecated from rustls 0.23.48 (ring has no post-quantum key exchange); as in
+// `cluster/src/security/tls.rs`, ring is kept so that no C build needs cmake.
+#[allow(deprecated)]
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
