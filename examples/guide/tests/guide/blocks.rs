@@ -72,26 +72,47 @@ pub(crate) fn region(text: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// A line as compared: whitespace runs as one space, every number as `0`.
+/// A line as compared: whitespace runs as one space, and the numbers that differ from run to
+/// run as `N`: ports (`127.0.0.1:N`), durations (`Nms`, `N ms`, `N.Ns`) and generations (ten
+/// digits or more). Any other number, a count of items or an exit code, must be the same.
 pub(crate) fn normal(line: &str) -> String {
+    let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    let chars: Vec<char> = line.chars().collect();
     let mut out = String::new();
-    let mut digits = false;
-    for word in line.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
+    let mut i = 0;
+    while i < chars.len() {
+        let starts_number = chars[i].is_ascii_digit()
+            && (i == 0 || !(chars[i - 1].is_ascii_alphanumeric() || chars[i - 1] == '.'));
+        if !starts_number {
+            out.push(chars[i]);
+            i += 1;
+            continue;
         }
-        for c in word.chars() {
-            if c.is_ascii_digit() {
-                if !digits {
-                    out.push('0');
-                }
-                digits = true;
-            } else {
-                out.push(c);
-                digits = false;
+        // The number: digits, and a fraction.
+        let mut end = i;
+        while end < chars.len() && chars[end].is_ascii_digit() {
+            end += 1;
+        }
+        let whole = end - i;
+        if end + 1 < chars.len() && chars[end] == '.' && chars[end + 1].is_ascii_digit() {
+            end += 1;
+            while end < chars.len() && chars[end].is_ascii_digit() {
+                end += 1;
             }
         }
-        digits = false;
+        let after: String = chars[end..].iter().collect();
+        let unit = ["ms", " ms", "s", " s"].iter().any(|unit| {
+            after.strip_prefix(unit).is_some_and(|rest| {
+                !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            })
+        });
+        let port = out.ends_with("127.0.0.1:");
+        if unit || port || whole >= 10 {
+            out.push('N');
+        } else {
+            out.extend(&chars[i..end]);
+        }
+        i = end;
     }
     out
 }
