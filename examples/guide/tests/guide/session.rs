@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::blocks::{Block, addresses, normal, shown, words};
 
@@ -46,13 +46,20 @@ pub(crate) struct Session {
     last_code: i32,
 }
 
-/// The `cluster` command line, built for this test's profile by `cargo build -p cluster-cli`
-/// (a test can name only its own package's binaries): quick once it has been built, the first
-/// time a build of the cli and what it needs.
+/// The `cluster` command line of this workspace, for this test's profile (a test can name only
+/// its own package's binaries). `cargo test --workspace` builds it for the cli's own tests: it
+/// is taken as it is when newer than every source it is built from. Otherwise `cargo build -p
+/// cluster-cli` builds it: at once when it is fresh, but the first time that is a build of the
+/// cli and all it needs, as its features are unified apart from the workspace's.
 pub(crate) fn cluster_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/PROFILE");
     let target = profile_dir.parent().expect("target");
+    let binary = profile_dir.join(format!("cluster{}", std::env::consts::EXE_SUFFIX));
+    let built_at = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
+    if built_at.is_some_and(|at| at >= newest_source()) {
+        return binary;
+    }
     let mut build = Command::new(env!("CARGO"));
     build
         .args(["build", "--quiet", "-p", "cluster-cli", "--bin", "cluster"])
@@ -81,7 +88,37 @@ pub(crate) fn cluster_binary() -> PathBuf {
     }
     let built = build.status().expect("cargo runs");
     assert!(built.success(), "cargo build -p cluster-cli failed");
-    profile_dir.join(format!("cluster{}", std::env::consts::EXE_SUFFIX))
+    binary
+}
+
+/// When the newest file the command line is built from was changed.
+fn newest_source() -> SystemTime {
+    fn walk(path: &Path, newest: &mut SystemTime) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if !meta.is_dir() {
+            *newest = (*newest).max(meta.modified().expect("a modification time"));
+        } else if !path.ends_with("target") {
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                walk(&entry.path(), newest);
+            }
+        }
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for part in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "cli",
+        "cluster",
+        "cluster-macros",
+        "etcd",
+        "vendor",
+    ] {
+        walk(&workspace.join(part), &mut newest);
+    }
+    newest
 }
 
 impl Session {
