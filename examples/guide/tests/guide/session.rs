@@ -39,9 +39,10 @@ impl Drop for Scratch {
 /// The reader's terminals: the environment they exported, the processes they left running,
 /// and the addresses of this run that stand for the guide's.
 pub(crate) struct Session {
+    /// Before `dir`: fields drop in order, and the processes end before their directory goes.
+    running: HashMap<String, Running>,
     dir: Scratch,
     env: HashMap<String, String>,
-    running: HashMap<String, Running>,
     addresses: HashMap<String, String>,
     last_code: i32,
 }
