@@ -49,7 +49,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The long-form docs explain each mechanism: `docs/calls.md` (the call path),
+//! The long-form docs explain each mechanism: `docs/attributes.md` (every key of
+//! `#[service]` and `#[call]`), `docs/calls.md` (the call path),
 //! `docs/errors.md` (the errors), `docs/wire.md` (the handshake and the envelope),
 //! `docs/registry.md` (the registry and routing),
 //! `docs/deploys.md` (health, draining, rolling deploys), `docs/security.md` (identity, mutual
@@ -116,6 +117,10 @@ struct CallsDoc;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/compatibility.md")]
 struct CompatibilityDoc;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/attributes.md")]
+struct AttributesDoc;
 
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/errors.md")]
