@@ -883,8 +883,15 @@ impl<'a> Attempts<'a> {
     async fn wait_for_provider(&mut self, miss: Miss) -> Result<(), CallError<Infallible>> {
         // Providers that speak no common wire version do not change their minds: no wait.
         let worth_waiting = miss.reason != Reason::WireVersion;
-        let waits = worth_waiting && self.wait_until > self.start;
-        if waits && Instant::now() < self.wait_until {
+        // A new node's copy may not hold the service yet: wait while it fills, as if asked.
+        let filling = (miss.reason == Reason::NoService)
+            .then(|| self.client.node.registry.filling_until())
+            .flatten()
+            .map(|until| until.min(self.deadline))
+            .filter(|until| *until > self.wait_until);
+        let wait_until = filling.unwrap_or(self.wait_until);
+        let waits = worth_waiting && wait_until > self.start;
+        if waits && Instant::now() < wait_until {
             let registry = &self.client.node.registry;
             // Subscribed before the generation is read: no change falls between the two.
             let mut changes = registry.changes();
@@ -893,14 +900,19 @@ impl<'a> Attempts<'a> {
                 self.seen = now_seen;
                 return Ok(());
             }
-            let changed = tokio::time::timeout_at(self.wait_until, changes.changed()).await;
+            let changed = tokio::time::timeout_at(wait_until, changes.changed()).await;
             if let Ok(Ok(())) = changed {
                 self.seen = registry.local_copy().generation();
                 return Ok(());
             }
         }
         let mut detail = miss.detail;
-        let said = if waits {
+        let said = if filling.is_some() {
+            format!(
+                "waited {} while this node's registry copy filled from its seeds",
+                Human(self.start.elapsed())
+            )
+        } else if waits {
             format!("waited {} for one to register", Human(self.start.elapsed()))
         } else if worth_waiting {
             "not waited for: the call's wait_for_provider is 0".to_owned()

@@ -87,6 +87,15 @@ pub trait Registry: Send + Sync + 'static {
     /// changes), so a backend's state reaches calls only through it.
     fn local_copy(&self) -> &LocalCopy;
 
+    /// Until when a lookup that finds no entry may only mean that this node's copy has not yet
+    /// heard from the rest of the cluster: a call that finds no provider before then waits for
+    /// the copy to fill (within its budget), as if it had asked for `wait_for_provider`, rather
+    /// than failing with `NoService` in a new node's first moments. `None` (the default) for a
+    /// copy that is whole once its node has started.
+    fn filling_until(&self) -> Option<tokio::time::Instant> {
+        None
+    }
+
     /// The entries named `service`, from the local copy. Cheap: no I/O, no allocation per entry.
     fn lookup(&self, service: &str) -> Arc<[Arc<ServiceEntry>]> {
         self.local_copy().lookup(service)

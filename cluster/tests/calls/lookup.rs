@@ -350,3 +350,98 @@ async fn a_provider_found_after_its_own_budget_went_by_in_the_wait_still_gets_on
         drop(deploy.await);
     }
 }
+
+/// The in-process registry, said to be still filling until `until` (as a new gossip node's copy
+/// is until it has heard from its seeds: `Registry::filling_until`).
+#[derive(Clone)]
+struct Filling<R> {
+    shared: R,
+    until: Instant,
+}
+
+impl<R: cluster::Registry> cluster::Registry for Filling<R> {
+    fn register(
+        &self,
+        entry: cluster::registry::ServiceEntry,
+    ) -> cluster::registry::RegistryFuture<'_, Result<(), cluster::registry::RegistryError>> {
+        self.shared.register(entry)
+    }
+    fn deregister(
+        &self,
+        node: &str,
+        service: &str,
+    ) -> cluster::registry::RegistryFuture<'_, Result<(), cluster::registry::RegistryError>> {
+        self.shared.deregister(node, service)
+    }
+    fn join(
+        &self,
+        node: cluster::registry::NodeInfo,
+    ) -> cluster::registry::RegistryFuture<'_, Result<(), cluster::registry::RegistryError>> {
+        self.shared.join(node)
+    }
+    fn leave(
+        &self,
+        node: &str,
+    ) -> cluster::registry::RegistryFuture<'_, Result<(), cluster::registry::RegistryError>> {
+        self.shared.leave(node)
+    }
+    fn local_copy(&self) -> &cluster::registry::LocalCopy {
+        self.shared.local_copy()
+    }
+    fn filling_until(&self) -> Option<Instant> {
+        (self.until > Instant::now()).then_some(self.until)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_from_a_node_whose_copy_is_still_filling_waits_for_it_and_no_longer() {
+    let cluster = Arc::new(Cluster::memory());
+    let start = Instant::now();
+    let filling = Filling {
+        shared: cluster.registry.clone(),
+        until: start + Duration::from_secs(3),
+    };
+    let node = cluster::Node::builder()
+        .name("client")
+        .registry(filling)
+        .memory(cluster.memory.as_ref().unwrap())
+        .start()
+        .await
+        .unwrap();
+    let arrives = cluster.clone();
+    let provider = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        arrives.provider("search-1", Mode::Answer).await
+    });
+    // No wait_for_provider: the entry that arrives while the copy fills is waited for.
+    let hits = SearchClient::new(&node)
+        .search("rust".into())
+        .await
+        .expect("served once the entry arrived");
+    assert_eq!(hits[0].title, "rust from search-1");
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    // A service that never arrives fails when the copy has filled, saying why it waited.
+    let e = service_error(
+        crate::support::BankClient::new(&node)
+            .balance()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.reason(), Reason::NoService);
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert!(
+        e.detail().contains("registry copy filled"),
+        "{}",
+        e.detail()
+    );
+    // After that, a miss is said at once.
+    let e = service_error(
+        crate::support::BankClient::new(&node)
+            .balance()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert!(e.detail().contains("not waited for"), "{}", e.detail());
+    drop(provider.await);
+}

@@ -287,3 +287,51 @@ async fn a_wildcard_without_an_address_to_advertise_is_refused_at_start() {
     let advertising = refused(Node::builder().advertise(wildcard)).await;
     assert!(advertising.contains("wildcard"), "{advertising}");
 }
+
+// A new node's first call is served. Starting exchanges state with a seed (the name claim), so
+// on a small cluster the entry is usually there when `start` returns; when that exchange did
+// not bring it, the copy is still filling and the call waits for it (`Registry::filling_until`;
+// the call path's side is pinned in tests/calls/lookup.rs on the paused clock).
+#[tokio::test]
+async fn a_node_that_just_started_is_served_by_a_service_its_copy_has_not_heard_of_yet() {
+    let (_provider, _engine, seed) = gossip_provider("n0", &[], Mode::Answer).await;
+    let (client, _) = gossip_node("n1", &[seed]).await;
+    let heard_before_the_call = providers(&client);
+    let hits = SearchClient::new(&client)
+        .search("rust".into())
+        .await
+        .expect("served once the copy filled, without wait_for_provider");
+    assert_eq!(hits[0].title, "rust from n0");
+    println!("providers seen when the call began: {heard_before_the_call}");
+}
+
+#[tokio::test]
+async fn a_service_nobody_provides_fails_once_a_new_nodes_copy_has_filled() {
+    let (_provider, _engine, seed) = gossip_provider("n0", &[], Mode::Answer).await;
+    let (client, _) = gossip_node("n1", &[seed]).await;
+    let started = std::time::Instant::now();
+    let err = crate::support::BankClient::new(&client)
+        .balance()
+        .await
+        .expect_err("nobody provides bank");
+    let took = started.elapsed();
+    let cluster::CallError::Service(e) = &err else {
+        panic!("expected NoService, got {err}");
+    };
+    assert_eq!(e.reason(), Reason::NoService, "{err}");
+    assert!(
+        err.to_string()
+            .contains("while this node's registry copy filled from its seeds"),
+        "{err}"
+    );
+    // The seed answered: the wait ends a second after the first news, not at the 5 s bound.
+    assert!(took < 4 * SEC, "waited {took:?}");
+    // Once filled, a miss is said at once.
+    let again = std::time::Instant::now();
+    let err = crate::support::BankClient::new(&client)
+        .balance()
+        .await
+        .expect_err("still nobody");
+    assert!(again.elapsed() < SEC / 2, "{err}");
+    assert!(err.to_string().contains("not waited for"), "{err}");
+}

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use chitchat::{
     Chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, ChitchatLimits, FailureDetectorConfig,
@@ -69,6 +70,13 @@ pub struct GossipTraffic {
 /// Who signs a node's gossip state (`authorship.rs`), and the value of its certificate key.
 type Signing = (Arc<dyn chitchat::Authenticator>, String);
 
+/// How long after a new node's copy first holds another node a missing service may still be
+/// on its way (`Registry::filling_until`).
+const FILLING_AFTER_FIRST_NEWS: Duration = Duration::from_secs(1);
+
+/// How long after gossip starts a node that has heard from no seed treats its copy as filling.
+const FILLING_AT_MOST: Duration = Duration::from_secs(5);
+
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
 ///
 /// ```no_run
@@ -115,6 +123,10 @@ struct Inner {
 
 struct Running {
     own: NodeInfo,
+    /// When gossip started, and when the copy first held another node than this one: until a
+    /// little after that, a missing service may only not have arrived yet (`filling_until`).
+    started: tokio::time::Instant,
+    heard: OnceLock<tokio::time::Instant>,
     handle: ChitchatHandle,
     chitchat: Arc<tokio::sync::Mutex<Chitchat>>,
     // Rebuilds the index when gossip changes something.
@@ -222,6 +234,8 @@ impl GossipRegistry {
         let ended = handle.termination_watcher();
         let running = Arc::new(Running {
             own,
+            started: tokio::time::Instant::now(),
+            heard: OnceLock::new(),
             handle,
             chitchat,
             watcher,
@@ -563,6 +577,21 @@ async fn rebuild(inner: &Inner, chitchat: &tokio::sync::Mutex<Chitchat>) {
     let mut parsed = inner.parsed.lock().await;
     let snapshot = state::snapshot(&*chitchat.lock().await, &parsed);
     inner.copy.replace(state::index_from(snapshot, &mut parsed));
+    let running = inner
+        .running
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    if let Some(running) = running
+        && running.heard.get().is_none()
+        && inner
+            .copy
+            .nodes()
+            .iter()
+            .any(|node| node.name != running.own.name)
+    {
+        let _ = running.heard.set(tokio::time::Instant::now());
+    }
 }
 
 /// Marks the registry failed when chitchat's task ends while `running` is still the running
@@ -740,6 +769,22 @@ impl Registry for GossipRegistry {
             }
             self.inner.copy.replace(Index::default());
         })
+    }
+
+    /// A node with seeds fills its copy from them: until one second after the copy first holds
+    /// another node (the rest of the state follows within a few rounds), or five seconds after
+    /// gossip started if none has answered yet. A node without seeds is the first of its
+    /// cluster: its copy is whole at once.
+    fn filling_until(&self) -> Option<tokio::time::Instant> {
+        if self.inner.config.seeds.is_empty() {
+            return None;
+        }
+        let running = self.running()?;
+        let until = match running.heard.get() {
+            Some(heard) => *heard + FILLING_AFTER_FIRST_NEWS,
+            None => running.started + FILLING_AT_MOST,
+        };
+        (until > tokio::time::Instant::now()).then_some(until)
     }
 
     fn local_copy(&self) -> &LocalCopy {
