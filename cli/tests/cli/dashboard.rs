@@ -179,6 +179,39 @@ async fn the_dashboard_forwards_a_nodes_pages_over_mutual_tls_and_says_why_it_ca
     impostor.shutdown().await;
 }
 
+// A real browser, which has no client certificate: `cargo test -p cluster-cli --test cli --
+// --ignored browser` (`.ci/run` does, after installing Debian's chromium).
+#[tokio::test]
+#[ignore = "needs chromium: .ci/run installs it and runs this"]
+async fn browser_a_headless_chromium_opens_the_dashboard_through_it() {
+    let certs = Scratch::new();
+    cluster_cli::secrets::init(&certs.0, "test").expect("init");
+    for name in ["web-1", "ops"] {
+        cluster_cli::secrets::issue(&certs.0, name, 1, false).expect("issue");
+    }
+    let web = node(&certs.0, "web-1").await;
+    let dashboard = Dashboard::start(&certs.0, "web-1", web.metrics_addr().unwrap()).await;
+    let profile = Scratch::new();
+    let out = tokio::time::timeout(
+        PATIENCE,
+        tokio::process::Command::new("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+            .arg(format!("--user-data-dir={}", profile.0.display()))
+            .arg(format!("http://{}/", dashboard.at))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("chromium ends")
+    .expect("chromium on the PATH (.ci/run installs Debian's)");
+    // The DOM after the browser parsed the page: the node's, not an error page.
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains("<title>web-1"), "{dom}");
+    assert!(dom.contains("<h2>Nodes (1)</h2>"), "{dom}");
+    dashboard.stop().await;
+    web.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_dashboard_for_the_network_or_without_an_identity_is_refused() {
     let anywhere = command(&[
