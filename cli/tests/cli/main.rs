@@ -2,6 +2,7 @@
 //! sealed gossip on loopback, OS-assigned ports) started in this test process from
 //! certificates that `cluster init` and `cluster issue` wrote.
 
+mod dashboard;
 mod support;
 
 use std::collections::BTreeMap;

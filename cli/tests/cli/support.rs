@@ -17,10 +17,10 @@ use super::{OrdersServer, Shop};
 const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A directory removed with everything in it when dropped.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Scratch {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("cluster-cli-{}-{n}", std::process::id()));

@@ -63,6 +63,10 @@ pub(crate) enum Command {
     Call(CallArgs),
     /// Print the registry's events as they happen (until ctrl-c)
     Watch,
+    /// Open a node's dashboard in a browser on this machine: plaintext HTTP on a loopback
+    /// address, forwarded to the node's metrics endpoint over mutual TLS (until ctrl-c)
+    #[command(after_help = DASHBOARD_NOTES)]
+    Dashboard(DashboardArgs),
     /// Make a new cluster: DIR/ca.pem, DIR/ca.key (keep it off the nodes), DIR/gossip.key
     Init(InitArgs),
     /// Issue a certificate from the CA in DIR: DIR/NAME.pem and DIR/NAME.key, for a node or
@@ -82,6 +86,45 @@ their JSON text. `-` reads it from stdin. `cluster describe SERVICE` shows each 
 The answer is printed as JSON on stdout. A function returning Result prints its Ok value; its
 Err value is a failed call: exit 1, the error on stderr (with --json: {\"error\": ...} on stdout,
 with the call's report: its attempts, their providers and timings).";
+
+/// What `dashboard` forwards and how it is bounded.
+const DASHBOARD_NOTES: &str = "\
+It does not join the cluster: it needs --certs DIR and --name NAME only, and the node's metrics
+address (NodeBuilder::metrics), which the registry does not hold. GET / and GET /metrics are
+fetched from the node, each over a new TLS connection that checks the node's certificate
+against DIR/ca.pem and NODE; anything else is refused. A node that cannot be reached or whose
+certificate does not fit is a 502 page saying why, said once on stderr too. At most 16 browser
+connections at once, 10 s per fetch, an answer of at most 4 MiB.";
+
+/// `dashboard`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct DashboardArgs {
+    /// The node's name, as its certificate names it
+    #[arg(value_name = "NODE")]
+    pub(crate) node: String,
+    /// The node's metrics endpoint (what `Node::metrics_addr` says)
+    #[arg(value_name = "HOST:PORT")]
+    pub(crate) addr: String,
+    /// Where the browser connects; a loopback address only (the port is plaintext and reads
+    /// the cluster with the operator's certificate)
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8080", value_parser = loopback)]
+    pub(crate) listen: SocketAddr,
+}
+
+/// An address of this machine's loopback: the dashboard's port is plaintext, and anyone who
+/// reached it would read the cluster under the operator's certificate.
+fn loopback(text: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not IP:PORT (e.g. 127.0.0.1:8080)"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "`{text}` is not a loopback address: the dashboard's port is plaintext and answers \
+             with the operator's certificate, so it listens on this machine only (127.0.0.1, ::1)"
+        ));
+    }
+    Ok(addr)
+}
 
 /// `call`'s arguments.
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@
 //! cluster describe SERVICE                   versions, providers, functions, options and their layer
 //! cluster call SERVICE.FUNCTION 'JSON'       a call from the shell, its answer as JSON
 //! cluster watch                              the registry's events as they happen
+//! cluster dashboard NODE HOST:PORT           a node's dashboard in a browser on this machine
 //! cluster init | issue | key                 a cluster's secrets, as cluster-node makes them
 //! ```
 //!
@@ -16,6 +17,7 @@
 
 mod args;
 mod call;
+mod dashboard;
 mod describe;
 mod join;
 mod out;
@@ -103,6 +105,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     out::line(done);
                 })
                 .map_err(|e| Failure::Failed(e.to_string()));
+        }
+        // It does not join: it forwards to one node's metrics endpoint.
+        Command::Dashboard(args) => {
+            return dashboard::run(&cli.join, args, &mut Stop::install()).await;
         }
         Command::Key => {
             out::line(cluster::GossipKey::generate().to_hex());
