@@ -15,7 +15,7 @@ use cluster_etcd::EtcdConfig;
 pub use cluster_etcd::EtcdRegistry;
 
 /// What `--etcd` is refused with in a build without the `etcd` feature.
-pub const NOT_BUILT_IN: &str = "this build has no etcd client: install it with `cargo install --locked --path cli --features etcd` (or build cluster-node with `--features etcd`)";
+pub const NOT_BUILT_IN: &str = "this build has no etcd client: install one with it, `cargo install --locked cluster-cli --features etcd` (from a clone: `--path cli`; cluster-node: `--path examples --bin cluster-node --features etcd`)";
 
 /// The variable the etcd user's password is read from.
 pub const PASSWORD_VARIABLE: &str = "CLUSTER_ETCD_PASSWORD";

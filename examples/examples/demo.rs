@@ -83,10 +83,17 @@ struct Engine {
     delay: Duration,
 }
 
+/// Told when a provider starts running the deploy step's call, so that the shutdown begins
+/// while it runs.
+static DEPLOY_CALL_RUNS: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 impl Search for Engine {
     async fn search(&self, query: String) -> Result<Vec<Hit>, SearchError> {
         if query.is_empty() {
             return Err(SearchError::EmptyQuery);
+        }
+        if query == "deploy" {
+            DEPLOY_CALL_RUNS.notify_one();
         }
         tokio::time::sleep(self.delay).await;
         Ok(vec![Hit {
@@ -220,9 +227,8 @@ async fn main() {
         let search = search.clone();
         async move { search.search("deploy".into()).await }
     });
-    tokio::time::sleep(Duration::from_millis(20)).await; // the call runs on search-1 or -2
-    one.shutdown().await;
-    two.shutdown().await;
+    DEPLOY_CALL_RUNS.notified().await; // the call runs on search-1 or -2
+    tokio::join!(one.shutdown(), two.shutdown());
     let hits = in_flight.await.unwrap().expect("a shutdown drains");
     println!(
         "search(\"deploy\") in flight while both providers shut down -> served by {} (drained)",

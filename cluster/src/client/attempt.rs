@@ -254,6 +254,9 @@ pub(super) struct Attempts<'a> {
     // Until when a miss waits for a provider to register: the call's start plus
     // `wait_for_provider`, within the budget.
     pub(super) wait_until: Instant,
+    // Whether a miss waited because the node's registry copy was still filling: said in the
+    // `NoService` the call may end with, whichever pass through the loop ends it.
+    pub(super) waited_for_filling: bool,
     // `Overloaded` refusals so far.
     pub(super) overloaded: u32,
     // Providers that failed in this call: the next attempt prefers others.
@@ -392,6 +395,7 @@ impl<'a> Attempts<'a> {
             budget,
             pauses: Pauses::new(&retry),
             wait_until,
+            waited_for_filling: false,
             overloaded: 0,
             failed: Vec::new(),
             excluded: Vec::new(),
@@ -892,6 +896,7 @@ impl<'a> Attempts<'a> {
         let wait_until = filling.unwrap_or(self.wait_until);
         let waits = worth_waiting && wait_until > self.start;
         if waits && Instant::now() < wait_until {
+            self.waited_for_filling |= filling.is_some();
             let registry = &self.client.node.registry;
             // Subscribed before the generation is read: no change falls between the two.
             let mut changes = registry.changes();
@@ -907,7 +912,7 @@ impl<'a> Attempts<'a> {
             }
         }
         let mut detail = miss.detail;
-        let said = if filling.is_some() {
+        let said = if self.waited_for_filling {
             format!(
                 "waited {} while this node's registry copy filled from its seeds",
                 Human(self.start.elapsed())

@@ -37,6 +37,9 @@ impl std::fmt::Debug for Authority {
 }
 
 impl Authority {
+    /// The longest a node certificate may be valid, in days: 100 years.
+    pub const MAX_DAYS: u32 = 36_500;
+
     /// A new CA for `cluster` (letters, digits, `-`, `_`, `.`), with a new ECDSA P-256 key.
     pub fn new(cluster: &str) -> Result<Self, IdentityError> {
         names::check("the cluster name", cluster).map_err(IdentityError::Invalid)?;
@@ -100,8 +103,15 @@ impl Authority {
     }
 
     /// A certificate and key naming `node`, valid for `days` days, as PEM (certificate, key).
+    /// `days` is 1 to [`MAX_DAYS`](Self::MAX_DAYS).
     pub fn issue_pem(&self, node: &str, days: u32) -> Result<(String, String), IdentityError> {
         names::check("the node name", node).map_err(IdentityError::Invalid)?;
+        if !(1..=Self::MAX_DAYS).contains(&days) {
+            return Err(IdentityError::Invalid(format!(
+                "a certificate valid for {days} days: give 1 to {} (100 years)",
+                Self::MAX_DAYS
+            )));
+        }
         let issuer = Issuer::from_ca_cert_pem(&self.cert_pem, &self.key).map_err(invalid)?;
         let key = KeyPair::generate().map_err(invalid)?;
         let mut params = CertificateParams::default();
@@ -157,6 +167,16 @@ fn invalid(e: impl std::fmt::Display) -> IdentityError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_validity_past_a_hundred_years_or_of_zero_days_is_refused_not_a_panic() {
+        let ca = Authority::new("prod").unwrap();
+        for days in [0, Authority::MAX_DAYS + 1, u32::MAX] {
+            let e = ca.issue_pem("n1", days).unwrap_err().to_string();
+            assert!(e.contains("1 to 36500"), "{e}");
+        }
+        assert!(ca.issue_pem("n1", Authority::MAX_DAYS).is_ok());
+    }
 
     #[test]
     fn a_ca_issues_identities_and_reads_back_from_pem() {

@@ -71,11 +71,12 @@ pub struct GossipTraffic {
 type Signing = (Arc<dyn chitchat::Authenticator>, String);
 
 /// How long after a new node's copy first holds another node a missing service may still be
-/// on its way (`Registry::filling_until`).
-const FILLING_AFTER_FIRST_NEWS: Duration = Duration::from_secs(1);
+/// on its way (`Registry::filling_until`): a second, or five gossip rounds if they are longer.
+const FILLING_AFTER_FIRST_NEWS: (Duration, u32) = (Duration::from_secs(1), 5);
 
-/// How long after gossip starts a node that has heard from no seed treats its copy as filling.
-const FILLING_AT_MOST: Duration = Duration::from_secs(5);
+/// How long after gossip starts a new node's copy may be filling at all: five seconds, or 25
+/// gossip rounds if they are longer. Seeds that answer later open no window.
+const FILLING_AT_MOST: (Duration, u32) = (Duration::from_secs(5), 25);
 
 /// A registry replicated by gossip. One per node: give each node its own, with the same seeds.
 ///
@@ -771,18 +772,28 @@ impl Registry for GossipRegistry {
         })
     }
 
-    /// A node with seeds fills its copy from them: until one second after the copy first holds
-    /// another node (the rest of the state follows within a few rounds), or five seconds after
-    /// gossip started if none has answered yet. A node without seeds is the first of its
-    /// cluster: its copy is whole at once.
+    /// A node with seeds fills its copy from them: until a second after the copy first holds
+    /// another node (the rest of the state follows within a few rounds), and never past five
+    /// seconds after gossip started (both longer with gossip rounds over 200 ms). A node whose
+    /// only seed is itself, or that has none, is the first of its cluster: its copy is whole
+    /// at once.
     fn filling_until(&self) -> Option<tokio::time::Instant> {
-        if self.inner.config.seeds.is_empty() {
+        let running = self.running()?;
+        let own = running.handle.chitchat_id().gossip_advertise_addr;
+        let seeded = self.inner.config.seeds.iter().any(|seed| {
+            seed.parse::<SocketAddr>()
+                .map_or(true, |addr| addr != own && addr != self.inner.config.listen)
+        });
+        if !seeded {
             return None;
         }
-        let running = self.running()?;
+        let rounds = |(at_least, rounds): (Duration, u32)| {
+            at_least.max(self.inner.config.gossip_interval.saturating_mul(rounds))
+        };
+        let at_most = running.started + rounds(FILLING_AT_MOST);
         let until = match running.heard.get() {
-            Some(heard) => *heard + FILLING_AFTER_FIRST_NEWS,
-            None => running.started + FILLING_AT_MOST,
+            Some(heard) => (*heard + rounds(FILLING_AFTER_FIRST_NEWS)).min(at_most),
+            None => at_most,
         };
         (until > tokio::time::Instant::now()).then_some(until)
     }
