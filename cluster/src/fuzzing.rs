@@ -359,6 +359,18 @@ pub fn gossip_state(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
+/// A certificate as a node's gossip state carries it (`registry/gossip/authorship.rs`, before
+/// its chain is verified): its expiry and public key (`security/der.rs`) and the node it names
+/// (webpki, `security/names.rs`).
+pub fn certificate(bytes: &[u8]) -> Result<(), String> {
+    let named = crate::security::names::of_certificate(&bytes.into());
+    let read = crate::security::der::read(bytes).ok_or("not a certificate's shape")?;
+    if read.public_key.len() > bytes.len() {
+        return Err("a key longer than its certificate".into());
+    }
+    named.map(|_| ())
+}
+
 fn seed_request() -> Request {
     let mut metadata = Metadata::new();
     metadata.insert("tenant", "acme");
