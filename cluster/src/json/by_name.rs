@@ -1,0 +1,319 @@
+//! A call of `service.function` by name, with JSON, through the ordinary call path: what
+//! `cluster call` and the discovery gateway's function routes share.
+//!
+//! 1. [`Functions::find`]: the function in the newest description the registry holds for the
+//!    service (within a version requirement), the description the call is then made as: its
+//!    requirement, its options as the client's declared layer, its shape for the providers'
+//!    compatibility check. Providers of versions that cannot serve each other's clients are
+//!    an error unless a requirement chooses.
+//! 2. [`Found::arguments`]: the JSON arguments checked and encoded by that function's shape
+//!    (`shaped.rs`): a mistake is said here, nothing is sent.
+//! 3. [`Found::call`]: `Client::call_plain`, so retries, budget, re-resolution and
+//!    at-most-once are the call path's, as from code.
+//! 4. [`Found::answer`]: the answer given its shape back, and a function returning `Result`
+//!    split into its `Ok` and its `Err`.
+//!
+//! A [`Client`] takes a `&'static` description (a generated client's is a `static`): the
+//! descriptions found here are kept for the life of the process, one per service and version,
+//! at most [`MAX_DESCRIPTIONS`] of them, so that calls by name do not grow memory without end.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::Mutex;
+
+use semver::{Version, VersionReq};
+use serde_json::Value as Json;
+
+use super::{Wire, arguments, from_wire};
+use crate::service::shape::{Content, Shape};
+use crate::{Call, Client, FunctionDescription, Node, ServiceDescription};
+
+/// The most descriptions [`Functions`] keeps (each service and version once; a description
+/// that changed under the same version is kept again): past it, a function of a description
+/// not kept yet is [`FindError::TooManyDescriptions`].
+pub const MAX_DESCRIPTIONS: usize = 4096;
+
+/// Finds functions by name in a node's registry, and keeps a client for each description.
+pub struct Functions {
+    node: Node,
+    kept: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    clients: HashMap<(String, Version), (&'static ServiceDescription, Client)>,
+    leaked: usize,
+}
+
+impl fmt::Debug for Functions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Functions")
+            .field("node", &self.node.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A function found by [`Functions::find`], ready to be called.
+#[derive(Debug, Clone)]
+pub struct Found {
+    client: Client,
+    description: &'static ServiceDescription,
+    index: usize,
+}
+
+/// Why [`Functions::find`] found no function to call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FindError {
+    /// No entry of the service in the registry.
+    #[error("no service `{service}` in the registry{}", near.as_ref().map_or_else(String::new, |n| format!("; did you mean \"{n}\"?")))]
+    NoService {
+        /// The service asked for.
+        service: String,
+        /// A known service of a near name.
+        near: Option<String>,
+    },
+    /// Providers exist, none within the requirement.
+    #[error("no provider of `{service}` in a version within {requirement}: the registry has {}", versions.join(", "))]
+    NoVersion {
+        /// The service asked for.
+        service: String,
+        /// The requirement given.
+        requirement: String,
+        /// The versions the registry has.
+        versions: Vec<String>,
+    },
+    /// Providers of versions that cannot serve each other's clients, and no requirement.
+    #[error("`{service}` has providers of versions that cannot serve each other's clients ({})", versions.join(", "))]
+    Incompatible {
+        /// The service asked for.
+        service: String,
+        /// The versions, newest first.
+        versions: Vec<String>,
+    },
+    /// No such function in the newest description.
+    #[error("`{service}` {version} has no function `{function}`; it has: {}", functions.join(", "))]
+    NoFunction {
+        /// The service asked for.
+        service: String,
+        /// The newest version.
+        version: String,
+        /// The function asked for.
+        function: String,
+        /// The functions it has.
+        functions: Vec<String>,
+    },
+    /// [`MAX_DESCRIPTIONS`] are kept already.
+    #[error("{MAX_DESCRIPTIONS} descriptions are kept already; no client for another")]
+    TooManyDescriptions,
+}
+
+impl Functions {
+    /// Functions of the services in `node`'s registry, called through `node`.
+    pub fn new(node: &Node) -> Self {
+        Self {
+            node: node.clone(),
+            kept: Mutex::new(Kept::default()),
+        }
+    }
+
+    /// The node calls go through.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// `service.function` in the newest description within `requirement` (or, without one,
+    /// the newest, if every provider can serve its clients).
+    pub fn find(
+        &self,
+        service: &str,
+        function: &str,
+        requirement: Option<&VersionReq>,
+    ) -> Result<Found, FindError> {
+        let registry = self.node.registry();
+        let entries = registry.lookup(service);
+        if entries.is_empty() {
+            return Err(FindError::NoService {
+                service: service.to_owned(),
+                near: registry.local_copy().nearest_service(service),
+            });
+        }
+        let mut candidates: Vec<_> = entries
+            .iter()
+            .filter(|e| requirement.is_none_or(|r| r.matches(&e.description.version)))
+            .collect();
+        let versions = |entries: &mut dyn Iterator<Item = &Version>| {
+            let mut v: Vec<String> = entries.map(ToString::to_string).collect();
+            v.dedup();
+            v
+        };
+        if candidates.is_empty() {
+            let mut all: Vec<&Version> = entries.iter().map(|e| &e.description.version).collect();
+            all.sort();
+            return Err(FindError::NoVersion {
+                service: service.to_owned(),
+                requirement: requirement.map(ToString::to_string).unwrap_or_default(),
+                versions: versions(&mut all.into_iter()),
+            });
+        }
+        candidates.sort_by(|a, b| b.description.version.cmp(&a.description.version));
+        // Two majors during a migration: the caller says which, rather than the highest
+        // taking every call, with its arguments and metadata.
+        if requirement.is_none() {
+            let newest = candidates[0].description.requirement();
+            if candidates
+                .iter()
+                .any(|e| !newest.matches(&e.description.version))
+            {
+                return Err(FindError::Incompatible {
+                    service: service.to_owned(),
+                    versions: versions(&mut candidates.iter().map(|e| &e.description.version)),
+                });
+            }
+        }
+        for entry in &candidates {
+            if let Some(index) = entry
+                .description
+                .functions
+                .iter()
+                .position(|f| f.name == function)
+            {
+                let (description, mut client) = self.client(&entry.description)?;
+                if let Some(requirement) = requirement {
+                    client = client.require(requirement.clone());
+                }
+                return Ok(Found {
+                    client,
+                    description,
+                    index,
+                });
+            }
+        }
+        let newest = &candidates[0].description;
+        Err(FindError::NoFunction {
+            service: service.to_owned(),
+            version: newest.version.to_string(),
+            function: function.to_owned(),
+            functions: newest.functions.iter().map(|f| f.name.clone()).collect(),
+        })
+    }
+
+    /// The client kept for `description`, made (and the description kept) the first time.
+    fn client(
+        &self,
+        description: &ServiceDescription,
+    ) -> Result<(&'static ServiceDescription, Client), FindError> {
+        // A poisoned lock holds a map that is whole (no code panics while changing it).
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (description.name.clone(), description.version.clone());
+        if let Some((kept, client)) = kept.clients.get(&key)
+            && **kept == *description
+        {
+            return Ok((kept, client.clone()));
+        }
+        if kept.leaked >= MAX_DESCRIPTIONS {
+            return Err(FindError::TooManyDescriptions);
+        }
+        kept.leaked += 1;
+        let leaked: &'static ServiceDescription = Box::leak(Box::new(description.clone()));
+        let client = Client::new(&self.node, leaked);
+        kept.clients.insert(key, (leaked, client.clone()));
+        Ok((leaked, client))
+    }
+}
+
+/// What a call by name answered: the function's value, or its own `Err`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The function's value (its `Ok` for a function returning `Result`).
+    Ok(Wire),
+    /// The `Err` a function returning `Result` returned.
+    Err(Wire),
+}
+
+impl Found {
+    /// The function's description.
+    pub fn function(&self) -> &'static FunctionDescription {
+        &self.description.functions[self.index]
+    }
+
+    /// The description it was found in.
+    pub fn description(&self) -> &'static ServiceDescription {
+        self.description
+    }
+
+    /// `args`, a JSON array of one value per argument, checked and encoded by the function's
+    /// shape; or what is wrong with it.
+    pub fn arguments(&self, args: &Json) -> Result<Wire, String> {
+        let function = self.function();
+        match &function.shape {
+            Some(shape) => arguments(&shape.args, args),
+            // An entry from a build before shapes: the JSON goes as it stands, and the provider
+            // says whether it reads it.
+            None => match args {
+                Json::Array(values) if values.len() == function.arity() => Ok(match values.len() {
+                    0 => Wire::Nil,
+                    _ => Wire::Array(values.iter().map(Wire::from_json).collect()),
+                }),
+                _ => Err(format!(
+                    "the arguments are a JSON array of {} values (one per argument)",
+                    function.arity()
+                )),
+            },
+        }
+    }
+
+    /// The call, to be given its options and awaited.
+    pub fn call(&self, args: &Wire) -> Call<Wire, Infallible> {
+        self.client.call_plain::<_, Wire>(self.index, args)
+    }
+
+    /// The answer given its shape back, and split into `Ok` and `Err` for a function that
+    /// returns `Result`.
+    pub fn answer(&self, answer: Wire) -> Answer {
+        let function = self.function();
+        let answer = match &function.shape {
+            Some(shape) => from_wire(&shape.output, answer),
+            None => answer,
+        };
+        match answer {
+            Wire::Map(mut entries) if returns_result(function) && entries.len() == 1 => {
+                match entries.pop() {
+                    Some((Wire::Str(tag), value)) if tag == "Ok" => Answer::Ok(value),
+                    Some((Wire::Str(tag), value)) if tag == "Err" => Answer::Err(value),
+                    Some(entry) => Answer::Ok(Wire::Map(vec![entry])),
+                    None => Answer::Ok(Wire::Map(entries)),
+                }
+            }
+            answer => Answer::Ok(answer),
+        }
+    }
+}
+
+/// Whether the function returns `Result<T, E>`: its shape is an enum of `Ok` and `Err` (or,
+/// in an entry without shapes or with a result the tracer could not follow, its signature
+/// says `-> Result<`).
+pub fn returns_result(function: &FunctionDescription) -> bool {
+    // As `#[service]` reads it: the result's type path ends in `Result` (`Result<…>`,
+    // `std::result::Result<…>`, `::core::result::Result<…>`).
+    let by_signature = || {
+        function.signature.split_once("->").is_some_and(|(_, out)| {
+            out.split_once('<')
+                .is_some_and(|(path, _)| path.trim().rsplit("::").next() == Some("Result"))
+        })
+    };
+    match function.shape.as_ref().map(|s| &s.output) {
+        Some(Shape::Enum { variants, .. }) => {
+            variants.len() == 2
+                && variants
+                    .iter()
+                    .any(|v| v.name == "Ok" && matches!(v.content, Content::Newtype(_)))
+                && variants
+                    .iter()
+                    .any(|v| v.name == "Err" && matches!(v.content, Content::Newtype(_)))
+        }
+        Some(Shape::Opaque(_)) | None => by_signature(),
+        Some(_) => false,
+    }
+}
