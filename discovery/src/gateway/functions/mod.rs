@@ -18,7 +18,8 @@
 //!    call path's, as from code; the provider sees the gateway's node name as the caller;
 //! 7. the answer (`status.rs`): `200` with the value as JSON, `422` for the function's `Err`,
 //!    a status for each way the framework failed; `x-cluster-request-id` on every answer from
-//!    step 3 on, `x-cluster-call-id` for an at-most-once call.
+//!    step 3 on, `x-cluster-attempts` on every call's, `x-cluster-call-id` for an at-most-once
+//!    call.
 
 mod budget;
 mod describe;
@@ -34,7 +35,7 @@ use axum::http::{
 };
 use cluster::context::TraceParent;
 use cluster::json::{Answer, Functions};
-use cluster::{Node, VersionReq};
+use cluster::{CallReport, Node, VersionReq};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
@@ -66,6 +67,7 @@ pub const GATEWAY_REQUEST_KEY: &str = "gateway-request";
 const META_PREFIX: &str = "x-cluster-meta-";
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-cluster-request-id");
 const X_CALL_ID: HeaderName = HeaderName::from_static("x-cluster-call-id");
+const X_ATTEMPTS: HeaderName = HeaderName::from_static("x-cluster-attempts");
 
 /// Where a function route's calls go: the services in a cluster node's registry, called by
 /// name with JSON ([`Gateway::functions`](super::Gateway::functions)).
@@ -276,21 +278,26 @@ impl FunctionRoute {
                     Answer::Ok(value) => status::answered(&value),
                     Answer::Err(error) => status::app_error(&error, &report),
                 };
-                add_call_id(&mut r, report.call_id);
+                add_report(&mut r, &report);
                 r
             }
             Err(e) => {
                 tracing::debug!("the call {target} through the gateway failed: {e}");
                 let mut r = status::call_failed(&e);
-                add_call_id(&mut r, e.report().call_id);
+                add_report(&mut r, e.report());
                 r
             }
         }
     }
 }
 
-fn add_call_id(r: &mut Response<Body>, call_id: Option<u128>) {
-    if let Some(id) = call_id
+/// What the call's report says that a client may know: its attempts, and the call id of an
+/// at-most-once call (what to reconcile with after a failure that may have run).
+fn add_report(r: &mut Response<Body>, report: &CallReport) {
+    let attempts = report.attempts.len() + report.attempts_left_out;
+    r.headers_mut()
+        .insert(X_ATTEMPTS, HeaderValue::from(attempts));
+    if let Some(id) = report.call_id
         && let Ok(v) = HeaderValue::from_str(&format!("{id:032x}"))
     {
         r.headers_mut().insert(X_CALL_ID, v);
