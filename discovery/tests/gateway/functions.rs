@@ -391,6 +391,20 @@ async fn refused_requests_never_reach_a_handler() {
     let mut answer = [0; 12];
     raw.read_exact(&mut answer).await.unwrap();
     assert_eq!(&answer, b"HTTP/1.1 413");
+    // One that grows past it while streaming (chunked, no length declared) is refused too.
+    let mut raw = tokio::net::TcpStream::connect(s.gateway.addr())
+        .await
+        .unwrap();
+    let size = (1 << 20) + 1;
+    let head = format!(
+        "POST /api/inventory/reserve HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         x-api-key: {SHOP_KEY}\r\ntransfer-encoding: chunked\r\n\r\n{size:x}\r\n"
+    );
+    raw.write_all(head.as_bytes()).await.unwrap();
+    raw.write_all(&vec![b' '; size]).await.unwrap();
+    let mut answer = [0; 12];
+    raw.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 413");
     let text = Request::post(format!("{}/api/inventory/reserve", s.gateway.url()))
         .header("content-type", "text/plain")
         .header("x-api-key", SHOP_KEY)
