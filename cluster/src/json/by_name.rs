@@ -243,10 +243,20 @@ impl Found {
         self.description
     }
 
-    /// `args`, a JSON array of one value per argument, checked and encoded by the function's
-    /// shape; or what is wrong with it.
+    /// `args`, checked and encoded by the function's shape; or what is wrong with it. `args`
+    /// is a JSON array of one value per argument, or an object by parameter name (for an
+    /// entry that names its parameters: [`FunctionDescription::params`]), where a missing
+    /// `Option` is `null`.
     pub fn arguments(&self, args: &Json) -> Result<Wire, String> {
         let function = self.function();
+        let by_name;
+        let args = match args {
+            Json::Object(named) => {
+                by_name = in_order(function, named)?;
+                &by_name
+            }
+            args => args,
+        };
         match &function.shape {
             Some(shape) => arguments(&shape.args, args),
             // An entry from a build before shapes: the JSON goes as it stands, and the provider
@@ -291,6 +301,41 @@ impl Found {
     }
 }
 
+/// An object of arguments by parameter name, as the array of them in order.
+fn in_order(
+    function: &FunctionDescription,
+    named: &serde_json::Map<String, Json>,
+) -> Result<Json, String> {
+    let params = &function.params;
+    if params.is_empty() && function.arity() > 0 {
+        return Err(format!(
+            "the provider's entry does not name `{}`'s parameters: the arguments are a \
+             JSON array, one value per argument",
+            function.name
+        ));
+    }
+    if let Some(unknown) = named.keys().find(|k| !params.contains(k)) {
+        return Err(format!(
+            "`{}` has no parameter `{unknown}`; its parameters are {}",
+            function.name,
+            params.join(", ")
+        ));
+    }
+    let shapes = function.shape.as_ref().map(|s| &s.args);
+    params
+        .iter()
+        .enumerate()
+        .map(|(n, param)| match named.get(param) {
+            Some(value) => Ok(value.clone()),
+            None if matches!(shapes.and_then(|s| s.get(n)), Some(Shape::Option(_))) => {
+                Ok(Json::Null)
+            }
+            None => Err(format!("the argument `{param}` is missing")),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Json::Array)
+}
+
 /// Whether the function returns `Result<T, E>`: its shape is an enum of `Ok` and `Err` (or,
 /// in an entry without shapes or with a result the tracer could not follow, its signature
 /// says `-> Result<`).
@@ -315,5 +360,69 @@ pub fn returns_result(function: &FunctionDescription) -> bool {
         }
         Some(Shape::Opaque(_)) | None => by_signature(),
         Some(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::options::CallOptions;
+    use crate::service::shape::FunctionShape;
+
+    fn reserve() -> FunctionDescription {
+        FunctionDescription::new(
+            "reserve",
+            "reserve(String, u32, Option<String>) -> u32",
+            true,
+            CallOptions::new(),
+        )
+        .with_params(&["item", "count", "note"])
+        .with_shape(FunctionShape::new(
+            vec![
+                Shape::Str,
+                Shape::Uint(32),
+                Shape::Option(Box::new(Shape::Str)),
+            ],
+            Shape::Uint(32),
+        ))
+    }
+
+    fn named(value: Json) -> serde_json::Map<String, Json> {
+        match value {
+            Json::Object(map) => map,
+            _ => unreachable!("an object"),
+        }
+    }
+
+    #[test]
+    fn arguments_by_name_are_put_in_order_and_a_missing_option_is_null() {
+        let f = reserve();
+        assert_eq!(
+            in_order(&f, &named(json!({"count": 3, "item": "apple"}))),
+            Ok(json!(["apple", 3, null]))
+        );
+        assert_eq!(
+            in_order(
+                &f,
+                &named(json!({"count": 3, "item": "apple", "note": "x"}))
+            ),
+            Ok(json!(["apple", 3, "x"]))
+        );
+        assert_eq!(
+            in_order(&f, &named(json!({"item": "apple"}))),
+            Err("the argument `count` is missing".to_owned())
+        );
+        let unknown = in_order(&f, &named(json!({"item": "a", "count": 1, "size": 2})));
+        assert!(unknown.unwrap_err().contains("no parameter `size`"));
+    }
+
+    #[test]
+    fn an_entry_without_names_asks_for_an_array() {
+        let mut f = reserve();
+        f.params.clear();
+        let e = in_order(&f, &named(json!({"item": "a"}))).unwrap_err();
+        assert!(e.contains("JSON array"), "{e}");
     }
 }
