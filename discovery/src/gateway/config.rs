@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::functions::{FunctionsConfig, NodeConfig};
 use super::{Gateway, GatewayLimits, Host, Upstream};
 use crate::balance::Balancer;
 use crate::resolve::ResolverConfig;
@@ -45,9 +46,17 @@ pub struct GatewayConfig {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// Resolvers by name, each as [`ResolverConfig`] (`kind` = `static`, `dns`, `discovery`).
+    #[serde(default)]
     pub resolvers: HashMap<String, ResolverConfig>,
-    /// The routes.
+    /// The routes to instances.
+    #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// The routes to the cluster's functions (`docs/gateway-calls.md`); they need `node`.
+    #[serde(default)]
+    pub functions: Vec<FunctionsConfig>,
+    /// The gateway's own member of the cluster, which makes the function routes' calls.
+    #[serde(default)]
+    pub node: Option<NodeConfig>,
     /// How long an instance whose connection failed is passed over first, in milliseconds
     /// (default 2,000).
     #[serde(default)]
@@ -150,6 +159,9 @@ pub enum ConfigError {
     /// No routes: the gateway would answer 404 to everything.
     #[error("no routes")]
     NoRoutes,
+    /// Function routes without the `[node]` that would make their calls.
+    #[error("`[[functions]]` routes need a `[node]`: the gateway's own member of the cluster")]
+    NoNode,
     /// The TLS files cannot be used.
     #[error("TLS")]
     Tls(#[source] std::io::Error),
@@ -179,8 +191,20 @@ impl GatewayConfig {
     /// Parses a TOML configuration.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let config: Self = toml::from_str(text).map_err(ConfigError::Parse)?;
-        if config.routes.is_empty() {
+        if config.routes.is_empty() && config.functions.is_empty() {
             return Err(ConfigError::NoRoutes);
+        }
+        if !config.functions.is_empty() && config.node.is_none() {
+            return Err(ConfigError::NoNode);
+        }
+        let mut paths = std::collections::HashSet::new();
+        for f in &config.functions {
+            if !paths.insert(f.path.as_str()) || config.routes.iter().any(|r| r.path == f.path) {
+                return Err(ConfigError::Route {
+                    route: f.path.clone(),
+                    why: "a second route with the same path (the first would win)".to_owned(),
+                });
+            }
         }
         if config
             .workers
@@ -248,8 +272,36 @@ impl GatewayConfig {
         Ok(config)
     }
 
-    /// The gateway it describes: one balancer per resolver, shared by its routes.
+    /// The gateway it describes: one balancer per resolver, shared by its routes. A file with
+    /// function routes needs their node: [`GatewayConfig::gateway_with`].
     pub fn gateway(&self) -> Result<Gateway, ConfigError> {
+        if !self.functions.is_empty() {
+            return Err(ConfigError::NoNode);
+        }
+        self.build(None, &|_| None)
+    }
+
+    /// The gateway it describes, its function routes calling through `node` (started from
+    /// [`GatewayConfig::node`]), their API keys read from the environment.
+    pub fn gateway_with(&self, node: &cluster::Node) -> Result<Gateway, ConfigError> {
+        self.gateway_with_env(node, &|name| std::env::var(name).ok())
+    }
+
+    /// [`GatewayConfig::gateway_with`], the keys' variables read by `env` instead of from the
+    /// process's environment.
+    pub fn gateway_with_env(
+        &self,
+        node: &cluster::Node,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Gateway, ConfigError> {
+        self.build(Some(node), env)
+    }
+
+    fn build(
+        &self,
+        node: Option<&cluster::Node>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Gateway, ConfigError> {
         let mut balancers: HashMap<&str, Arc<Balancer>> = HashMap::new();
         let mut gateway = Gateway::new()
             .limits(self.limits.limits())
@@ -300,6 +352,18 @@ impl GatewayConfig {
                 up = up.attempts(n);
             }
             gateway = gateway.route(&route.path, up);
+        }
+        for functions in &self.functions {
+            let Some(node) = node else {
+                return Err(ConfigError::NoNode);
+            };
+            let route = functions
+                .route(node, env)
+                .map_err(|why| ConfigError::Route {
+                    route: functions.path.clone(),
+                    why,
+                })?;
+            gateway = gateway.functions(&functions.path, route);
         }
         if let Some(tls) = &self.tls {
             gateway = gateway

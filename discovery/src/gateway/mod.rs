@@ -55,8 +55,8 @@ use tower::retry::budget::TpsBudget;
 pub use config::{ConfigError, GatewayConfig, RouteConfig};
 pub use functions::{
     DEFAULT_CALL_BUDGET, DEFAULT_MAX_CALL_BUDGET, DEFAULT_MAX_JSON_BYTES, EDGE_CALLER_KEY,
-    EdgeCallers, FunctionRoute, GATEWAY_REQUEST_KEY, MAX_EDGE_NAME, MAX_META_HEADERS,
-    MAX_META_VALUE,
+    EdgeCallers, FunctionRoute, FunctionsConfig, GATEWAY_REQUEST_KEY, KeyConfig, MAX_EDGE_NAME,
+    MAX_META_HEADERS, MAX_META_VALUE, NodeConfig, TrustedHeaderConfig,
 };
 pub use route::{DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT, Host, Upstream};
 
@@ -225,7 +225,7 @@ impl Gateway {
     }
 
     /// Requests whose path matches `pattern` (`/api/*`) are calls of the cluster's functions:
-    /// `POST /api/SERVICE/FUNCTION` with a JSON array of arguments, `GET /api/_describe`
+    /// `POST /api/SERVICE/FUNCTION` with JSON arguments, `GET /api/_describe`
     /// ([`FunctionRoute`]). Patterns are as [`Gateway::route`]'s, and compete with them by
     /// specificity the same way.
     ///

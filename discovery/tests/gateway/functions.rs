@@ -253,6 +253,20 @@ async fn a_typed_function_answers_its_value_its_err_and_a_nested_call() {
         "{}",
         ok.text
     );
+    let named = s
+        .post(
+            "/api/inventory/reserve",
+            SHOP_KEY,
+            r#"{"count": 1, "item": "apple"}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        named.json,
+        json!(6),
+        "arguments by parameter name: {}",
+        named.text
+    );
     let id = ok.headers["x-cluster-request-id"].to_str().unwrap();
     assert_eq!(id.len(), 32, "{id}");
 
@@ -261,7 +275,7 @@ async fn a_typed_function_answers_its_value_its_err_and_a_nested_call() {
         .await;
     assert_eq!(err.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", err.text);
     assert_eq!(err.json["error"]["variant"], "OutOfStock");
-    assert_eq!(err.json["error"]["value"], json!({"left": 7}));
+    assert_eq!(err.json["error"]["value"], json!({"left": 6}));
     let unit = s
         .post("/api/inventory/reserve", SHOP_KEY, r#"["pear", 1]"#, &[])
         .await;
@@ -275,7 +289,7 @@ async fn a_typed_function_answers_its_value_its_err_and_a_nested_call() {
         .post("/api/shop/order", SHOP_KEY, r#"["apple", 2]"#, &[])
         .await;
     assert_eq!(nested.status, StatusCode::OK, "{}", nested.text);
-    assert_eq!(nested.json, json!("2 apple ordered, 5 left"));
+    assert_eq!(nested.json, json!("2 apple ordered, 4 left"));
 
     // The provider's allow-list sees the gateway's node; the handler sees the edge caller.
     let who = s
@@ -497,6 +511,7 @@ async fn describe_lists_what_the_caller_may_call_with_its_shapes() {
         .clone();
     assert_eq!(reserve["path"], "/api/inventory/reserve");
     assert_eq!(reserve["args"], json!(["Str", {"Uint": 32}]), "{reserve}");
+    assert_eq!(reserve["params"], json!(["item", "count"]), "{reserve}");
     assert_eq!(reserve["returns_result"], true);
     let ops = s.send(req(OPS_KEY)).await;
     assert_eq!(ops.json["services"].as_array().unwrap().len(), 3);
@@ -613,4 +628,63 @@ impl Drop for Cutter {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_declares_a_function_route_with_its_keys_from_the_environment() {
+    let s = setup().await;
+    let text = r#"
+        [node]
+        name = "gateway-2"
+        identity_dir = "/nowhere"
+        eureka = ["http://127.0.0.1:1/eureka/"]
+
+        [[functions]]
+        path = "/calls/*"
+        max_timeout_ms = 1000
+
+        [[functions.keys]]
+        name = "from-file"
+        key_env = "CLUSTER_GATEWAY_TEST_KEY"
+        allow = ["inventory.reserve", "shop.order"]
+    "#;
+    let config = cluster_discovery::gateway::GatewayConfig::from_toml(text).unwrap();
+    assert!(config.gateway().is_err(), "function routes need the node");
+    let node = node(&s.registry, "gateway-2").await;
+    // Not set: refused at start rather than a route nobody can use.
+    let unset = match config.gateway_with_env(&node, &|_| None) {
+        Err(e) => cluster_discovery::gateway::error_chain(&e),
+        Ok(_) => panic!("started without its key"),
+    };
+    assert!(unset.contains("CLUSTER_GATEWAY_TEST_KEY"), "{unset}");
+    let env = |name: &str| {
+        (name == "CLUSTER_GATEWAY_TEST_KEY").then(|| "file-key-0123456789abcdef".to_owned())
+    };
+    let gateway = config
+        .gateway_with_env(&node, &env)
+        .unwrap()
+        .workers(1)
+        .start(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let req = |path: &str| {
+        Request::post(format!("{}{path}", gateway.url()))
+            .header("content-type", "application/json")
+            .header("x-api-key", "file-key-0123456789abcdef")
+            .body(Body::from(r#"["apple", 1]"#))
+            .unwrap()
+    };
+    let ok = s.send(req("/calls/shop/order")).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    assert_eq!(ok.json, json!("1 apple ordered, 9 left"));
+    // inventory's own allow-list names gateway-1, not this gateway's node: the provider
+    // refuses it, whatever the edge caller may do.
+    let refused = s.send(req("/calls/inventory/reserve")).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.text);
+    assert_eq!(refused.json["error"]["reason"], "unauthorized");
+    let other = s.send(req("/calls/inventory/slow")).await;
+    assert_eq!(other.status, StatusCode::FORBIDDEN, "{}", other.text);
+    gateway.shutdown().await;
+    node.shutdown().await;
+    s.stop().await;
 }

@@ -38,6 +38,7 @@ pub(crate) fn describe(node: &Node, prefix: &str, caller: &EdgeCaller) -> Value 
                         "name": f.name,
                         "path": format!("{prefix}/{}/{}", d.name, f.name),
                         "signature": f.signature,
+                        "params": f.params,
                         "args": f.shape.as_ref().map(|s| &s.args),
                         "result": f.shape.as_ref().map(|s| &s.output),
                         "returns_result": returns_result(f),

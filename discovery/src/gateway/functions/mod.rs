@@ -1,6 +1,7 @@
-//! Function routes: `POST <prefix>/SERVICE/FUNCTION` with a JSON array of arguments is a call
-//! of `SERVICE.FUNCTION` through the cluster's own call path, made by a member of the cluster
-//! (the gateway's [`Node`], with its own certificate). In order:
+//! Function routes: `POST <prefix>/SERVICE/FUNCTION` with JSON arguments (an array, or an
+//! object by parameter name) is a call of `SERVICE.FUNCTION` through the cluster's own call
+//! path, made by a member of the cluster (the gateway's [`Node`], with its own certificate).
+//! In order:
 //!
 //! 1. the path: `<prefix>/SERVICE/FUNCTION` (`POST`) or `<prefix>/_describe` (`GET`), else
 //!    `404` or `405`;
@@ -22,6 +23,7 @@
 //!    call.
 
 mod budget;
+mod config;
 mod describe;
 mod edge;
 mod status;
@@ -39,6 +41,7 @@ use cluster::{CallReport, Node, VersionReq};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
+pub use config::{FunctionsConfig, KeyConfig, NodeConfig, TrustedHeaderConfig};
 pub use edge::{EdgeCallers, MAX_EDGE_NAME};
 
 use status::{json_response, refused};
