@@ -11,8 +11,9 @@
 //!    longest) and the metadata (`x-cluster-meta-KEY` headers, bounded; the caller's name under
 //!    `edge-caller`, the request's id under `gateway-request`, neither settable by the client);
 //!    a malformed one `400`;
-//! 4. the body: `Content-Type: application/json`, else `415`; at most the route's
-//!    `max_body_bytes`, else `413`; JSON, else `400` saying where it is wrong;
+//! 4. the body (`request.rs`, with the metadata): `Content-Type: application/json`, else
+//!    `415`; at most the route's `max_body_bytes`, else `413`; JSON, else `400` saying where
+//!    it is wrong;
 //! 5. the function (`cluster::json::Functions`): the newest description within the route's
 //!    version requirement; the arguments checked against its shape, `400` naming the argument;
 //! 6. the call: retries, re-resolution, at-most-once and the provider's allow-list are the
@@ -26,24 +27,23 @@ mod budget;
 mod config;
 mod describe;
 mod edge;
+mod request;
 mod status;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{
-    HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header,
-};
+use axum::http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
 use cluster::context::TraceParent;
 use cluster::json::{Answer, Functions};
 use cluster::{CallReport, Node, VersionReq};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 pub use config::{FunctionsConfig, KeyConfig, NodeConfig, TrustedHeaderConfig};
 pub use edge::{EdgeCallers, MAX_EDGE_NAME};
 
+use request::{is_json, metadata, read_json};
 use status::{json_response, refused};
 
 /// The default budget of a call that asks for none: 30 s (as a proxied route's timeout).
@@ -307,81 +307,6 @@ fn add_report(r: &mut Response<Body>, report: &CallReport) {
     }
 }
 
-/// The `x-cluster-meta-KEY: VALUE` headers as metadata, bounded; the gateway's own keys are
-/// not the client's to set.
-fn metadata(headers: &HeaderMap) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for (name, value) in headers {
-        let Some(key) = name.as_str().strip_prefix(META_PREFIX) else {
-            continue;
-        };
-        if out.len() == MAX_META_HEADERS {
-            return Err(format!(
-                "at most {MAX_META_HEADERS} `{META_PREFIX}*` headers"
-            ));
-        }
-        if key.is_empty() || key == EDGE_CALLER_KEY || key == GATEWAY_REQUEST_KEY {
-            return Err(format!("`{name}` is not a metadata key a client may set"));
-        }
-        if value.len() > MAX_META_VALUE {
-            return Err(format!("`{name}` is longer than {MAX_META_VALUE} bytes"));
-        }
-        let Ok(value) = value.to_str() else {
-            return Err(format!("`{name}` is not visible ASCII"));
-        };
-        out.push((key.to_owned(), value.to_owned()));
-    }
-    Ok(out)
-}
-
-fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-}
-
-/// The body, at most `limit` bytes, as JSON.
-async fn read_json(body: Incoming, limit: usize) -> Result<serde_json::Value, Response<Body>> {
-    let too_large = || {
-        let mut r = refused(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too large",
-            &format!("the body is larger than {limit} bytes"),
-        );
-        // The rest of the body is not read: the connection cannot carry another request.
-        r.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        r
-    };
-    if hyper::body::Body::size_hint(&body)
-        .upper()
-        .is_some_and(|n| n > limit as u64)
-        || hyper::body::Body::size_hint(&body).lower() > limit as u64
-    {
-        return Err(too_large());
-    }
-    let bytes = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-        Err(_) => {
-            return Err(refused(
-                StatusCode::BAD_REQUEST,
-                "bad body",
-                "the request body could not be read",
-            ));
-        }
-    };
-    serde_json::from_slice(&bytes).map_err(|e| {
-        refused(
-            StatusCode::BAD_REQUEST,
-            "bad json",
-            &format!("the body is not JSON: {e}"),
-        )
-    })
-}
-
 fn unauthorized() -> Response<Body> {
     refused(
         StatusCode::UNAUTHORIZED,
@@ -399,49 +324,4 @@ fn not_allowed(allow: &'static str) -> Response<Body> {
     r.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));
     r
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metadata_headers_are_bounded_and_the_gateway_s_keys_kept() {
-        let mut h = HeaderMap::new();
-        h.insert("x-cluster-meta-tenant", "acme".parse().unwrap());
-        h.insert("x-other", "x".parse().unwrap());
-        assert_eq!(
-            metadata(&h).unwrap(),
-            vec![("tenant".to_owned(), "acme".to_owned())]
-        );
-        h.insert("x-cluster-meta-edge-caller", "admin".parse().unwrap());
-        assert!(metadata(&h).is_err());
-        let mut many = HeaderMap::new();
-        for n in 0..=MAX_META_HEADERS {
-            many.insert(
-                HeaderName::from_bytes(format!("x-cluster-meta-k{n}").as_bytes()).unwrap(),
-                "v".parse().unwrap(),
-            );
-        }
-        assert!(metadata(&many).unwrap_err().contains("at most"));
-        let mut long = HeaderMap::new();
-        long.insert(
-            "x-cluster-meta-k",
-            "v".repeat(MAX_META_VALUE + 1).parse().unwrap(),
-        );
-        assert!(metadata(&long).unwrap_err().contains("longer"));
-    }
-
-    #[test]
-    fn json_is_application_json_with_or_without_parameters() {
-        let with = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::CONTENT_TYPE, v.parse().unwrap());
-            is_json(&h)
-        };
-        assert!(with("application/json"));
-        assert!(with("Application/JSON; charset=utf-8"));
-        assert!(!with("text/plain"));
-        assert!(!is_json(&HeaderMap::new()));
-    }
 }
