@@ -29,9 +29,9 @@ use super::{Wire, arguments, from_wire};
 use crate::service::shape::{Content, Shape};
 use crate::{Call, Client, FunctionDescription, Node, ServiceDescription};
 
-/// The most descriptions [`Functions`] keeps (each service and version once; a description
-/// that changed under the same version is kept again): past it, a function of a description
-/// not kept yet is [`FindError::TooManyDescriptions`].
+/// The most descriptions [`Functions`] keeps (each distinct description once: two builds of
+/// one version that differ are two): past it, a function of a description not kept yet is
+/// [`FindError::TooManyDescriptions`].
 pub const MAX_DESCRIPTIONS: usize = 4096;
 
 /// Finds functions by name in a node's registry, and keeps a client for each description.
@@ -42,7 +42,11 @@ pub struct Functions {
 
 #[derive(Default)]
 struct Kept {
-    clients: HashMap<(String, Version), (&'static ServiceDescription, Client)>,
+    /// Per service and version, every description seen under it: two builds of one version
+    /// may differ (a rolling deploy of a build that adds parameter names), and a lookup may
+    /// find either first, so each is kept once rather than replaced, and leaked again, on
+    /// every alternation.
+    clients: HashMap<(String, Version), Vec<(&'static ServiceDescription, Client)>>,
     leaked: usize,
 }
 
@@ -207,8 +211,10 @@ impl Functions {
         // A poisoned lock holds a map that is whole (no code panics while changing it).
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         let key = (description.name.clone(), description.version.clone());
-        if let Some((kept, client)) = kept.clients.get(&key)
-            && **kept == *description
+        if let Some((kept, client)) = kept
+            .clients
+            .get(&key)
+            .and_then(|seen| seen.iter().find(|(d, _)| **d == *description))
         {
             return Ok((kept, client.clone()));
         }
@@ -218,7 +224,10 @@ impl Functions {
         kept.leaked += 1;
         let leaked: &'static ServiceDescription = Box::leak(Box::new(description.clone()));
         let client = Client::new(&self.node, leaked);
-        kept.clients.insert(key, (leaked, client.clone()));
+        kept.clients
+            .entry(key)
+            .or_default()
+            .push((leaked, client.clone()));
         Ok((leaked, client))
     }
 }
@@ -416,6 +425,52 @@ mod tests {
         );
         let unknown = in_order(&f, &named(json!({"item": "a", "count": 1, "size": 2})));
         assert!(unknown.unwrap_err().contains("no parameter `size`"));
+    }
+
+    /// Two builds of one version, one naming its parameters: lookups that find one, then the
+    /// other, then the first again keep two descriptions, not one per alternation.
+    #[tokio::test]
+    async fn two_builds_of_one_version_are_kept_once_each() {
+        use std::sync::Arc;
+
+        use crate::registry::{NodeInfo, ServiceEntry};
+        use crate::{MemoryNetwork, MemoryRegistry, Registry};
+
+        let registry = MemoryRegistry::new();
+        let node = Node::builder()
+            .name("caller")
+            .memory(&MemoryNetwork::new())
+            .registry(registry.clone())
+            .start()
+            .await
+            .unwrap();
+        let build = |params: &[&str]| {
+            Arc::new(ServiceDescription::new(
+                "inventory",
+                Version::new(1, 0, 0),
+                None,
+                CallOptions::new(),
+                vec![reserve().with_params(params)],
+            ))
+        };
+        let (new, old) = (build(&["item", "count", "note"]), build(&[]));
+        let entry = |name: &str, d: &Arc<ServiceDescription>| {
+            ServiceEntry::new(
+                NodeInfo::new(name, "127.0.0.1:1".parse().unwrap(), 1),
+                d.clone(),
+            )
+        };
+        let functions = Functions::new(&node);
+        for (first, second) in [(&new, &old), (&old, &new), (&new, &old)] {
+            registry.deregister("a", "inventory").await.unwrap();
+            registry.deregister("b", "inventory").await.unwrap();
+            registry.register(entry("a", first)).await.unwrap();
+            registry.register(entry("b", second)).await.unwrap();
+            let found = functions.find("inventory", "reserve", None).unwrap();
+            assert_eq!(found.description(), &**first);
+        }
+        assert_eq!(functions.kept.lock().unwrap().leaked, 2);
+        node.shutdown().await;
     }
 
     #[test]
