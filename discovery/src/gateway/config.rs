@@ -130,6 +130,10 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// Its private key.
     pub key: PathBuf,
+    /// The CA whose client certificates the listener asks for and verifies (PEM): what
+    /// `[[functions]] certificates` names callers by. None by default.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// A file that does not describe a gateway.
@@ -197,8 +201,16 @@ impl GatewayConfig {
         if !config.functions.is_empty() && config.node.is_none() {
             return Err(ConfigError::NoNode);
         }
+        let client_ca = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
         let mut paths = std::collections::HashSet::new();
         for f in &config.functions {
+            if !f.certificates.is_empty() && !client_ca {
+                return Err(ConfigError::Route {
+                    route: f.path.clone(),
+                    why: "`certificates` need `[tls] client_ca`, the CA that issues them"
+                        .to_owned(),
+                });
+            }
             if !paths.insert(f.path.as_str()) || config.routes.iter().any(|r| r.path == f.path) {
                 return Err(ConfigError::Route {
                     route: f.path.clone(),
@@ -366,8 +378,24 @@ impl GatewayConfig {
             gateway = gateway.functions(&functions.path, route);
         }
         if let Some(tls) = &self.tls {
-            gateway = gateway
-                .tls(ServerTls::from_pem_files(&tls.cert, &tls.key).map_err(ConfigError::Tls)?);
+            let server = match &tls.client_ca {
+                None => ServerTls::from_pem_files(&tls.cert, &tls.key),
+                Some(ca) => {
+                    let read = |p: &PathBuf| {
+                        std::fs::read(p).map_err(|e| {
+                            std::io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+                        })
+                    };
+                    (|| {
+                        ServerTls::from_pem_with_client_ca(
+                            &read(&tls.cert)?,
+                            &read(&tls.key)?,
+                            &read(ca)?,
+                        )
+                    })()
+                }
+            };
+            gateway = gateway.tls(server.map_err(ConfigError::Tls)?);
         }
         Ok(gateway)
     }
@@ -417,6 +445,20 @@ mod tests {
             c.gateway(),
             Err(ConfigError::UnknownResolver { .. })
         ));
+    }
+
+    #[test]
+    fn function_routes_need_a_node_and_certificates_a_client_ca() {
+        let node = "[node]\nname = \"g\"\nidentity_dir = \"/x\"\neureka = []\n";
+        let open = "[[functions]]\npath = \"/api/*\"\nopen_to_anyone = true\n";
+        assert!(GatewayConfig::from_toml(&format!("{node}{open}")).is_ok());
+        assert!(matches!(
+            GatewayConfig::from_toml(open),
+            Err(ConfigError::NoNode)
+        ));
+        let certs = "[[functions]]\npath = \"/api/*\"\ncertificates = { app = [\"*\"] }\n";
+        let refused = GatewayConfig::from_toml(&format!("{node}{certs}")).unwrap_err();
+        assert!(refused.to_string().contains("client_ca"), "{refused}");
     }
 
     #[test]

@@ -109,7 +109,13 @@ impl Proxy {
                 let path = req.uri().path().to_owned();
                 let rest = under(&path, prefix).unwrap_or_default();
                 return functions
-                    .handle(req, prefix, rest, self.shared.max_body_bytes)
+                    .handle(
+                        req,
+                        prefix,
+                        rest,
+                        self.shared.max_body_bytes,
+                        caller.certificate(),
+                    )
                     .await;
             }
             None => {

@@ -688,3 +688,72 @@ async fn a_file_declares_a_function_route_with_its_keys_from_the_environment() {
     node.shutdown().await;
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_names_the_edge_caller() {
+    let s = setup().await;
+    let (server_ca, server_cert, server_key) = crate::tls::test_pki();
+    // The edge clients' CA: another than the cluster's, made as `cluster init` makes one.
+    let edge_ca = cluster::Authority::new("edge").unwrap();
+    let callers = EdgeCallers::new()
+        .certificates([("billing-app".to_owned(), vec!["bank.*", "inventory.who"])]);
+    let tls = cluster_discovery::server::ServerTls::from_pem_with_client_ca(
+        server_cert.as_bytes(),
+        server_key.as_bytes(),
+        edge_ca.cert_pem().as_bytes(),
+    )
+    .unwrap();
+    let gateway = Gateway::new()
+        .functions("/api/*", FunctionRoute::new(&s._nodes[2], callers))
+        .tls(tls)
+        .workers(1)
+        .start(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let client = |identity: Option<(String, String)>| {
+        let mut b = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(server_ca.as_bytes()).unwrap());
+        if let Some((cert, key)) = identity {
+            b = b.identity(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).unwrap());
+        }
+        b.build().unwrap()
+    };
+    let call = async |client: &reqwest::Client, path: &str, body: &str| {
+        client
+            .post(format!("{}{path}", gateway.url()))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+    };
+    let billing = client(Some(edge_ca.issue_pem("billing-app", 1).unwrap()));
+    let ok = call(&billing, "/api/bank/deposit", "[5]").await.unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    assert_eq!(ok.text().await.unwrap(), "1");
+    let who = call(&billing, "/api/inventory/who", "[]").await.unwrap();
+    let who: Value = who.json().await.unwrap();
+    assert_eq!(who[1], "billing-app", "{who}");
+    let not_allowed = call(&billing, "/api/inventory/reserve", r#"["apple", 1]"#)
+        .await
+        .unwrap();
+    assert_eq!(not_allowed.status().as_u16(), 403);
+
+    let stranger = client(Some(edge_ca.issue_pem("stranger", 1).unwrap()));
+    let unknown = call(&stranger, "/api/bank/deposit", "[6]").await.unwrap();
+    assert_eq!(unknown.status().as_u16(), 401);
+    let without = call(&client(None), "/api/bank/deposit", "[6]")
+        .await
+        .unwrap();
+    assert_eq!(without.status().as_u16(), 401);
+    // A certificate of another CA does not get through the handshake.
+    let other_ca = cluster::Authority::new("edge").unwrap();
+    let forged = client(Some(other_ca.issue_pem("billing-app", 1).unwrap()));
+    assert!(call(&forged, "/api/bank/deposit", "[6]").await.is_err());
+    assert_eq!(
+        *s.vault.ran.lock().unwrap(),
+        [5],
+        "only the first deposit ran"
+    );
+    gateway.shutdown().await;
+    s.stop().await;
+}

@@ -38,6 +38,10 @@ pub struct FunctionsConfig {
     /// API keys, each naming a caller and what it may call.
     #[serde(default)]
     pub keys: Vec<KeyConfig>,
+    /// Callers known by a TLS client certificate (the node name it carries), each with its
+    /// `service.function` patterns; needs `[tls] client_ca`.
+    #[serde(default)]
+    pub certificates: BTreeMap<String, Vec<String>>,
     /// Callers named by a header a proxy in front sets.
     #[serde(default)]
     pub trusted_header: Option<TrustedHeaderConfig>,
@@ -102,12 +106,19 @@ impl FunctionsConfig {
     /// What is wrong with it, said at start; `env` reads a variable.
     pub(crate) fn check(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
         super::super::route::Pattern::check(&self.path).map_err(str::to_owned)?;
-        if self.keys.is_empty() && self.trusted_header.is_none() && !self.open_to_anyone {
+        if self.keys.is_empty()
+            && self.certificates.is_empty()
+            && self.trusted_header.is_none()
+            && !self.open_to_anyone
+        {
             return Err(
-                "no `keys`, no `trusted_header` and not `open_to_anyone`: it would admit \
-                 nobody"
+                "no `keys`, no `certificates`, no `trusted_header` and not `open_to_anyone`: \
+                 it would admit nobody"
                     .to_owned(),
             );
+        }
+        for name in self.certificates.keys() {
+            edge::check_name(name).map_err(|why| format!("certificate `{name}`: {why}"))?;
         }
         for key in &self.keys {
             edge::check_name(&key.name).map_err(|why| format!("key `{}`: {why}", key.name))?;
@@ -153,6 +164,13 @@ impl FunctionsConfig {
         for key in &self.keys {
             let secret = env(&key.key_env).unwrap_or_default();
             edge = edge.key(&key.name, &secret, key.allow.iter().cloned());
+        }
+        if !self.certificates.is_empty() {
+            edge = edge.certificates(
+                self.certificates
+                    .iter()
+                    .map(|(name, allow)| (name.clone(), allow.clone())),
+            );
         }
         if let Some(h) = &self.trusted_header
             && let Ok(header) = HeaderName::try_from(h.header.as_str())

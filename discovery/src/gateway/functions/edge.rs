@@ -19,6 +19,7 @@ pub const MAX_EDGE_NAME: usize = 128;
 #[derive(Clone)]
 pub struct EdgeCallers {
     keys: Vec<([u8; 32], Edge)>,
+    certificates: Vec<Edge>,
     trusted_header: Option<(HeaderName, Vec<Edge>)>,
     open: bool,
 }
@@ -28,6 +29,7 @@ impl std::fmt::Debug for EdgeCallers {
         // Never the keys' digests: they are as good as the keys to a dictionary.
         f.debug_struct("EdgeCallers")
             .field("keys", &self.keys.len())
+            .field("certificates", &self.certificates)
             .field(
                 "trusted_header",
                 &self.trusted_header.as_ref().map(|h| &h.0),
@@ -72,6 +74,7 @@ impl EdgeCallers {
     pub fn new() -> Self {
         Self {
             keys: Vec::new(),
+            certificates: Vec::new(),
             trusted_header: None,
             open: false,
         }
@@ -117,6 +120,23 @@ impl EdgeCallers {
         self
     }
 
+    /// Callers known by a TLS client certificate: the node name it carries (as an
+    /// [`Authority`](cluster::Authority) issues them, `cluster issue NAME`), from the CA the
+    /// gateway's listener asks clients for (`ServerTls::from_pem_with_client_ca`; the
+    /// handshake verifies it). Each name with the functions it may call; a certificate of
+    /// another name is `401`.
+    pub fn certificates<S: Into<String>>(
+        mut self,
+        callers: impl IntoIterator<Item = (String, Vec<S>)>,
+    ) -> Self {
+        self.certificates
+            .extend(callers.into_iter().map(|(name, functions)| Edge {
+                name,
+                functions: Callers::only(functions),
+            }));
+        self
+    }
+
     /// Callers named by `header`, which a proxy in front of the gateway sets after it has
     /// authenticated them (and removes from what clients send): only for a gateway that
     /// nothing but that proxy can reach. `callers` are the names it may set and what each may
@@ -139,11 +159,32 @@ impl EdgeCallers {
 
     /// Whether the route has any way to admit a caller (else it is refused at start).
     pub(crate) fn configured(&self) -> bool {
-        self.open || !self.keys.is_empty() || self.trusted_header.is_some()
+        self.open
+            || !self.keys.is_empty()
+            || !self.certificates.is_empty()
+            || self.trusted_header.is_some()
     }
 
-    /// The caller `headers` name, if any.
-    pub(crate) fn identify(&self, headers: &HeaderMap) -> Result<EdgeCaller, Refusal> {
+    /// The caller a verified client certificate (`certificate`, the node name it carries) or
+    /// `headers` name, if any: the certificate first, as it is proven by the handshake.
+    pub(crate) fn identify(
+        &self,
+        headers: &HeaderMap,
+        certificate: Option<&str>,
+    ) -> Result<EdgeCaller, Refusal> {
+        if let Some(name) = certificate
+            && !self.certificates.is_empty()
+        {
+            return self
+                .certificates
+                .iter()
+                .find(|e| e.name == name)
+                .map(|e| EdgeCaller {
+                    name: e.name.clone(),
+                    functions: Some(e.functions.clone()),
+                })
+                .ok_or(Refusal::Unknown);
+        }
         if let Some((header, callers)) = &self.trusted_header
             && let Some(name) = headers.get(header).and_then(|v| v.to_str().ok())
         {
@@ -183,8 +224,13 @@ impl EdgeCallers {
     }
 
     /// [`identify`](Self::identify), then whether the caller may call `target`.
-    pub(crate) fn admit(&self, headers: &HeaderMap, target: &str) -> Result<EdgeCaller, Refusal> {
-        let caller = self.identify(headers)?;
+    pub(crate) fn admit(
+        &self,
+        headers: &HeaderMap,
+        certificate: Option<&str>,
+        target: &str,
+    ) -> Result<EdgeCaller, Refusal> {
+        let caller = self.identify(headers, certificate)?;
         if caller.may_call(target) {
             Ok(caller)
         } else {
@@ -251,20 +297,23 @@ mod tests {
             .key("shop", "shop-key-0123456789", ["inventory.*"])
             .key("ops", "ops-key-01234567890", ["*"]);
         let shop = headers(&[("authorization", "Bearer shop-key-0123456789")]);
-        assert_eq!(edge.admit(&shop, "inventory.reserve").unwrap().name, "shop");
         assert_eq!(
-            edge.admit(&shop, "bank.deposit"),
+            edge.admit(&shop, None, "inventory.reserve").unwrap().name,
+            "shop"
+        );
+        assert_eq!(
+            edge.admit(&shop, None, "bank.deposit"),
             Err(Refusal::NotAllowed("shop".into()))
         );
         let ops = headers(&[("x-api-key", "ops-key-01234567890")]);
-        assert_eq!(edge.admit(&ops, "bank.deposit").unwrap().name, "ops");
+        assert_eq!(edge.admit(&ops, None, "bank.deposit").unwrap().name, "ops");
         let wrong = headers(&[("authorization", "Bearer shop-key-0123456780")]);
         assert_eq!(
-            edge.admit(&wrong, "inventory.reserve"),
+            edge.admit(&wrong, None, "inventory.reserve"),
             Err(Refusal::Unknown)
         );
         assert_eq!(
-            edge.admit(&HeaderMap::new(), "inventory.reserve"),
+            edge.admit(&HeaderMap::new(), None, "inventory.reserve"),
             Err(Refusal::Unknown)
         );
     }
@@ -275,11 +324,38 @@ mod tests {
         assert!(edge.configured());
         assert!(!EdgeCallers::new().configured());
         assert_eq!(
-            edge.admit(&HeaderMap::new(), "a.b").unwrap().name,
+            edge.admit(&HeaderMap::new(), None, "a.b").unwrap().name,
             "anonymous"
         );
         let wrong = headers(&[("x-api-key", "nobody-has-this-key")]);
-        assert_eq!(edge.admit(&wrong, "a.b"), Err(Refusal::Unknown));
+        assert_eq!(edge.admit(&wrong, None, "a.b"), Err(Refusal::Unknown));
+    }
+
+    #[test]
+    fn a_verified_certificate_names_its_caller_before_any_header() {
+        let edge = EdgeCallers::new()
+            .certificates([("billing-app".to_owned(), vec!["bank.*"])])
+            .key("shop", "shop-key-0123456789", ["inventory.*"]);
+        let none = HeaderMap::new();
+        assert_eq!(
+            edge.admit(&none, Some("billing-app"), "bank.deposit")
+                .unwrap()
+                .name,
+            "billing-app"
+        );
+        assert_eq!(
+            edge.admit(&none, Some("billing-app"), "inventory.count"),
+            Err(Refusal::NotAllowed("billing-app".into()))
+        );
+        assert_eq!(
+            edge.admit(&none, Some("stranger"), "bank.deposit"),
+            Err(Refusal::Unknown)
+        );
+        let shop = headers(&[("x-api-key", "shop-key-0123456789")]);
+        assert_eq!(
+            edge.admit(&shop, None, "inventory.count").unwrap().name,
+            "shop"
+        );
     }
 
     #[test]
@@ -289,8 +365,14 @@ mod tests {
             [("web".to_owned(), vec!["inventory.*"])],
         );
         let web = headers(&[("x-edge-user", "web")]);
-        assert_eq!(edge.admit(&web, "inventory.count").unwrap().name, "web");
+        assert_eq!(
+            edge.admit(&web, None, "inventory.count").unwrap().name,
+            "web"
+        );
         let other = headers(&[("x-edge-user", "admin")]);
-        assert_eq!(edge.admit(&other, "inventory.count"), Err(Refusal::Unknown));
+        assert_eq!(
+            edge.admit(&other, None, "inventory.count"),
+            Err(Refusal::Unknown)
+        );
     }
 }

@@ -136,8 +136,8 @@ impl FunctionRoute {
     pub(crate) fn check(&self) -> Result<(), &'static str> {
         if !self.edge.configured() {
             return Err(
-                "a function route admits no edge caller: configure API keys or a trusted \
-                 header, or say EdgeCallers::open_to_anyone()",
+                "a function route admits no edge caller: configure API keys, client \
+                 certificates or a trusted header, or say EdgeCallers::open_to_anyone()",
             );
         }
         Ok(())
@@ -150,6 +150,7 @@ impl FunctionRoute {
         prefix: &str,
         rest: &str,
         gateway_max_body: usize,
+        certificate: Option<&str>,
     ) -> Response<Body> {
         let segments: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
         match segments.as_slice() {
@@ -157,7 +158,7 @@ impl FunctionRoute {
                 if req.method() != Method::GET && req.method() != Method::HEAD {
                     return not_allowed("GET");
                 }
-                match self.edge.identify(req.headers()) {
+                match self.edge.identify(req.headers(), certificate) {
                     Ok(caller) => json_response(
                         StatusCode::OK,
                         &describe::describe(self.functions.node(), prefix, &caller),
@@ -171,7 +172,14 @@ impl FunctionRoute {
                 }
                 let request_id = fastrand::u128(..);
                 let mut response = self
-                    .call(req, service, function, request_id, gateway_max_body)
+                    .call(
+                        req,
+                        service,
+                        function,
+                        request_id,
+                        gateway_max_body,
+                        certificate,
+                    )
                     .await;
                 if let Ok(v) = HeaderValue::from_str(&format!("{request_id:032x}")) {
                     response.headers_mut().insert(X_REQUEST_ID, v);
@@ -193,9 +201,10 @@ impl FunctionRoute {
         function: &str,
         request_id: u128,
         gateway_max_body: usize,
+        certificate: Option<&str>,
     ) -> Response<Body> {
         let target = format!("{service}.{function}");
-        let caller = match self.edge.admit(req.headers(), &target) {
+        let caller = match self.edge.admit(req.headers(), certificate, &target) {
             Ok(caller) => caller,
             Err(edge::Refusal::Unknown) => return unauthorized(),
             Err(edge::Refusal::NotAllowed(name)) => {
