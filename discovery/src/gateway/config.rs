@@ -447,6 +447,20 @@ mod tests {
         ));
     }
 
+    /// The file in `docs/gateway-calls.md` is one this build reads.
+    #[test]
+    fn the_documented_file_parses() {
+        let doc = include_str!("../../../docs/gateway-calls.md");
+        let toml = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let config = GatewayConfig::from_toml(toml).unwrap();
+        assert_eq!(config.functions[0].keys[0].key_env, "SHOP_WEB_KEY");
+        assert!(config.functions[0].certificates.contains_key("billing-app"));
+    }
+
     #[test]
     fn function_routes_need_a_node_and_certificates_a_client_ca() {
         let node = "[node]\nname = \"g\"\nidentity_dir = \"/x\"\neureka = []\n";
