@@ -8,6 +8,9 @@
 //! ```sh
 //! cargo bench -p cluster-discovery --bench functions             # 5 rounds of 5,000 each
 //! cargo bench -p cluster-discovery --bench functions -- --smoke  # seconds, for CI
+//! # instructions per call: one side only, N calls after the warm-up, under callgrind; run
+//! # for 1,000 and 3,000 calls and divide the difference of the totals by 2,000
+//! valgrind --tool=callgrind target/release/deps/functions-<hash> --profile gateway --calls 1000
 //! ```
 
 use std::time::{Duration, Instant};
@@ -40,8 +43,19 @@ impl Echo for Echoer {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let smoke = std::env::args().any(|a| a == "--smoke");
-    let (rounds, calls) = if smoke { (1, 50) } else { (5, 5_000) };
+    let args: Vec<String> = std::env::args().collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let (rounds, mut calls) = if smoke { (1, 50) } else { (5, 5_000) };
+    if let Some(n) = value("--calls").and_then(|n| n.parse().ok()) {
+        calls = n;
+    }
+    let profile = value("--profile");
     let authority = Authority::new("bench").expect("a CA");
     let registry = MemoryRegistry::new();
     let node = async |name: &str| {
@@ -96,30 +110,50 @@ async fn main() {
         r.into_body().collect().await.expect("a body");
     }
 
-    println!("{calls} calls per path per round, one in flight, 32-byte string argument and result");
-    println!("round  typed µs/call  gateway µs/call  ratio");
-    let mut ratios = Vec::new();
-    for round in 1..=rounds {
-        let started = Instant::now();
-        for _ in 0..calls {
-            let answer = typed.echo(text.clone()).await.expect("answers");
-            assert_eq!(answer.len(), text.len());
+    // One side only, for an instruction count (the warm-up and start-up cancel out between two
+    // runs of different lengths).
+    match profile.as_deref() {
+        Some("typed") => {
+            for _ in 0..calls {
+                typed.echo(text.clone()).await.expect("answers");
+            }
         }
-        let direct = per_call(started.elapsed(), calls);
-        let started = Instant::now();
-        for _ in 0..calls {
-            let r = http.request(post()).await.expect("answers");
-            assert!(r.status().is_success(), "{}", r.status());
-            let answer = r.into_body().collect().await.expect("a body").to_bytes();
-            assert_eq!(answer.as_ref(), expected.as_slice());
+        Some("gateway") => {
+            for _ in 0..calls {
+                let r = http.request(post()).await.expect("answers");
+                r.into_body().collect().await.expect("a body");
+            }
         }
-        let through = per_call(started.elapsed(), calls);
-        let ratio = through / direct;
-        ratios.push(ratio);
-        println!("{round:>5}  {direct:>13.1}  {through:>15.1}  {ratio:>5.2}");
+        Some(other) => panic!("--profile is typed or gateway, not {other}"),
+        None => {
+            println!(
+                "{calls} calls per path per round, one in flight, 32-byte string argument and result"
+            );
+            println!("round  typed µs/call  gateway µs/call  ratio");
+            let mut ratios = Vec::new();
+            for round in 1..=rounds {
+                let started = Instant::now();
+                for _ in 0..calls {
+                    let answer = typed.echo(text.clone()).await.expect("answers");
+                    assert_eq!(answer.len(), text.len());
+                }
+                let direct = per_call(started.elapsed(), calls);
+                let started = Instant::now();
+                for _ in 0..calls {
+                    let r = http.request(post()).await.expect("answers");
+                    assert!(r.status().is_success(), "{}", r.status());
+                    let answer = r.into_body().collect().await.expect("a body").to_bytes();
+                    assert_eq!(answer.as_ref(), expected.as_slice());
+                }
+                let through = per_call(started.elapsed(), calls);
+                let ratio = through / direct;
+                ratios.push(ratio);
+                println!("{round:>5}  {direct:>13.1}  {through:>15.1}  {ratio:>5.2}");
+            }
+            ratios.sort_by(f64::total_cmp);
+            println!("median ratio {:.2}", ratios[ratios.len() / 2]);
+        }
     }
-    ratios.sort_by(f64::total_cmp);
-    println!("median ratio {:.2}", ratios[ratios.len() / 2]);
     gateway.shutdown().await;
     for node in [gateway_node, caller, provider] {
         node.shutdown().await;
