@@ -1,6 +1,7 @@
 """A Python client (requests) calling typed Rust functions through the gateway's function
 routes, against discovery/examples/gateway_functions.rs: two services, a nested call behind
-one, a timeout, an at-most-once write retried by the call path, and the refusals.
+one, a timeout, an at-most-once write retried by the call path, arguments by name, and the
+refusals.
 
 Usage: functions.py PATH/TO/gateway_functions (the example binary). Starts it, reads the
 gateway's URL and API keys from its first lines, and closes its standard input at the end,
@@ -118,6 +119,10 @@ def run(url, shop_key, ops_key):
     check("_describe lists what the caller may call", sorted(services) == ["inventory", "shop"], r.text)
     reserve = next(f for f in services["inventory"]["functions"] if f["name"] == "reserve")
     check("with each function's shapes", reserve["args"] == ["Str", {"Uint": 32}], reserve)
+    check("and its parameters' names", reserve["params"] == ["item", "count"], reserve)
+
+    r = call(url, shop_key, "inventory.reserve", {"count": 1, "item": "apple"})
+    check("arguments by parameter name", r.status_code == 200 and r.json() == 94, r.text)
 
 
 if __name__ == "__main__":
