@@ -108,7 +108,7 @@ impl Proxy {
             Some((prefix, Target::Functions(functions))) => {
                 let path = req.uri().path().to_owned();
                 let rest = under(&path, prefix).unwrap_or_default();
-                return functions
+                let response = functions
                     .handle(
                         req,
                         prefix,
@@ -117,6 +117,19 @@ impl Proxy {
                         caller.certificate(),
                     )
                     .await;
+                // As a proxied route's: at most once per route and status every 10 s (the
+                // route's prefix, not the client's path, names the source, so that the
+                // throttle's sources stay as few as the routes).
+                let status = response.status();
+                if status.is_server_error() {
+                    throttled_warn!(
+                        self.shared.warn,
+                        "gateway",
+                        format!("{prefix} {}", status.as_u16()),
+                        "answered {status} for a function call under {prefix}"
+                    );
+                }
+                return response;
             }
             None => {
                 return plain(
