@@ -19,9 +19,9 @@
 //! 6. the call: retries, re-resolution, at-most-once and the provider's allow-list are the
 //!    call path's, as from code; the provider sees the gateway's node name as the caller;
 //! 7. the answer (`status.rs`): `200` with the value as JSON, `422` for the function's `Err`,
-//!    a status for each way the framework failed; `x-cluster-request-id` on every answer from
-//!    step 3 on, `x-cluster-attempts` on every call's, `x-cluster-call-id` for an at-most-once
-//!    call.
+//!    a status for each way the framework failed; `x-cluster-request-id` on every answer to a
+//!    `POST` from step 2 on, `x-cluster-attempts` once a call was made, `x-cluster-call-id` for
+//!    an at-most-once call.
 
 mod budget;
 mod config;
