@@ -25,7 +25,19 @@ pub(crate) async fn run(args: GatewayArgs) {
             error_chain(&e)
         )),
     };
-    // Function routes call through a member of the cluster of the gateway's own.
+    // Function routes call through a member of the cluster of the gateway's own, started only
+    // once their keys are known to be there (a node that joins and exits at once would leave
+    // its entry behind until its lease ends).
+    let env = |name: &str| std::env::var(name).ok();
+    for functions in &config.functions {
+        if let Err(why) = functions.check(&env) {
+            unusable(format!(
+                "--config {}: route `{}`: {why}",
+                args.config.display(),
+                functions.path
+            ));
+        }
+    }
     let node = match &config.node {
         Some(node) if !config.functions.is_empty() => Some(start_node(node).await),
         _ => None,

@@ -103,8 +103,9 @@ pub struct NodeConfig {
 const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl FunctionsConfig {
-    /// What is wrong with it, said at start; `env` reads a variable.
-    pub(crate) fn check(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    /// What is wrong with it, said at start, before the node its calls need is started; `env`
+    /// reads a variable (`std::env::var`, in the binary).
+    pub fn check(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
         super::super::route::Pattern::check(&self.path).map_err(str::to_owned)?;
         if self.keys.is_empty()
             && self.certificates.is_empty()
