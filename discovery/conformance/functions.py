@@ -110,7 +110,9 @@ def run(url, shop_key, ops_key):
     r = call(url, shop_key, "inventory.reserve", ["apple", "three"])
     check(
         "arguments of the wrong shape get 400 naming the argument",
-        r.status_code == 400 and "argument 2" in r.json()["error"]["message"],
+        r.status_code == 400
+        and "argument 2: expected a non-negative integer (u32), found the string \"three\""
+        in r.json()["error"]["message"],
         r.text,
     )
 
