@@ -67,3 +67,7 @@ pub mod server;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/discovery.md")]
 struct DiscoveryDoc;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/gateway-calls.md")]
+struct GatewayCallsDoc;

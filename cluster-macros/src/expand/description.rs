@@ -37,11 +37,13 @@ pub(super) fn expand(service: &Service, p: &TokenStream) -> TokenStream {
             let text = normalize(ty.to_token_stream());
             quote!(#p::trace::<#ty>(#text))
         });
+        let params = method.args.iter().map(|arg| arg.ident.unraw().to_string());
         let output = &method.output;
         let output_text = normalize(output.to_token_stream());
         quote! {
             #p::FunctionDescription::new(#name, #signature, #idempotent, #function_options)
                 .with_at_most_once(#at_most_once)
+                .with_params(&[#(#params),*])
                 .with_shape(#p::FunctionShape::new(
                     ::std::vec![#(#args),*],
                     #p::trace::<#output>(#output_text),

@@ -64,6 +64,12 @@ pub struct FunctionDescription {
     /// Function-level call options, over the service-level ones.
     #[serde(default)]
     pub options: CallOptions,
+    /// The parameters' names, in order, as the trait writes them: what lets a caller without
+    /// the Rust types name its arguments (a JSON object through the gateway). Not part of the
+    /// function's [`hash`](Self::hash): a renamed parameter calls as before. Empty in entries
+    /// of builds before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<String>,
 }
 
 impl ServiceDescription {
@@ -141,7 +147,14 @@ impl FunctionDescription {
             idempotent,
             at_most_once: false,
             options,
+            params: Vec::new(),
         }
+    }
+
+    /// The same, with its parameters' names, as `#[service]` emits them.
+    pub fn with_params(mut self, params: &[&str]) -> Self {
+        self.params = params.iter().map(|p| (*p).to_owned()).collect();
+        self
     }
 
     /// The same, kept at most once by its provider (`#[call(at_most_once)]`); never both that

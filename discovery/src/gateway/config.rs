@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::functions::{FunctionsConfig, NodeConfig};
 use super::{Gateway, GatewayLimits, Host, Upstream};
 use crate::balance::Balancer;
 use crate::resolve::ResolverConfig;
@@ -45,9 +46,17 @@ pub struct GatewayConfig {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// Resolvers by name, each as [`ResolverConfig`] (`kind` = `static`, `dns`, `discovery`).
+    #[serde(default)]
     pub resolvers: HashMap<String, ResolverConfig>,
-    /// The routes.
+    /// The routes to instances.
+    #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// The routes to the cluster's functions (`docs/gateway-calls.md`); they need `node`.
+    #[serde(default)]
+    pub functions: Vec<FunctionsConfig>,
+    /// The gateway's own member of the cluster, which makes the function routes' calls.
+    #[serde(default)]
+    pub node: Option<NodeConfig>,
     /// How long an instance whose connection failed is passed over first, in milliseconds
     /// (default 2,000).
     #[serde(default)]
@@ -121,6 +130,10 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// Its private key.
     pub key: PathBuf,
+    /// The CA whose client certificates the listener asks for and verifies (PEM): what
+    /// `[[functions]] certificates` names callers by. None by default.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// A file that does not describe a gateway.
@@ -150,6 +163,9 @@ pub enum ConfigError {
     /// No routes: the gateway would answer 404 to everything.
     #[error("no routes")]
     NoRoutes,
+    /// Function routes without the `[node]` that would make their calls.
+    #[error("`[[functions]]` routes need a `[node]`: the gateway's own member of the cluster")]
+    NoNode,
     /// The TLS files cannot be used.
     #[error("TLS")]
     Tls(#[source] std::io::Error),
@@ -179,8 +195,28 @@ impl GatewayConfig {
     /// Parses a TOML configuration.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let config: Self = toml::from_str(text).map_err(ConfigError::Parse)?;
-        if config.routes.is_empty() {
+        if config.routes.is_empty() && config.functions.is_empty() {
             return Err(ConfigError::NoRoutes);
+        }
+        if !config.functions.is_empty() && config.node.is_none() {
+            return Err(ConfigError::NoNode);
+        }
+        let client_ca = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+        let mut paths = std::collections::HashSet::new();
+        for f in &config.functions {
+            if !f.certificates.is_empty() && !client_ca {
+                return Err(ConfigError::Route {
+                    route: f.path.clone(),
+                    why: "`certificates` need `[tls] client_ca`, the CA that issues them"
+                        .to_owned(),
+                });
+            }
+            if !paths.insert(f.path.as_str()) || config.routes.iter().any(|r| r.path == f.path) {
+                return Err(ConfigError::Route {
+                    route: f.path.clone(),
+                    why: "a second route with the same path (the first would win)".to_owned(),
+                });
+            }
         }
         if config
             .workers
@@ -248,8 +284,36 @@ impl GatewayConfig {
         Ok(config)
     }
 
-    /// The gateway it describes: one balancer per resolver, shared by its routes.
+    /// The gateway it describes: one balancer per resolver, shared by its routes. A file with
+    /// function routes needs their node: [`GatewayConfig::gateway_with`].
     pub fn gateway(&self) -> Result<Gateway, ConfigError> {
+        if !self.functions.is_empty() {
+            return Err(ConfigError::NoNode);
+        }
+        self.build(None, &|_| None)
+    }
+
+    /// The gateway it describes, its function routes calling through `node` (started from
+    /// [`GatewayConfig::node`]), their API keys read from the environment.
+    pub fn gateway_with(&self, node: &cluster::Node) -> Result<Gateway, ConfigError> {
+        self.gateway_with_env(node, &|name| std::env::var(name).ok())
+    }
+
+    /// [`GatewayConfig::gateway_with`], the keys' variables read by `env` instead of from the
+    /// process's environment.
+    pub fn gateway_with_env(
+        &self,
+        node: &cluster::Node,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Gateway, ConfigError> {
+        self.build(Some(node), env)
+    }
+
+    fn build(
+        &self,
+        node: Option<&cluster::Node>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Gateway, ConfigError> {
         let mut balancers: HashMap<&str, Arc<Balancer>> = HashMap::new();
         let mut gateway = Gateway::new()
             .limits(self.limits.limits())
@@ -301,9 +365,37 @@ impl GatewayConfig {
             }
             gateway = gateway.route(&route.path, up);
         }
+        for functions in &self.functions {
+            let Some(node) = node else {
+                return Err(ConfigError::NoNode);
+            };
+            let route = functions
+                .route(node, env)
+                .map_err(|why| ConfigError::Route {
+                    route: functions.path.clone(),
+                    why,
+                })?;
+            gateway = gateway.functions(&functions.path, route);
+        }
         if let Some(tls) = &self.tls {
-            gateway = gateway
-                .tls(ServerTls::from_pem_files(&tls.cert, &tls.key).map_err(ConfigError::Tls)?);
+            let server = match &tls.client_ca {
+                None => ServerTls::from_pem_files(&tls.cert, &tls.key),
+                Some(ca) => {
+                    let read = |p: &PathBuf| {
+                        std::fs::read(p).map_err(|e| {
+                            std::io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+                        })
+                    };
+                    (|| {
+                        ServerTls::from_pem_with_client_ca(
+                            &read(&tls.cert)?,
+                            &read(&tls.key)?,
+                            &read(ca)?,
+                        )
+                    })()
+                }
+            };
+            gateway = gateway.tls(server.map_err(ConfigError::Tls)?);
         }
         Ok(gateway)
     }
@@ -353,6 +445,34 @@ mod tests {
             c.gateway(),
             Err(ConfigError::UnknownResolver { .. })
         ));
+    }
+
+    /// The file in `docs/gateway-calls.md` is one this build reads.
+    #[test]
+    fn the_documented_file_parses() {
+        let doc = include_str!("../../../docs/gateway-calls.md");
+        let toml = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let config = GatewayConfig::from_toml(toml).unwrap();
+        assert_eq!(config.functions[0].keys[0].key_env, "SHOP_WEB_KEY");
+        assert!(config.functions[0].certificates.contains_key("billing-app"));
+    }
+
+    #[test]
+    fn function_routes_need_a_node_and_certificates_a_client_ca() {
+        let node = "[node]\nname = \"g\"\nidentity_dir = \"/x\"\neureka = []\n";
+        let open = "[[functions]]\npath = \"/api/*\"\nopen_to_anyone = true\n";
+        assert!(GatewayConfig::from_toml(&format!("{node}{open}")).is_ok());
+        assert!(matches!(
+            GatewayConfig::from_toml(open),
+            Err(ConfigError::NoNode)
+        ));
+        let certs = "[[functions]]\npath = \"/api/*\"\ncertificates = { app = [\"*\"] }\n";
+        let refused = GatewayConfig::from_toml(&format!("{node}{certs}")).unwrap_err();
+        assert!(refused.to_string().contains("client_ca"), "{refused}");
     }
 
     #[test]

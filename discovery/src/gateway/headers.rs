@@ -99,6 +99,9 @@ pub(crate) struct Caller {
     /// Whether the client's `X-Forwarded-For` and `Forwarded` are kept (a proxy of the
     /// operator's in front) or replaced (the gateway is the edge).
     trusted: bool,
+    /// The node name the client's TLS certificate carries, verified against the listener's
+    /// client CA; `None` without one.
+    certificate: Option<String>,
 }
 
 impl Caller {
@@ -113,7 +116,19 @@ impl Caller {
             address,
             forwarded,
             trusted,
+            certificate: None,
         }
+    }
+
+    /// The same, with the name its verified client certificate carries.
+    pub(crate) fn with_certificate(mut self, certificate: Option<String>) -> Self {
+        self.certificate = certificate;
+        self
+    }
+
+    /// The name its verified client certificate carries.
+    pub(crate) fn certificate(&self) -> Option<&str> {
+        self.certificate.as_deref()
     }
 }
 

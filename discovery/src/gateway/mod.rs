@@ -29,12 +29,15 @@
 //! - `body.rs`: bodies streamed both ways, with a limit;
 //! - `upgrade.rs`: WebSocket (any upgrade) passed through;
 //! - `serve.rs`: the accept loop, its limits, and the drain on shutdown;
-//! - `config.rs`: the same, from a file (`cluster-discovery gateway --config FILE`).
+//! - `config.rs`: the same, from a file (`cluster-discovery gateway --config FILE`);
+//! - `functions/`: routes to the cluster's typed functions, called by name with JSON
+//!   ([`Gateway::functions`], `docs/gateway-calls.md`).
 //!
 //! [`Balancer`]: crate::balance::Balancer
 
 mod body;
 mod config;
+mod functions;
 mod headers;
 mod pool;
 mod proxy;
@@ -50,6 +53,11 @@ use tokio::net::TcpListener;
 use tower::retry::budget::TpsBudget;
 
 pub use config::{ConfigError, GatewayConfig, RouteConfig};
+pub use functions::{
+    DEFAULT_CALL_BUDGET, DEFAULT_MAX_CALL_BUDGET, DEFAULT_MAX_JSON_BYTES, EDGE_CALLER_KEY,
+    EdgeCallers, FunctionRoute, FunctionsConfig, GATEWAY_REQUEST_KEY, KeyConfig, MAX_EDGE_NAME,
+    MAX_META_HEADERS, MAX_META_VALUE, NodeConfig, TrustedHeaderConfig,
+};
 pub use route::{DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT, Host, Upstream};
 
 use crate::server::ServerTls;
@@ -216,6 +224,22 @@ impl Gateway {
         self
     }
 
+    /// Requests whose path matches `pattern` (`/api/*`) are calls of the cluster's functions:
+    /// `POST /api/SERVICE/FUNCTION` with JSON arguments, `GET /api/_describe`
+    /// ([`FunctionRoute`]). Patterns are as [`Gateway::route`]'s, and compete with them by
+    /// specificity the same way.
+    ///
+    /// # Panics
+    ///
+    /// As [`Gateway::route`], for a pattern that would not match what it seems to.
+    pub fn functions(mut self, pattern: &str, route: FunctionRoute) -> Self {
+        if let Err(why) = route::Pattern::check(pattern) {
+            panic!("route `{pattern}`: {why}");
+        }
+        self.routes.add_functions(pattern, route);
+        self
+    }
+
     /// The limits ([`GatewayLimits::default`] otherwise).
     pub fn limits(mut self, limits: GatewayLimits) -> Self {
         self.limits = limits;
@@ -273,6 +297,9 @@ impl Gateway {
                 std::io::ErrorKind::InvalidInput,
                 format!("the gateway's limit `{setting}` {why}"),
             ));
+        }
+        if let Some(why) = self.routes.functions().find_map(|f| f.check().err()) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
         }
         let addr = listeners[0].local_addr()?;
         let limits = self.limits;

@@ -35,7 +35,7 @@ use tower::retry::budget::{Budget as _, TpsBudget};
 use super::body::{Held, Once};
 use super::headers::{Caller, add_forwarded, is_upgrade, remove_hop_by_hop};
 use super::pool::{Failure, Lease, Pool};
-use super::route::{Host, Routes, Upstream};
+use super::route::{Host, Routes, Target, Upstream, under};
 use crate::balance::{Pick, PickError};
 use crate::resolve::Endpoint;
 use crate::server::limits::warn::{Throttle, throttled_warn};
@@ -103,11 +103,40 @@ impl Proxy {
             );
             return r;
         }
-        let Some(route) = self.shared.routes.find(req.uri().path()) else {
-            return plain(
-                StatusCode::NOT_FOUND,
-                format!("no route for {}\n", req.uri().path()),
-            );
+        let route = match self.shared.routes.find(req.uri().path()) {
+            Some((_, Target::Proxy(route))) => route,
+            Some((prefix, Target::Functions(functions))) => {
+                let path = req.uri().path().to_owned();
+                let rest = under(&path, prefix).unwrap_or_default();
+                let response = functions
+                    .handle(
+                        req,
+                        prefix,
+                        rest,
+                        self.shared.max_body_bytes,
+                        caller.certificate(),
+                    )
+                    .await;
+                // As a proxied route's: at most once per route and status every 10 s (the
+                // route's prefix, not the client's path, names the source, so that the
+                // throttle's sources stay as few as the routes).
+                let status = response.status();
+                if status.is_server_error() {
+                    throttled_warn!(
+                        self.shared.warn,
+                        "gateway",
+                        format!("{prefix} {}", status.as_u16()),
+                        "answered {status} for a function call under {prefix}"
+                    );
+                }
+                return response;
+            }
+            None => {
+                return plain(
+                    StatusCode::NOT_FOUND,
+                    format!("no route for {}\n", req.uri().path()),
+                );
+            }
         };
         let response = self.forward(req, caller, route).await;
         let status = response.status();

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::functions::FunctionRoute;
 use crate::balance::Balancer;
 
 /// What the `Host` header says to the instance.
@@ -159,26 +160,49 @@ impl Pattern {
     }
 }
 
+/// What a route leads to: instances over HTTP, or the cluster's functions.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    Proxy(Arc<Upstream>),
+    Functions(Arc<FunctionRoute>),
+}
+
 /// The routes, the longest prefix first, so that `/api/orders/*` wins over `/api/*`.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Routes {
-    routes: Vec<(Pattern, Arc<Upstream>)>,
+    routes: Vec<(Pattern, Target)>,
 }
 
 impl Routes {
     pub(crate) fn add(&mut self, pattern: &str, upstream: Upstream) {
-        self.routes
-            .push((Pattern::parse(pattern), Arc::new(upstream)));
+        self.push(pattern, Target::Proxy(Arc::new(upstream)));
+    }
+
+    pub(crate) fn add_functions(&mut self, pattern: &str, route: FunctionRoute) {
+        self.push(pattern, Target::Functions(Arc::new(route)));
+    }
+
+    fn push(&mut self, pattern: &str, target: Target) {
+        self.routes.push((Pattern::parse(pattern), target));
         // Exact paths first, then by prefix length: the most specific match wins.
         self.routes
             .sort_by_key(|(p, _)| (!p.exact, std::cmp::Reverse(p.prefix.len())));
     }
 
-    pub(crate) fn find(&self, path: &str) -> Option<&Arc<Upstream>> {
+    /// The route of `path`, and its pattern's prefix.
+    pub(crate) fn find(&self, path: &str) -> Option<(&str, &Target)> {
         self.routes
             .iter()
             .find(|(p, _)| p.matches(path))
-            .map(|(_, u)| u)
+            .map(|(p, t)| (p.prefix.as_str(), t))
+    }
+
+    /// The function routes.
+    pub(crate) fn functions(&self) -> impl Iterator<Item = &FunctionRoute> {
+        self.routes.iter().filter_map(|(_, t)| match t {
+            Target::Functions(f) => Some(&**f),
+            Target::Proxy(_) => None,
+        })
     }
 }
 
@@ -197,7 +221,10 @@ mod tests {
         r.add("/api/*", up("api"));
         r.add("/api/orders/*", up("orders"));
         r.add("/health", up("health"));
-        let to = |p: &str| r.find(p).map(|u| u.service.clone());
+        let to = |p: &str| match r.find(p) {
+            Some((_, Target::Proxy(u))) => Some(u.service.clone()),
+            _ => None,
+        };
         assert_eq!(to("/api/orders/7").as_deref(), Some("orders"));
         assert_eq!(to("/api/orders").as_deref(), Some("orders"));
         assert_eq!(to("/api/ordersx").as_deref(), Some("api"));

@@ -253,6 +253,7 @@ async fn serve(
                     connection(
                         Guarded::new(tcp, place, write_timeout),
                         peer,
+                        None,
                         proxy,
                         &limits,
                         closing,
@@ -262,9 +263,19 @@ async fn serve(
                 Some(tls) => {
                     match tokio::time::timeout(limits.header_read_timeout, tls.accept(tcp)).await {
                         Ok(Ok(tls)) => {
+                            // A client certificate, verified by the handshake against the
+                            // client CA: the node it names (`EdgeCallers::certificates`).
+                            let certificate = tls
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|chain| chain.first())
+                                .and_then(|c| cluster::security::certificate_names(c).ok())
+                                .map(|(_, node)| node);
                             connection(
                                 Guarded::new(tls, place, write_timeout),
                                 peer,
+                                certificate,
                                 proxy,
                                 &limits,
                                 closing,
@@ -286,17 +297,17 @@ async fn serve(
 async fn connection<IO>(
     io: IO,
     peer: SocketAddr,
+    certificate: Option<String>,
     proxy: Arc<Proxy>,
     limits: &GatewayLimits,
     mut closing: watch::Receiver<bool>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let caller = Arc::new(Caller::new(
-        peer.ip(),
-        proxy.shared.proto,
-        proxy.shared.trust_forwarded,
-    ));
+    let caller = Arc::new(
+        Caller::new(peer.ip(), proxy.shared.proto, proxy.shared.trust_forwarded)
+            .with_certificate(certificate),
+    );
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let (proxy, caller) = (proxy.clone(), caller.clone());
         async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, &caller).await) }

@@ -37,6 +37,18 @@ impl ServerTls {
     /// From PEM text: the certificate chain (end entity first) and its private key (PKCS#8,
     /// PKCS#1 or SEC1).
     pub fn from_pem(cert: &[u8], key: &[u8]) -> io::Result<Self> {
+        Self::build(cert, key, None)
+    }
+
+    /// As [`ServerTls::from_pem`], and asks clients for a certificate issued by `client_ca`
+    /// (PEM): one that presents none still connects (an API key may name it), one whose
+    /// certificate that CA did not issue does not. The gateway's function routes admit
+    /// clients by the node name their certificate carries (`EdgeCallers::certificates`).
+    pub fn from_pem_with_client_ca(cert: &[u8], key: &[u8], client_ca: &[u8]) -> io::Result<Self> {
+        Self::build(cert, key, Some(client_ca))
+    }
+
+    fn build(cert: &[u8], key: &[u8], client_ca: Option<&[u8]>) -> io::Result<Self> {
         let chain = CertificateDer::pem_slice_iter(cert)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| invalid("the TLS certificate", e))?;
@@ -44,10 +56,31 @@ impl ServerTls {
             return Err(invalid("the TLS certificate", "no certificate in the PEM"));
         }
         let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| invalid("the TLS key", e))?;
-        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        let builder = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| invalid("TLS", e))?
-            .with_no_client_auth()
+            .map_err(|e| invalid("TLS", e))?;
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(pem) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for ca in CertificateDer::pem_slice_iter(pem) {
+                    let ca = ca.map_err(|e| invalid("the client CA", e))?;
+                    roots.add(ca).map_err(|e| invalid("the client CA", e))?;
+                }
+                if roots.is_empty() {
+                    return Err(invalid("the client CA", "no certificate in the PEM"));
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider(),
+                )
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| invalid("the client CA", e))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
             .with_single_cert(chain, key)
             .map_err(|e| invalid("the TLS certificate and key", e))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -139,6 +139,25 @@ fn a_file_that_is_wrong_exits_2_and_says_why() {
             "[resolvers]\n[[routes]]\npath = \"/a/*\"\nservice = \"a\"\nresolver = \"nope\"\n",
             "nope",
         ),
+        (
+            "no-node",
+            "[[functions]]\npath = \"/api/*\"\nopen_to_anyone = true\n",
+            "need a `[node]`",
+        ),
+        (
+            "no-identity",
+            "[node]\nname = \"gateway-1\"\nidentity_dir = \"/nowhere/at/all\"\neureka = []\n\
+             [[functions]]\npath = \"/api/*\"\nopen_to_anyone = true\n",
+            "identity_dir /nowhere/at/all",
+        ),
+        (
+            "no-key",
+            "[node]\nname = \"gateway-1\"\nidentity_dir = \"/nowhere/at/all\"\neureka = []\n\
+             [[functions]]\npath = \"/api/*\"\n[[functions.keys]]\nname = \"ops\"\n\
+             key_env = \"CLUSTER_GATEWAY_NO_SUCH_VARIABLE\"\nallow = [\"*\"]\n",
+            // Said before the node would start (its identity would fail too).
+            "`CLUSTER_GATEWAY_NO_SUCH_VARIABLE` is not set",
+        ),
     ] {
         let file = File::new(name, text);
         let out = Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))

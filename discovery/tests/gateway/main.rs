@@ -3,6 +3,7 @@
 
 mod binary;
 mod failures;
+mod functions;
 mod limits;
 mod pool;
 mod registry;

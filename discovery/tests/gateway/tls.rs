@@ -13,7 +13,7 @@ use crate::support::Upstream;
 
 /// A test CA and a certificate of it for 127.0.0.1: (CA PEM, cert PEM, key PEM). The same as
 /// the registry server's TLS tests (`tests/server/security.rs`).
-fn test_pki() -> (String, String, String) {
+pub(crate) fn test_pki() -> (String, String, String) {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
         SanType,

@@ -4,7 +4,7 @@
 //!    (within `--version`), the description the call is then made as: its requirement, its
 //!    options as the client's declared layer, its shape for the providers' compatibility check.
 //! 2. The JSON arguments are checked and encoded by that function's shape
-//!    (`cluster_cli::json`): a mistake is said here, nothing is sent.
+//!    (`cluster::json`): a mistake is said here, nothing is sent.
 //! 3. The call runs the ordinary call path (`Client::call_plain`): retries, budget, re-resolution,
 //!    as from code; `--timeout`, `--budget`, `--no-retry`, `--meta` are the call's own layer.
 //! 4. The answer is decoded as any MessagePack value and printed as JSON; a function returning
@@ -14,9 +14,8 @@ use std::io::{IsTerminal, Read};
 use std::time::Duration;
 
 use cluster::context::TraceParent;
-use cluster::service::shape::{Content, Shape};
-use cluster::{CallError, CallReport, Client, FunctionDescription, Node, ServiceDescription};
-use cluster_cli::json::{AsJson, Wire, arguments, from_wire};
+use cluster::json::{Answer, AsJson, FindError, Functions};
+use cluster::{CallError, CallReport, Node};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -59,39 +58,18 @@ pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<
         input,
     } = prepared;
     let (service, function) = (service.as_str(), function.as_str());
-    let (description, index) = find(node, service, function, args.requirement.as_ref())?;
-    let described = &description.functions[index];
-    let wire = match &described.shape {
-        Some(shape) => arguments(&shape.args, &input),
-        // An entry from a build before shapes: the JSON goes as it stands, and the provider
-        // says whether it reads it.
-        None => match &input {
-            Value::Array(values) if values.len() == described.arity() => Ok(match values.len() {
-                0 => Wire::Nil,
-                _ => Wire::Array(values.iter().map(Wire::from_json).collect()),
-            }),
-            _ => Err(format!(
-                "the arguments are a JSON array of {} values (one per argument)",
-                described.arity()
-            )),
-        },
-    }
-    .map_err(|e| {
+    let functions = Functions::new(node);
+    let found = functions
+        .find(service, function, args.requirement.as_ref())
+        .map_err(find_failure)?;
+    let described = found.function();
+    let wire = found.arguments(&input).map_err(|e| {
         Failure::Usage(format!(
             "{e}\n  {service}.{}: {}",
             described.name, described.signature
         ))
     })?;
-    let returns_result = returns_result(described);
-    let output = described.shape.as_ref().map(|shape| shape.output.clone());
-    // One description per process, for as long as the client lives: the client stub's
-    // description is `'static`, and this process makes one call.
-    let description: &'static ServiceDescription = Box::leak(Box::new(description));
-    let mut client = Client::new(node, description);
-    if let Some(requirement) = args.requirement {
-        client = client.require(requirement);
-    }
-    let mut call = client.call_plain::<_, Wire>(index, &wire);
+    let mut call = found.call(&wire);
     if let Some(timeout) = args.timeout {
         call = call.timeout(timeout);
     }
@@ -135,14 +113,10 @@ pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<
     };
     match answered {
         Ok((answer, report)) => {
-            let answer = match &output {
-                Some(shape) => from_wire(shape, answer),
-                None => answer,
+            let answer = match found.answer(answer) {
+                Answer::Ok(answer) => answer,
+                Answer::Err(error) => return Err(app_failure(&error.to_json(), &report, json)),
             };
-            let (answer, app_error) = split_result(returns_result, answer);
-            if let Some(error) = app_error {
-                return Err(app_failure(&error.to_json(), &report, json));
-            }
             if json {
                 #[derive(serde::Serialize)]
                 struct Answered<'a> {
@@ -171,19 +145,6 @@ pub(crate) async fn call(node: &Node, prepared: Prepared, json: bool) -> Result<
     }
 }
 
-/// The answer of a function that returns `Result`: its `Ok` value, or its `Err` value apart.
-fn split_result(returns_result: bool, answer: Wire) -> (Wire, Option<Wire>) {
-    match answer {
-        Wire::Map(mut entries) if returns_result && entries.len() == 1 => match entries.pop() {
-            Some((Wire::Str(tag), value)) if tag == "Ok" => (value, None),
-            Some((Wire::Str(tag), value)) if tag == "Err" => (Wire::Nil, Some(value)),
-            Some(entry) => (Wire::Map(vec![entry]), None),
-            None => (Wire::Map(entries), None),
-        },
-        answer => (answer, None),
-    }
-}
-
 /// The arguments as JSON, from the command line or from stdin for `-`.
 fn read_arguments(text: &str) -> Result<Value, Failure> {
     let text = if text == "-" {
@@ -199,108 +160,23 @@ fn read_arguments(text: &str) -> Result<Value, Failure> {
         .map_err(|e| Failure::Usage(format!("the arguments are not JSON: {e}")))
 }
 
-/// The newest description of `service` (within `requirement`) with `function`, and its index.
-fn find(
-    node: &Node,
-    service: &str,
-    function: &str,
-    requirement: Option<&semver::VersionReq>,
-) -> Result<(ServiceDescription, usize), Failure> {
-    let entries = node.registry().lookup(service);
-    if entries.is_empty() {
-        let near = node
-            .registry()
-            .local_copy()
-            .nearest_service(service)
-            .map_or_else(String::new, |near| format!("; did you mean \"{near}\"?"));
-        return Err(Failure::Failed(format!(
-            "no service `{service}` in the registry{near} (`cluster services` lists them; \
-             --wait-for-provider waits for one)"
-        )));
-    }
-    let mut candidates: Vec<_> = entries
-        .iter()
-        .filter(|e| requirement.is_none_or(|r| r.matches(&e.description.version)))
-        .collect();
-    if candidates.is_empty() {
-        let mut versions: Vec<String> = entries
-            .iter()
-            .map(|e| e.description.version.to_string())
-            .collect();
-        versions.sort();
-        versions.dedup();
-        return Err(Failure::Usage(format!(
-            "no provider of `{service}` in a version within {}: the registry has {}",
-            requirement.map(ToString::to_string).unwrap_or_default(),
-            versions.join(", ")
-        )));
-    }
-    candidates.sort_by(|a, b| b.description.version.cmp(&a.description.version));
-    // Versions that are not compatible with each other (two majors during a migration, or a
-    // member registering a higher one): the caller says which, rather than the highest
-    // taking every call, with its arguments and metadata.
-    if requirement.is_none() {
-        let newest = candidates[0].description.requirement();
-        if candidates
-            .iter()
-            .any(|e| !newest.matches(&e.description.version))
-        {
-            let mut versions: Vec<String> = candidates
-                .iter()
-                .map(|e| e.description.version.to_string())
-                .collect();
-            versions.dedup();
-            return Err(Failure::Usage(format!(
-                "`{service}` has providers of versions that cannot serve each other's clients \
-                 ({}): choose with --version (e.g. --version ^{})",
-                versions.join(", "),
-                candidates[0].description.version.major
-            )));
+/// Why no function was found, with what to do about it: a service not in the registry fails
+/// the call (it may yet come), the rest are usage errors.
+fn find_failure(e: FindError) -> Failure {
+    match e {
+        FindError::NoService { .. } => Failure::Failed(format!(
+            "{e} (`cluster services` lists them; --wait-for-provider waits for one)"
+        )),
+        FindError::Incompatible { ref versions, .. } => {
+            let major = versions
+                .first()
+                .and_then(|v| v.parse::<semver::Version>().ok())
+                .map_or(0, |v| v.major);
+            Failure::Usage(format!(
+                "{e}: choose with --version (e.g. --version ^{major})"
+            ))
         }
-    }
-    for entry in &candidates {
-        if let Some(index) = entry
-            .description
-            .functions
-            .iter()
-            .position(|f| f.name == function)
-        {
-            return Ok(((*entry.description).clone(), index));
-        }
-    }
-    let newest = &candidates[0].description;
-    let names: Vec<&str> = newest.functions.iter().map(|f| f.name.as_str()).collect();
-    Err(Failure::Usage(format!(
-        "`{service}` {} has no function `{function}`; it has: {}",
-        newest.version,
-        names.join(", ")
-    )))
-}
-
-/// Whether the function returns `Result<T, E>`: its shape is an enum of `Ok` and `Err` (or,
-/// in an entry without shapes or with a result the tracer could not follow, its signature
-/// says `-> Result<`).
-fn returns_result(function: &FunctionDescription) -> bool {
-    // As `#[service]` reads it: the result's type path ends in `Result` (`Result<…>`,
-    // `std::result::Result<…>`, `::core::result::Result<…>`).
-    let by_signature = || {
-        function.signature.split_once("->").is_some_and(|(_, out)| {
-            out.split_once('<')
-                .is_some_and(|(path, _)| path.trim().rsplit("::").next() == Some("Result"))
-        })
-    };
-    match function.shape.as_ref().map(|s| &s.output) {
-        Some(Shape::Enum { variants, .. }) => {
-            variants.len() == 2
-                && variants
-                    .iter()
-                    .any(|v| v.name == "Ok" && matches!(v.content, Content::Newtype(_)))
-                && variants
-                    .iter()
-                    .any(|v| v.name == "Err" && matches!(v.content, Content::Newtype(_)))
-        }
-        Some(Shape::Opaque(_)) | None => by_signature(),
-        Some(_) => false,
+        e => Failure::Usage(e.to_string()),
     }
 }
 

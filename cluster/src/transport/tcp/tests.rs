@@ -41,6 +41,7 @@ fn description() -> &'static ServiceDescription {
             idempotent: true,
             at_most_once: false,
             options: CallOptions::default(),
+            params: Vec::new(),
         };
         ServiceDescription::new(
             "sink",

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use cluster::service::shape::trace;
-use cluster::service::{decode, encode};
+use crate::service::shape::trace;
+use crate::service::{decode, encode};
 use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::json;
 
@@ -142,7 +142,7 @@ fn keys_that_are_json_text_cannot_nest_past_the_bound() {
     // A shape (as a member could register it) that nests through a field and through the keys
     // of a map of itself: each key is JSON text, parsed on its own (within the JSON parser's
     // bound of 128), so the nesting across keys is this converter's to bound.
-    let shape: cluster::service::shape::Shape = serde_json::from_value(json!({"Struct": {
+    let shape: crate::service::shape::Shape = serde_json::from_value(json!({"Struct": {
         "name": "A",
         "fields": [
             {"name": "next", "shape": {"Option": {"Recursive": "A"}}, "optional": true},

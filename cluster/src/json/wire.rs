@@ -275,13 +275,13 @@ mod tests {
             tags: [(1, "a".to_owned())].into(),
             raw: vec![0, 255],
         };
-        let bytes = cluster::service::encode(&hit).unwrap();
-        let wire: Wire = cluster::service::decode(&bytes).unwrap();
+        let bytes = crate::service::encode(&hit).unwrap();
+        let wire: Wire = crate::service::decode(&bytes).unwrap();
         assert_eq!(
             wire.to_json(),
             serde_json::json!({"id": 7, "score": -0.5, "tags": {"1": "a"}, "raw": [0, 255]})
         );
-        assert_eq!(cluster::service::encode(&wire).unwrap(), bytes);
+        assert_eq!(crate::service::encode(&wire).unwrap(), bytes);
         assert_eq!(
             serde_json::to_value(AsJson(&wire)).unwrap(),
             wire.to_json(),

@@ -1,6 +1,6 @@
 //! JSON arguments made into the MessagePack a provider expects, by the shape its registry entry
-//! carries (`cluster::service::shape`): what lets `cluster call` call any service without its
-//! Rust types. Each JSON value is checked against the shape it stands for, so that a mistake is
+//! carries (`cluster::service::shape`): what lets `cluster call` and the gateway's function
+//! routes call any service without its Rust types. Each JSON value is checked against the shape it stands for, so that a mistake is
 //! said here, with the path of the value (`argument 1: .items[2].id`), rather than by the
 //! provider as a decoding error.
 //!
@@ -21,14 +21,14 @@
 
 use serde_json::Value as Json;
 
-use cluster::service::shape::{Content, Field, Shape};
+use crate::service::shape::{Content, Field, Shape};
 
 use super::wire::Wire;
 
 /// How deep a value may nest, counted across the map keys that are JSON text of their own:
 /// the codec's bound (`cluster::service::MAX_DEPTH`). Each key is parsed afresh, so the
 /// JSON parser's own bound does not hold across them, and the stack would.
-const MAX_DEPTH: usize = cluster::service::MAX_DEPTH;
+const MAX_DEPTH: usize = crate::service::MAX_DEPTH;
 
 /// An answer read without its shape, given its shape back where the codec's bytes stand for
 /// something else: a `u128` or `i128` is written as 16 bytes and shown as the number.
@@ -423,11 +423,6 @@ impl<'a> Shaped<'a> {
             (Content::Newtype(shape), Some(value)) => self.value(shape, value, &path)?,
             (Content::Tuple(items), Some(value)) => self.tuple(items, value, &path)?,
             (Content::Struct(fields), Some(value)) => self.fields(fields, value, &path)?,
-            (other, Some(_)) => {
-                return Err(format!(
-                    "{path}: a variant this tool cannot write: {other:?}"
-                ));
-            }
         };
         Ok(Wire::Map(vec![(Wire::Str(name.to_owned()), inner)]))
     }
