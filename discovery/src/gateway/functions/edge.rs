@@ -175,27 +175,12 @@ impl EdgeCallers {
         if let Some(name) = certificate
             && !self.certificates.is_empty()
         {
-            return self
-                .certificates
-                .iter()
-                .find(|e| e.name == name)
-                .map(|e| EdgeCaller {
-                    name: e.name.clone(),
-                    functions: Some(e.functions.clone()),
-                })
-                .ok_or(Refusal::Unknown);
+            return named(&self.certificates, name);
         }
         if let Some((header, callers)) = &self.trusted_header
             && let Some(name) = headers.get(header).and_then(|v| v.to_str().ok())
         {
-            return callers
-                .iter()
-                .find(|e| e.name == name)
-                .map(|e| EdgeCaller {
-                    name: e.name.clone(),
-                    functions: Some(e.functions.clone()),
-                })
-                .ok_or(Refusal::Unknown);
+            return named(callers, name);
         }
         if let Some(key) = presented_key(headers) {
             let presented = sha256(key);
@@ -278,6 +263,18 @@ pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
         return Err("a name is printable ASCII without spaces");
     }
     Ok(())
+}
+
+/// The caller of `edges` named `name` (a certificate's node, a trusted header's value).
+fn named(edges: &[Edge], name: &str) -> Result<EdgeCaller, Refusal> {
+    edges
+        .iter()
+        .find(|e| e.name == name)
+        .map(|e| EdgeCaller {
+            name: e.name.clone(),
+            functions: Some(e.functions.clone()),
+        })
+        .ok_or(Refusal::Unknown)
 }
 
 #[cfg(test)]
