@@ -1,6 +1,6 @@
 //! The call's budget from the request: `grpc-timeout` (gRPC's format: at most 8 digits and a
 //! unit, `H` `M` `S` `m` `u` `n`), or `x-cluster-timeout` in the same format, which wins when
-//! both are sent. Anything else in them is `400`: a malformed budget is the client's mistake,
+//! both are sent. Anything else in them, and a budget of zero, is `400`: a malformed budget is the client's mistake,
 //! and guessing would run a call for longer than it meant. A budget past the route's longest
 //! is cut to it; none at all is the route's default.
 
@@ -17,6 +17,9 @@ pub(crate) fn requested(headers: &HeaderMap) -> Result<Option<Duration>, String>
         if let Some(value) = headers.get(&name) {
             let parsed = value.to_str().ok().and_then(parse);
             return match parsed {
+                Some(d) if d.is_zero() => Err(format!(
+                    "`{name}` of zero leaves the call no time: give a positive budget, such as 250m"
+                )),
                 Some(d) => Ok(Some(d)),
                 None => Err(format!(
                     "`{name}` is at most 8 digits and a unit (H, M, S, m, u, n), such as 250m"
@@ -86,5 +89,7 @@ mod tests {
         assert_eq!(requested(&h), Ok(Some(Duration::from_millis(100))));
         h.insert(X_CLUSTER_TIMEOUT, "forever".parse().unwrap());
         assert!(requested(&h).unwrap_err().contains("x-cluster-timeout"));
+        h.insert(X_CLUSTER_TIMEOUT, "0m".parse().unwrap());
+        assert!(requested(&h).unwrap_err().contains("of zero"));
     }
 }

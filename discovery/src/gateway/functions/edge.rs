@@ -22,6 +22,10 @@ pub struct EdgeCallers {
     certificates: Vec<Edge>,
     trusted_header: Option<(HeaderName, Vec<Edge>)>,
     open: bool,
+    /// The first caller refused when it was added (a bad name, a short key): the route then
+    /// refuses to start, saying so (`FunctionRoute::check`), instead of a panic at the
+    /// builder over a value read from the environment.
+    refused: Option<String>,
 }
 
 impl std::fmt::Debug for EdgeCallers {
@@ -77,6 +81,7 @@ impl EdgeCallers {
             certificates: Vec::new(),
             trusted_header: None,
             open: false,
+            refused: None,
         }
     }
 
@@ -93,23 +98,27 @@ impl EdgeCallers {
     /// A caller named `name`, known by the API key `key`, that may call the functions
     /// matching `functions` (`service.function`, with `*` and `?`: `inventory.*`).
     ///
-    /// # Panics
-    ///
-    /// If `name` is empty, longer than [`MAX_EDGE_NAME`] or not printable ASCII, or `key` is
-    /// shorter than 16 bytes: a configuration error, found at once.
+    /// A `name` that is empty, longer than [`MAX_EDGE_NAME`] or not printable ASCII, or a `key`
+    /// shorter than 16 bytes, is a configuration error: the gateway refuses to start and says
+    /// which caller (`Gateway::start` returns it), and the key is not added.
     pub fn key<S: Into<String>>(
         mut self,
         name: &str,
         key: &str,
         functions: impl IntoIterator<Item = S>,
     ) -> Self {
-        if let Err(why) = check_name(name) {
-            panic!("edge caller `{name}`: {why}");
+        let refused = match check_name(name) {
+            Err(why) => Some(format!("edge caller `{name}`: {why}")),
+            Ok(()) if key.len() < 16 => Some(format!(
+                "edge caller `{name}`: an API key has at least 16 bytes, this one {}",
+                key.len()
+            )),
+            Ok(()) => None,
+        };
+        if let Some(why) = refused {
+            self.refused.get_or_insert(why);
+            return self;
         }
-        assert!(
-            key.len() >= 16,
-            "edge caller `{name}`: an API key has at least 16 bytes"
-        );
         self.keys.push((
             sha256(key.as_bytes()),
             Edge {
@@ -118,6 +127,11 @@ impl EdgeCallers {
             },
         ));
         self
+    }
+
+    /// Why these callers cannot be used, if a caller was refused when it was added.
+    pub(crate) fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// Callers known by a TLS client certificate: the node name it carries (as an
@@ -129,11 +143,8 @@ impl EdgeCallers {
         mut self,
         callers: impl IntoIterator<Item = (String, Vec<S>)>,
     ) -> Self {
-        self.certificates
-            .extend(callers.into_iter().map(|(name, functions)| Edge {
-                name,
-                functions: Callers::only(functions),
-            }));
+        let callers = self.edges(callers);
+        self.certificates.extend(callers);
         self
     }
 
@@ -146,15 +157,31 @@ impl EdgeCallers {
         header: HeaderName,
         callers: impl IntoIterator<Item = (String, Vec<S>)>,
     ) -> Self {
-        let callers = callers
-            .into_iter()
-            .map(|(name, functions)| Edge {
-                name,
-                functions: Callers::only(functions),
-            })
-            .collect();
+        let callers = self.edges(callers);
         self.trusted_header = Some((header, callers));
         self
+    }
+
+    /// `callers` as edges; a name [`check_name`] refuses is left out and makes the route refuse
+    /// to start (`refused`).
+    fn edges<S: Into<String>>(
+        &mut self,
+        callers: impl IntoIterator<Item = (String, Vec<S>)>,
+    ) -> Vec<Edge> {
+        let mut edges = Vec::new();
+        for (name, functions) in callers {
+            match check_name(&name) {
+                Ok(()) => edges.push(Edge {
+                    name,
+                    functions: Callers::only(functions),
+                }),
+                Err(why) => {
+                    self.refused
+                        .get_or_insert_with(|| format!("edge caller `{name}`: {why}"));
+                }
+            }
+        }
+        edges
     }
 
     /// Whether the route has any way to admit a caller (else it is refused at start).
@@ -286,6 +313,26 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
             .collect()
+    }
+
+    #[test]
+    fn a_short_key_or_a_bad_name_is_refused_by_name_not_a_panic() {
+        let short = EdgeCallers::new().key("web", "short", ["*"]);
+        assert_eq!(
+            short.refused(),
+            Some("edge caller `web`: an API key has at least 16 bytes, this one 5")
+        );
+        assert!(!short.configured(), "the short key is not added");
+        let unnamed = EdgeCallers::new()
+            .key("ops", "ops-key-01234567890", ["*"])
+            .certificates([(String::new(), vec!["*"])]);
+        assert!(unnamed.refused().unwrap().starts_with("edge caller ``"));
+        assert!(
+            EdgeCallers::new()
+                .key("ops", "ops-key-01234567890", ["*"])
+                .refused()
+                .is_none()
+        );
     }
 
     #[test]

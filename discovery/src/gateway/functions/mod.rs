@@ -133,11 +133,15 @@ impl FunctionRoute {
     }
 
     /// Why the route cannot start, if it cannot.
-    pub(crate) fn check(&self) -> Result<(), &'static str> {
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if let Some(why) = self.edge.refused() {
+            return Err(format!("a function route's callers: {why}"));
+        }
         if !self.edge.configured() {
             return Err(
                 "a function route admits no edge caller: configure API keys, client \
-                 certificates or a trusted header, or say EdgeCallers::open_to_anyone()",
+                 certificates or a trusted header, or say EdgeCallers::open_to_anyone()"
+                    .to_owned(),
             );
         }
         Ok(())

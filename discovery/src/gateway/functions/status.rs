@@ -109,7 +109,8 @@ pub(crate) fn app_error(error: &Wire, report: &CallReport) -> Response<Body> {
             "app",
             "err",
             &format!("{} returned an error", report.call),
-            false,
+            // The function ran and answered with its error (as `CallError::may_have_run`).
+            true,
             false,
             variant,
             content,
