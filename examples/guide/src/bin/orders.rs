@@ -23,8 +23,12 @@ impl Orders for Shop {
             Ok(left) => Ok(format!("{count} {item} reserved, {left} left")),
             // inventory's own error, such as "only 3 apple left"
             Err(CallError::App { error, .. }) => Err(error),
-            // no provider, a timeout, a refusal...
-            Err(e) => Err(format!("inventory failed: {e}")),
+            // No provider, a timeout, a refusal: the whole report (addresses, attempts) in
+            // this process's log, a short reason to the caller, who may be outside the cluster.
+            Err(e) => {
+                eprintln!("inventory failed: {e}");
+                Err("inventory is unavailable".to_owned())
+            }
         }
     }
 }
