@@ -54,9 +54,10 @@ use tower::retry::budget::TpsBudget;
 
 pub use config::{ConfigError, GatewayConfig, RouteConfig};
 pub use functions::{
-    DEFAULT_CALL_BUDGET, DEFAULT_MAX_CALL_BUDGET, DEFAULT_MAX_JSON_BYTES, EDGE_CALLER_KEY,
-    EdgeCallers, FunctionRoute, FunctionsConfig, GATEWAY_REQUEST_KEY, KeyConfig, MAX_EDGE_NAME,
-    MAX_META_HEADERS, MAX_META_VALUE, NodeConfig, TrustedHeaderConfig,
+    BODY_READ_TIMEOUT, DEFAULT_CALL_BUDGET, DEFAULT_MAX_CALL_BUDGET, DEFAULT_MAX_JSON_BYTES,
+    EDGE_CALLER_KEY, EdgeCallers, FunctionRoute, FunctionsConfig, GATEWAY_REQUEST_KEY, KeyConfig,
+    MAX_EDGE_NAME, MAX_META_BYTES, MAX_META_HEADERS, MAX_META_VALUE, NodeConfig, PARSED_AT_ONCE,
+    TrustedHeaderConfig,
 };
 pub use route::{DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT, Host, Upstream};
 

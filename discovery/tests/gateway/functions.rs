@@ -183,7 +183,10 @@ async fn setup() -> Setup {
         .key("shop", SHOP_KEY, ["inventory.*", "shop.*"])
         .key("ops", OPS_KEY, ["*"]);
     let gateway = Gateway::new()
-        .functions("/api/*", FunctionRoute::new(&gateway_node, edge))
+        .functions(
+            "/api/*",
+            FunctionRoute::new(&gateway_node, edge).body_read_timeout(Duration::from_millis(500)),
+        )
         .workers(1)
         .start(SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
@@ -392,6 +395,14 @@ async fn refused_requests_never_reach_a_handler() {
         assert_eq!(a.status, *status, "{path} {body} {headers:?}: {}", a.text);
         assert!(a.json["error"]["message"].is_string(), "{}", a.text);
     }
+    // A missing function is said without the service's other functions, which this caller
+    // may not be allowed.
+    let missing = s.post("/api/inventory/cancel", SHOP_KEY, "[]", &[]).await;
+    assert!(
+        !missing.text.contains("reserve"),
+        "the other functions listed: {}",
+        missing.text
+    );
     // A body declared past the limit is refused before it is read: only the head is sent.
     let mut raw = tokio::net::TcpStream::connect(s.gateway.addr())
         .await
@@ -419,6 +430,24 @@ async fn refused_requests_never_reach_a_handler() {
     let mut answer = [0; 12];
     raw.read_exact(&mut answer).await.unwrap();
     assert_eq!(&answer, b"HTTP/1.1 413");
+    // A body that stops arriving is 408 once the route's body timeout has passed, and the
+    // connection is closed: a client cannot hold a connection with half a body.
+    let mut raw = tokio::net::TcpStream::connect(s.gateway.addr())
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /api/inventory/reserve HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         x-api-key: {SHOP_KEY}\r\ncontent-length: 100\r\n\r\n["
+    );
+    raw.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), raw.read_to_end(&mut answer))
+        .await
+        .expect("answered and closed after the body timeout")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive"), "{answer}");
     let text = Request::post(format!("{}/api/inventory/reserve", s.gateway.url()))
         .header("content-type", "text/plain")
         .header("x-api-key", SHOP_KEY)

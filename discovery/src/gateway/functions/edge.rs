@@ -199,6 +199,18 @@ impl EdgeCallers {
         headers: &HeaderMap,
         certificate: Option<&str>,
     ) -> Result<EdgeCaller, Refusal> {
+        // A credential header sent twice is refused, not read as its first value: a proxy that
+        // appends its header to the client's would otherwise let the client choose.
+        let credentials = [Some(&header::AUTHORIZATION), Some(&X_API_KEY)];
+        let trusted = [self.trusted_header.as_ref().map(|(h, _)| h)];
+        if credentials
+            .iter()
+            .chain(&trusted)
+            .flatten()
+            .any(|name| headers.get_all(*name).iter().nth(1).is_some())
+        {
+            return Err(Refusal::Unknown);
+        }
         if let Some(name) = certificate
             && !self.certificates.is_empty()
         {
@@ -400,6 +412,27 @@ mod tests {
             edge.admit(&shop, None, "inventory.count").unwrap().name,
             "shop"
         );
+    }
+
+    #[test]
+    fn a_credential_header_sent_twice_is_refused() {
+        let edge = EdgeCallers::new()
+            .key("ops", "ops-key-01234567890", ["*"])
+            .trusted_header(
+                HeaderName::from_static("x-edge-user"),
+                [("web".to_owned(), vec!["*"])],
+            );
+        let mut twice = HeaderMap::new();
+        twice.append("x-edge-user", "web".parse().unwrap());
+        twice.append("x-edge-user", "admin".parse().unwrap());
+        assert_eq!(edge.identify(&twice, None), Err(Refusal::Unknown));
+        let mut keys = HeaderMap::new();
+        keys.append("x-api-key", "ops-key-01234567890".parse().unwrap());
+        keys.append("x-api-key", "other-key-0123456789".parse().unwrap());
+        assert_eq!(edge.identify(&keys, None), Err(Refusal::Unknown));
+        let mut once = HeaderMap::new();
+        once.append("x-api-key", "ops-key-01234567890".parse().unwrap());
+        assert_eq!(edge.identify(&once, None).unwrap().name, "ops");
     }
 
     #[test]

@@ -61,6 +61,20 @@ pub const MAX_META_HEADERS: usize = 16;
 /// The most bytes of one `x-cluster-meta-*` value.
 pub const MAX_META_VALUE: usize = 1024;
 
+/// The most bytes of all `x-cluster-meta-*` keys and values: the call's own bound
+/// ([`cluster::context::MAX_METADATA_BYTES`]) less room for the gateway's two entries.
+pub const MAX_META_BYTES: usize = cluster::context::MAX_METADATA_BYTES - 512;
+
+/// How long a request's body may take to arrive by default, whatever its budget: a body that
+/// stops arriving (a client holding a connection open) is `408` after this, and the connection
+/// closed (`FunctionRoute::body_read_timeout`).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bodies parsed as JSON at once, on each route: a parsed body takes tens of times its size
+/// (a `serde_json::Value` per number), so a flood of large bodies waits here rather than
+/// growing the gateway's memory with every connection.
+pub const PARSED_AT_ONCE: usize = 4;
+
 /// The metadata key the edge caller's name travels under.
 pub const EDGE_CALLER_KEY: &str = "edge-caller";
 
@@ -94,6 +108,8 @@ pub struct FunctionRoute {
     default_budget: Duration,
     max_budget: Duration,
     max_body_bytes: usize,
+    body_read_timeout: Duration,
+    parsing: Arc<tokio::sync::Semaphore>,
 }
 
 impl FunctionRoute {
@@ -107,6 +123,8 @@ impl FunctionRoute {
             default_budget: DEFAULT_CALL_BUDGET,
             max_budget: DEFAULT_MAX_CALL_BUDGET,
             max_body_bytes: DEFAULT_MAX_JSON_BYTES,
+            body_read_timeout: BODY_READ_TIMEOUT,
+            parsing: Arc::new(tokio::sync::Semaphore::new(PARSED_AT_ONCE)),
         }
     }
 
@@ -129,6 +147,12 @@ impl FunctionRoute {
     /// `max_body_bytes`): more is `413`.
     pub fn max_body_bytes(mut self, bytes: usize) -> Self {
         self.max_body_bytes = bytes;
+        self
+    }
+
+    /// How long a request's body may take to arrive ([`BODY_READ_TIMEOUT`]): past it, `408`.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
         self
     }
 
@@ -241,7 +265,14 @@ impl FunctionRoute {
             );
         }
         let limit = self.max_body_bytes.min(gateway_max_body);
-        let input = match read_json(req.into_body(), limit).await {
+        let input = match read_json(
+            req.into_body(),
+            limit,
+            self.body_read_timeout,
+            &self.parsing,
+        )
+        .await
+        {
             Ok(v) => v,
             Err(r) => return r,
         };
@@ -252,7 +283,8 @@ impl FunctionRoute {
             Ok(found) => found,
             Err(e) => return status::not_found(&e),
         };
-        let args = match found.arguments(&input) {
+        let (parsed, _permit) = input;
+        let args = match found.arguments(&parsed) {
             Ok(args) => args,
             Err(why) => {
                 let f = found.function();
@@ -263,6 +295,8 @@ impl FunctionRoute {
                 );
             }
         };
+        // The parsed body is not kept for the call's duration, nor its parse permit.
+        drop((parsed, _permit));
         let mut call = found
             .call(&args)
             .budget(budget)

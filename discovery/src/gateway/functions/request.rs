@@ -1,18 +1,26 @@
 //! What a function route reads from the request besides its path: the metadata headers, the
 //! content type, the body (bounded) as JSON.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::status::refused;
-use super::{EDGE_CALLER_KEY, GATEWAY_REQUEST_KEY, MAX_META_HEADERS, MAX_META_VALUE, META_PREFIX};
+use super::{
+    EDGE_CALLER_KEY, GATEWAY_REQUEST_KEY, MAX_META_BYTES, MAX_META_HEADERS, MAX_META_VALUE,
+    META_PREFIX,
+};
 
 /// The `x-cluster-meta-KEY: VALUE` headers as metadata, bounded; the gateway's own keys are
 /// not the client's to set.
 pub(super) fn metadata(headers: &HeaderMap) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
+    let mut bytes = 0;
     for (name, value) in headers {
         let Some(key) = name.as_str().strip_prefix(META_PREFIX) else {
             continue;
@@ -31,6 +39,14 @@ pub(super) fn metadata(headers: &HeaderMap) -> Result<Vec<(String, String)>, Str
         let Ok(value) = value.to_str() else {
             return Err(format!("`{name}` is not visible ASCII"));
         };
+        // The call's own bound, said here as the client's mistake rather than after the body
+        // was read (with the gateway's two keys' room kept).
+        bytes += key.len() + value.len();
+        if bytes > MAX_META_BYTES {
+            return Err(format!(
+                "the `{META_PREFIX}*` headers carry more than {MAX_META_BYTES} bytes"
+            ));
+        }
         out.push((key.to_owned(), value.to_owned()));
     }
     Ok(out)
@@ -44,11 +60,14 @@ pub(super) fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// The body, at most `limit` bytes, as JSON.
+/// The body, at most `limit` bytes arriving within `timeout`, as JSON, with the permit of
+/// `parsing` it was parsed under: keep it while the parsed value is.
 pub(super) async fn read_json(
     body: Incoming,
     limit: usize,
-) -> Result<serde_json::Value, Response<Body>> {
+    timeout: Duration,
+    parsing: &Arc<Semaphore>,
+) -> Result<(serde_json::Value, OwnedSemaphorePermit), Response<Body>> {
     let too_large = || {
         let mut r = refused(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -67,7 +86,18 @@ pub(super) async fn read_json(
     {
         return Err(too_large());
     }
-    let bytes = match Limited::new(body, limit).collect().await {
+    let read = tokio::time::timeout(timeout, Limited::new(body, limit).collect());
+    let Ok(read) = read.await else {
+        let mut r = refused(
+            StatusCode::REQUEST_TIMEOUT,
+            "body too slow",
+            &format!("the body did not arrive within {timeout:?}"),
+        );
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Err(r);
+    };
+    let bytes = match read {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
         Err(_) => {
@@ -78,13 +108,22 @@ pub(super) async fn read_json(
             ));
         }
     };
-    serde_json::from_slice(&bytes).map_err(|e| {
+    // The semaphore is never closed.
+    let Ok(permit) = parsing.clone().acquire_owned().await else {
+        return Err(refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the route is closing",
+        ));
+    };
+    let parsed = serde_json::from_slice(&bytes).map_err(|e| {
         refused(
             StatusCode::BAD_REQUEST,
             "bad json",
             &format!("the body is not JSON: {e}"),
         )
-    })
+    })?;
+    Ok((parsed, permit))
 }
 
 #[cfg(test)]
@@ -118,6 +157,15 @@ mod tests {
             "v".repeat(MAX_META_VALUE + 1).parse().unwrap(),
         );
         assert!(metadata(&long).unwrap_err().contains("longer"));
+        // Under each header's bound, past the call's: refused here, not after the body.
+        let mut heavy = HeaderMap::new();
+        for n in 0..MAX_META_HEADERS {
+            heavy.insert(
+                HeaderName::from_bytes(format!("x-cluster-meta-k{n}").as_bytes()).unwrap(),
+                "v".repeat(MAX_META_VALUE).parse().unwrap(),
+            );
+        }
+        assert!(metadata(&heavy).unwrap_err().contains("more than"));
     }
 
     #[test]

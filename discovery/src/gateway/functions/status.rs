@@ -127,12 +127,25 @@ pub(crate) fn not_found(error: &FindError) -> Response<Body> {
         FindError::Incompatible { .. } => (StatusCode::CONFLICT, "incompatible versions"),
         _ => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
     };
+    // A missing function is said without the service's other functions: they may be ones
+    // this caller may not call (`_describe` lists those it may).
+    let message = match error {
+        FindError::NoFunction {
+            service,
+            version,
+            function,
+            ..
+        } => format!(
+            "`{service}` {version} has no function `{function}` (`_describe` lists what you may call)"
+        ),
+        other => other.to_string(),
+    };
     json_response(
         status,
         &body(
             "service",
             reason,
-            &error.to_string(),
+            &message,
             false,
             status == StatusCode::SERVICE_UNAVAILABLE,
             Value::Null,
