@@ -453,9 +453,10 @@ mod tests {
         let doc = include_str!("../../../docs/gateway-calls.md");
         let toml = doc
             .split("```toml\n")
-            .nth(1)
-            .and_then(|rest| rest.split("```").next())
-            .unwrap();
+            .skip(1)
+            .filter_map(|rest| rest.split("```").next())
+            .find(|block| block.contains("[[functions]]"))
+            .expect("the doc shows a gateway file");
         let config = GatewayConfig::from_toml(toml).unwrap();
         assert_eq!(config.functions[0].keys[0].key_env, "SHOP_WEB_KEY");
         assert!(config.functions[0].certificates.contains_key("billing-app"));
