@@ -24,7 +24,9 @@
 //!
 //! To get started using `etcd-client`:
 //!
-//! ```rust
+//! (Not upstream's: `no_run`, as it needs an etcd on localhost:2379.)
+//!
+//! ```rust,no_run
 //! use etcd_client::{Client, Error};
 //!
 //! #[tokio::main]
