@@ -11,7 +11,7 @@ use cluster::{Identity, MemoryRegistry, Node};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Child;
 
-use crate::support::{Scratch, command};
+use crate::support::{Scratch, command, sigterm};
 
 /// How long any one step may take before the test fails: only a broken test reaches it.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -89,12 +89,7 @@ impl Dashboard {
 
     /// SIGTERM; its exit code and everything it wrote on stderr.
     async fn stop(mut self) -> (Option<i32>, String) {
-        let pid = self.child.id().expect("running").to_string();
-        let killed = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(killed.success());
+        sigterm(&self.child);
         let mut stderr = String::new();
         let mut pipe = self.child.stderr.take().expect("stderr");
         let code = tokio::time::timeout(PATIENCE, async {

@@ -335,16 +335,21 @@ impl Running {
 
     /// Sends it SIGTERM, as a shell's ctrl-c would end it; its exit code.
     pub(crate) async fn stop(mut self) -> Option<i32> {
-        let pid = self.child.id().expect("running").to_string();
-        let killed = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(killed.success());
+        sigterm(&self.child);
         tokio::time::timeout(PATIENCE, self.child.wait())
             .await
             .expect("ends on SIGTERM")
             .expect("waits")
             .code()
     }
+}
+
+/// Sends `child` SIGTERM, as a shell's ctrl-c or a supervisor would end it.
+pub(crate) fn sigterm(child: &Child) {
+    let pid = child.id().expect("running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
 }
