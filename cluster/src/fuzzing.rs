@@ -19,11 +19,7 @@ use chitchat::{
 use futures::executor::block_on;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tarpc::tokio_serde::formats::Bincode;
-use tarpc::tokio_serde::{Deserializer as _, Serializer as _};
-use tarpc::{ClientMessage, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_util::bytes::BytesMut;
 
 use crate::context::{Metadata, RequestId};
 use crate::registry::NodeInfo;
@@ -31,45 +27,23 @@ use crate::registry::gossip::state;
 use crate::security::seal::{Refused, Sealer};
 use crate::security::{GossipKey, Keyring};
 use crate::service::ServiceDescription;
+use crate::transport::wire::envelope::{self, ClientMessage, Response};
 use crate::transport::wire::{self, Head, Reply, Request, handshake, v1, v2};
 
-// The provider's frame codec, tarpc's bincode with the deadline clamp, is private to
-// `transport::tcp`: it is compiled a second time here from its own file, so that what is fuzzed
-// is the provider's reader itself, not a copy of it.
-#[path = "transport/tcp/codec.rs"]
-#[allow(clippy::duplicate_mod)]
-mod codec;
-use crate::transport::tcp::MAX_DEADLINE;
-
-/// What a wire 2 provider reads: one frame of a connection, through the clamping codec.
+/// What a wire 2 provider reads: one frame of a connection (`transport/wire/envelope.rs`).
 type V2Request = ClientMessage<v2::WireRequest>;
 /// What a wire 2 client reads.
 type V2Reply = Response<v2::WireResponse>;
 type V1Request = ClientMessage<v1::WireRequest>;
 type V1Reply = Response<v1::WireResponse>;
 
-/// A frame as the provider reads it: through [`codec::Clamping`].
-fn provider_reads<T: DeserializeOwned + Unpin>(bytes: &[u8]) -> Result<T, String> {
-    let mut codec = codec::Clamping::<T, ()>::default();
-    Pin::new(&mut codec)
-        .deserialize(&BytesMut::from(bytes))
-        .map_err(|e| e.to_string())
+/// A frame's message as a provider or a client reads it (`transport/wire/envelope.rs`).
+fn reads<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    envelope::decode(bytes).map_err(|e| e.to_string())
 }
 
-/// A frame as a client reads it: tarpc's bincode (`transport/tcp/connect.rs`).
-fn client_reads<T: DeserializeOwned + Unpin>(bytes: &[u8]) -> Result<T, String> {
-    let mut codec = Bincode::<T, ()>::default();
-    Pin::new(&mut codec)
-        .deserialize(&BytesMut::from(bytes))
-        .map_err(|e| e.to_string())
-}
-
-fn written<T: Serialize + Unpin>(value: &T) -> Vec<u8> {
-    let mut codec = Bincode::<(), T>::default();
-    Pin::new(&mut codec)
-        .serialize(value)
-        .expect("a frame this crate built encodes")
-        .to_vec()
+fn written<T: Serialize>(value: &T) -> Vec<u8> {
+    envelope::encode(value)
 }
 
 /// `a` and `b`, a deadline apart by at most the time the check took.
@@ -81,13 +55,10 @@ fn close(a: std::time::Instant, b: std::time::Instant) -> bool {
 /// A wire 2 request frame, read as the provider reads it; the request it holds is written
 /// again and must read back the same.
 pub fn v2_request(bytes: &[u8]) -> Result<(), String> {
-    let message: V2Request = provider_reads(bytes)?;
+    let message: V2Request = reads(bytes)?;
     let ClientMessage::Request(mut request) = message else {
         return Ok(());
     };
-    // What the provider does next with tarpc's deadline (`transport/tcp/serve.rs`).
-    let left = (request.context.deadline).saturating_duration_since(std::time::Instant::now());
-    let _ = crate::deadline::later(tokio::time::Instant::now(), left);
     let v2::WireRequest::Call { request: frame } = &mut request.message;
     let first = Arc::get_mut(&mut frame.0).expect("just read");
     if first.head.invalid.is_some() {
@@ -97,7 +68,7 @@ pub fn v2_request(bytes: &[u8]) -> Result<(), String> {
     // A reader keeps the metadata decoded; a writer sends it encoded.
     first.head.encoded_metadata = wire::encode_metadata(&first.head.metadata);
     let first = frame.0.clone();
-    let again: V2Request = provider_reads(&written(&V2Request::Request(tarpc::Request {
+    let again: V2Request = reads(&written(&V2Request::Request(envelope::Request {
         context: request.context,
         id: request.id,
         message: v2::WireRequest::Call {
@@ -110,11 +81,10 @@ pub fn v2_request(bytes: &[u8]) -> Result<(), String> {
     };
     assert_eq!(again.id, request.id);
     assert_eq!(again.context.trace_context, request.context.trace_context);
-    // Within 5 s, not 1: the clamp lowers the deadline's seconds and leaves its nanoseconds,
-    // which a peer may send as up to 4.29 s; written again, they are whole seconds, clamped.
-    let apart = (again.context.deadline).max(request.context.deadline)
-        - (again.context.deadline).min(request.context.deadline);
-    assert!(apart < Duration::from_secs(5), "{apart:?} apart");
+    assert!(close(
+        again.context.deadline.into_std(),
+        request.context.deadline.into_std()
+    ));
     let v2::WireRequest::Call { request: second } = again.message;
     same_request(&first, &second.0, true);
     Ok(())
@@ -143,14 +113,12 @@ fn same_request(a: &Request, b: &Request, with_head: bool) {
 
 /// A wire 2 reply frame, read as a client reads it; written again, it reads back the same.
 pub fn v2_reply(bytes: &[u8]) -> Result<(), String> {
-    let reply: V2Reply = client_reads(bytes)?;
-    let again: V2Reply = client_reads(&written(&reply)).expect("a reply written reads back");
+    let reply: V2Reply = reads(bytes)?;
+    let again: V2Reply = reads(&written(&reply)).expect("a reply written reads back");
     assert_eq!(again.request_id, reply.request_id);
     match (reply.message, again.message) {
         (Ok(v2::WireResponse::Call(a)), Ok(v2::WireResponse::Call(b))) => assert_eq!(a.0, b.0),
-        // Only the detail: tarpc 0.38 writes the kind as an i32 and reads a u32 (each kind
-        // reads back as another), and this crate reads only the detail.
-        (Err(a), Err(b)) => assert_eq!(a.detail, b.detail),
+        (Err(a), Err(b)) => assert_eq!(a, b),
         (a, b) => panic!("{a:?} read back as {b:?}"),
     }
     Ok(())
@@ -159,10 +127,10 @@ pub fn v2_reply(bytes: &[u8]) -> Result<(), String> {
 /// A wire 1 frame: a request as the provider reads it, and the same bytes as a reply as a
 /// client reads it; each written again reads back the same.
 pub fn v1(bytes: &[u8]) -> Result<(), String> {
-    let request = provider_reads::<V1Request>(bytes).map(|message| {
+    let request = reads::<V1Request>(bytes).map(|message| {
         if let ClientMessage::Request(request) = message {
             let v1::WireRequest::Call { request: a } = request.message;
-            let again: V1Request = provider_reads(&written(&V1Request::Request(tarpc::Request {
+            let again: V1Request = reads(&written(&V1Request::Request(envelope::Request {
                 context: request.context,
                 id: request.id,
                 message: v1::WireRequest::Call { request: a.clone() },
@@ -176,13 +144,11 @@ pub fn v1(bytes: &[u8]) -> Result<(), String> {
             same_request(&a.request, &b.request, false);
         }
     });
-    let reply = client_reads::<V1Reply>(bytes).map(|reply| {
-        let again: V1Reply = client_reads(&written(&reply)).expect("a reply written reads back");
+    let reply = reads::<V1Reply>(bytes).map(|reply| {
+        let again: V1Reply = reads(&written(&reply)).expect("a reply written reads back");
         match (reply.message, again.message) {
             (Ok(v1::WireResponse::Call(a)), Ok(v1::WireResponse::Call(b))) => assert_eq!(a, b),
-            // Only the detail: tarpc 0.38 writes the kind as an i32 and reads a u32 (each kind
-            // reads back as another), and this crate reads only the detail.
-            (Err(a), Err(b)) => assert_eq!(a.detail, b.detail),
+            (Err(a), Err(b)) => assert_eq!(a, b),
             (a, b) => panic!("{a:?} read back as {b:?}"),
         }
     });
@@ -394,10 +360,8 @@ fn seed_request() -> Request {
     }
 }
 
-fn context() -> tarpc::context::Context {
-    let mut context = tarpc::context::current();
-    context.deadline = std::time::Instant::now() + Duration::from_secs(5);
-    context
+fn context() -> envelope::Context {
+    envelope::Context::until(tokio::time::Instant::now() + Duration::from_secs(5))
 }
 
 /// Real wire 2 request frames: a call with metadata and a budget, one without, a cancel.
@@ -406,7 +370,7 @@ pub fn seed_v2_requests() -> Vec<Vec<u8>> {
     let mut bare = seed_request();
     bare.head = Head::default();
     let call = |request: Arc<Request>, id| {
-        written(&V2Request::Request(tarpc::Request {
+        written(&V2Request::Request(envelope::Request {
             context: context(),
             id,
             message: v2::WireRequest::Call {
@@ -451,7 +415,7 @@ pub fn seed_v2_replies() -> Vec<Vec<u8>> {
 
 /// Real wire 1 frames: a request, and a reply of each kind.
 pub fn seed_v1() -> Vec<Vec<u8>> {
-    let mut seeds = vec![written(&V1Request::Request(tarpc::Request {
+    let mut seeds = vec![written(&V1Request::Request(envelope::Request {
         context: context(),
         id: 1,
         message: v1::WireRequest::Call {

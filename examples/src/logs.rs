@@ -16,18 +16,6 @@ use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuild
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
-/// tarpc's modules that log every deadline they enforce at ERROR. An attempt running out of time
-/// is an expected outcome, which the call path reports itself (in the call's error, at DEBUG in
-/// its span); logged as an error on both sides of every timeout, it would bury real errors.
-const TARPC_DEADLINES: [&str; 2] = [
-    "tarpc::client::in_flight_requests",
-    "tarpc::server::in_flight_requests",
-];
-
-/// tarpc's server logs a WARN for every connection a peer closes without a TLS close_notify,
-/// which is every connection of a peer that shuts down: ordinary, and said at DEBUG by us.
-const TARPC_SERVER: &str = "tarpc::server=error";
-
 /// Log lines queued for the writer thread at most: about 1 MiB of ordinary lines. Past it lines
 /// are dropped, not waited for.
 pub const BUFFERED_LOG_LINES: usize = 4096;
@@ -35,27 +23,15 @@ pub const BUFFERED_LOG_LINES: usize = 4096;
 /// How often [`Logs::report_every`]'s task says how many lines were dropped, if any were.
 pub const DROPPED_REPORT_PERIOD: Duration = Duration::from_secs(10);
 
-/// `RUST_LOG`'s directives (ERROR when it is unset), with tarpc's deadline lines off and its
-/// server's connection-closed WARNs down to errors, unless `RUST_LOG` names tarpc itself.
+/// `RUST_LOG`'s directives, ERROR when it is unset.
 pub fn log_filter() -> EnvFilter {
     filter_for(&std::env::var("RUST_LOG").unwrap_or_default())
 }
 
 fn filter_for(rust_log: &str) -> EnvFilter {
-    let mut filter = EnvFilter::builder()
+    EnvFilter::builder()
         .with_default_directive(LevelFilter::ERROR.into())
-        .parse_lossy(rust_log);
-    if !rust_log.contains("tarpc") {
-        for module in TARPC_DEADLINES {
-            if let Ok(off) = format!("{module}=off").parse() {
-                filter = filter.add_directive(off);
-            }
-        }
-        if let Ok(quiet) = TARPC_SERVER.parse() {
-            filter = filter.add_directive(quiet);
-        }
-    }
-    filter
+        .parse_lossy(rust_log)
 }
 
 /// The process's logging, installed by [`init_logs`]: keep it for the life of the process.
@@ -190,22 +166,6 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn tarpcs_deadline_errors_are_off_unless_asked_for() {
-        let quiet = filter_for("").to_string();
-        assert!(
-            quiet.contains("tarpc::client::in_flight_requests=off"),
-            "{quiet}"
-        );
-        assert!(
-            filter_for("info")
-                .to_string()
-                .contains("tarpc::server::in_flight_requests=off")
-        );
-        let asked = filter_for("tarpc=trace").to_string();
-        assert!(!asked.contains("=off"), "{asked}");
-    }
-
     /// A writer that hands every line to a channel.
     struct Lines(mpsc::Sender<String>);
 
@@ -220,28 +180,41 @@ mod tests {
     }
 
     #[test]
-    fn tarpcs_deadline_lines_are_not_written_even_at_trace() {
+    fn errors_only_unless_rust_log_says_more() {
         let (tx, rx) = mpsc::channel();
         let (logs, writer) = logs_to(Lines(tx), 64);
-        for rust_log in ["", "warn", "debug", "trace"] {
+        for rust_log in ["", "warn", "error,cluster=debug"] {
             let subscriber = tracing_subscriber::fmt()
                 .with_env_filter(filter_for(rust_log))
                 .with_writer(writer.clone())
                 .finish();
             tracing::subscriber::with_default(subscriber, || {
-                tracing::error!(target: "tarpc::server::in_flight_requests", "DeadlineExceeded");
-                tracing::error!(target: "tarpc::client::in_flight_requests", "DeadlineExceeded");
-                tracing::warn!(target: "tarpc::server", "Requests stream errored out");
-                tracing::error!(target: "cluster", "a real error, at {rust_log:?}");
+                tracing::error!(target: "cluster", "an error at {rust_log:?}");
+                tracing::warn!(target: "cluster", "a warning at {rust_log:?}");
+                tracing::debug!(target: "cluster", "a debug line at {rust_log:?}");
+                tracing::warn!(target: "elsewhere", "another module's warning at {rust_log:?}");
             });
         }
         drop(logs);
         let written: Vec<String> = rx.try_iter().collect();
-        assert_eq!(written.len(), 4, "{written:?}");
+        let said = |line: &str| written.iter().any(|written| written.contains(line));
+        // Unset: errors only.
+        assert!(said(r#"an error at """#), "{written:?}");
+        assert!(!said(r#"a warning at """#), "{written:?}");
+        // A level: that level for every module.
+        assert!(said(r#"a warning at "warn""#), "{written:?}");
+        assert!(said(r#"another module's warning at "warn""#), "{written:?}");
+        assert!(!said(r#"a debug line at "warn""#), "{written:?}");
+        // A module's directive: that module only.
         assert!(
-            written.iter().all(|line| line.contains("a real error")),
+            said(r#"a debug line at "error,cluster=debug""#),
             "{written:?}"
         );
+        assert!(
+            !said(r#"another module's warning at "error,cluster=debug""#),
+            "{written:?}"
+        );
+        assert_eq!(written.len(), 1 + 3 + 3, "{written:?}");
     }
 
     /// A writer blocked as a pipe nobody reads is, until `open`; then it hands lines on.

@@ -849,7 +849,7 @@ async fn row09_a_request_past_its_deadline_is_refused_before_its_handler_runs() 
         ..Call::count(2)
     };
     for (what, call) in [
-        ("tarpc's deadline 0 s", no_time),
+        ("a deadline of 0 s", no_time),
         ("a budget of 0 µs", no_budget),
     ] {
         let reply = raw::call(&mut io, &call, LEGIT_LIMIT).await;
@@ -878,8 +878,8 @@ async fn row09_a_request_past_its_deadline_is_refused_before_its_handler_runs() 
 
 /// Connections that make the node log a line each at DEBUG: `resets` reset (RST) halfway
 /// through their hello, `damaged` open with a damaged magic; and `bad_frames` connections
-/// that send a frame that is no request after their handshake (tarpc's line, said only when
-/// `RUST_LOG` names tarpc). How many were made.
+/// that send a frame that is no request after their handshake (a WARN, at most once per
+/// address per 10 s). How many were made.
 async fn log_flood(victim: &Victim, resets: usize, damaged: usize, bad_frames: usize) -> usize {
     let rpc = victim.rpc;
     // One bound for the three kinds: a node that stopped reading ends the flood, not the row.

@@ -12,7 +12,8 @@ pub(crate) enum Failure {
     /// Never sent: the provider did not finish opening a connection in time. It may be
     /// stalled rather than gone, so a pinned at-most-once retry asks it again.
     NoAnswer(String),
-    /// Never sent: the peer said it is busy (its connection limit, tarpc's throttle).
+    /// Never sent: the peer said it is busy (its connection limit, or an earlier release's
+    /// throttle).
     Busy(String),
     /// Never sent: this node's own in-flight limit to the peer stayed full.
     Queued(String),

@@ -23,7 +23,7 @@ use crate::transport::{
 /// not the whole attempt, before the call tries another provider.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The default bound on requests in flight on one connection, 1000 (tarpc's own default); more
+/// The default bound on requests in flight on one connection, 1000; more
 /// wait on this side, where a timeout means the request was never sent.
 pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1000;
 

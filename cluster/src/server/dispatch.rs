@@ -543,8 +543,8 @@ async fn served(
         served: Served::Cancelled,
         metered: Some(MeteredServed::Cancelled),
     });
-    // No timer of its own: the transport stops the handler at the deadline (tarpc aborts its
-    // task, the in-memory network drops it), and a second timer per request cost 0.5 k
+    // No timer of its own: the transport stops the handler at the deadline (the serving loop
+    // aborts its task, the in-memory network drops it), and a second timer per request cost 0.5 k
     // instructions and the room in the request's task that kept it within the allocator's
     // per-thread cache (`docs/benchmarks.md`).
     let outcome = match run {

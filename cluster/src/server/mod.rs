@@ -1,7 +1,8 @@
 //! The provider side: what `#[service]` generates implements [`Provide`]; the dispatcher
 //! routes requests to it, refuses what it cannot run (wrong service or signature, draining,
 //! over the concurrency limit) and catches panics; the transport stops a handler at the deadline
-//! its request carries (tarpc aborts the task, the in-memory network drops it).
+//! its request carries (`transport/tcp/answering.rs` aborts the task, the in-memory network
+//! drops it).
 
 mod admission;
 pub(crate) mod describe;

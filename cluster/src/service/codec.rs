@@ -3,7 +3,7 @@ use serde::de::DeserializeOwned;
 
 /// Arguments and results travel as MessagePack with named struct fields: self-describing, so a
 /// 2.1 provider may add a `#[serde(default)]` field to a struct and a 2.0 peer still reads it
-/// (unknown fields are skipped, missing ones defaulted). bincode, tarpc's default, cannot.
+/// (unknown fields are skipped, missing ones defaulted). bincode cannot.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
     // Room for a small value from the start: grown from empty, the buffer is reallocated once or
     // twice for most values, and this runs twice per call (arguments and return value).

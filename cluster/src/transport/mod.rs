@@ -1,4 +1,4 @@
-//! Moving requests and replies between nodes: tarpc over TCP ([`tcp`]), and an in-process
+//! Moving requests and replies between nodes: over TCP ([`tcp`]), and an in-process
 //! network for unit tests ([`MemoryNetwork`]), both behind [`Connector`].
 
 mod memory;
@@ -31,7 +31,7 @@ pub const MAX_FRAME_LIMIT: usize = 1 << 30;
 /// The client side of a transport. An enum rather than a trait object: the send future then
 /// lives inside the call's own future instead of in a box of its own on every attempt.
 pub(crate) enum Connector {
-    /// tarpc over TCP.
+    /// Over TCP ([`tcp`]).
     Tcp(tcp::TcpConnector),
     /// The in-process network.
     Memory(MemoryNetwork),
@@ -98,8 +98,8 @@ pub(crate) enum TransportError {
     /// It may be stalled, overloaded or cut off rather than gone (a process that is gone
     /// refuses the connection: `NotSent`).
     NoAnswer(String),
-    /// Never sent: the peer said it is busy (its connection limit, tarpc's throttle). Alive,
-    /// and counted against it as an overload refusal is.
+    /// Never sent: the peer said it is busy (its connection limit, or an earlier release's
+    /// throttle). Alive, and counted against it as an overload refusal is.
     Busy(String),
     /// Never sent: it waited on this node until the deadline (its in-flight limit to the peer
     /// was full, or the connection was still writing what was ahead of it). Says nothing of

@@ -4,16 +4,17 @@
 //! 1. the handshake (`cluster/src/transport/wire/handshake.rs`): the 8 bytes `cluster\0`, then a
 //!    `Hello` as a MessagePack map with named fields behind a 4-byte big-endian length; the
 //!    node answers a `Welcome` the same way;
-//! 2. then tarpc frames: a 4-byte big-endian length (`LengthDelimitedCodec`), then bincode 1
-//!    with its default options (variable-length integers, little-endian), as tarpc's
-//!    `serde_transport` with tokio-serde's `Bincode` writes them. A request is
+//! 2. then frames (`cluster/src/transport/wire/envelope.rs`): a 4-byte big-endian length, then
+//!    the envelope in bincode 1 with its default options (variable-length integers,
+//!    little-endian), byte for byte tarpc 0.38's frames. A request is
 //!    `ClientMessage::Request { context: { deadline as time left, trace context }, id, message }`
-//!    whose message is the `Wire` service's `Call { request }`, and the request is wire 2's
+//!    whose message is `Call { request }`, and the request is wire 2's
 //!    tuple (`cluster/src/transport/wire/v2.rs`): `(service, function, signature hash,
 //!    (request id, attempt, budget left in µs, reply limit), headers, arguments)`, the
 //!    arguments the MessagePack of the argument tuple (`cluster/src/service/codec.rs`);
-//! 3. a reply is tarpc's `Response { request_id, message: Result<Call(reply), ServerError> }`,
-//!    the reply wire 2's `(kind, code, body, headers)`.
+//! 3. a reply is the envelope's
+//!    `Response { request_id, message: Result<Call(reply), ServerError> }`, the reply wire 2's
+//!    `(kind, code, body, headers)`; a node of this build never sends the `ServerError`.
 //!
 //! [`connect_tls`] is a compromised peer: a certificate of the cluster, and no interest in
 //! whether the node's own is valid.
@@ -206,7 +207,7 @@ impl ServerCertVerifier for AnyServer {
     }
 }
 
-/// tarpc's deadline: time left, as serde writes a `Duration`.
+/// The envelope's deadline: time left, as serde writes a `Duration`.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct Deadline {
     /// Whole seconds.
@@ -233,7 +234,7 @@ struct TraceContext {
 }
 
 #[derive(Serialize)]
-#[allow(dead_code)] // Mirrors tarpc's enum: both variants are part of the format.
+#[allow(dead_code)] // Mirrors the envelope's enum: both variants are part of the format.
 enum Sampling {
     Sampled,
     Unsampled,
@@ -246,9 +247,9 @@ struct Context {
 }
 
 #[derive(Serialize)]
-#[allow(dead_code)] // Mirrors tarpc's enum: `Cancel` fixes `Request`'s variant number.
+#[allow(dead_code)] // Mirrors the envelope's enum: `Cancel` fixes `Request`'s variant number.
 enum ClientMessage<'a> {
-    Request(TarpcRequest<'a>),
+    Request(Request<'a>),
     Cancel {
         trace_context: TraceContext,
         request_id: u64,
@@ -256,13 +257,13 @@ enum ClientMessage<'a> {
 }
 
 #[derive(Serialize)]
-struct TarpcRequest<'a> {
+struct Request<'a> {
     context: Context,
     id: u64,
     message: WireRequest<'a>,
 }
 
-/// The request enum tarpc generates for `trait Wire { async fn call(request: …) }`.
+/// The envelope's call (`CallRequest`): one variant, `Call`.
 #[derive(Serialize)]
 enum WireRequest<'a> {
     Call { request: V2Request<'a> },
@@ -281,9 +282,9 @@ struct V2Request<'a>(
 /// One call as the attacker chooses to write it.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
-    /// tarpc's request id on the connection.
+    /// The request's id on the connection.
     pub(crate) id: u64,
-    /// tarpc's deadline.
+    /// The envelope's deadline.
     pub(crate) deadline: Deadline,
     /// The service.
     pub(crate) service: &'static str,
@@ -350,7 +351,7 @@ impl Call {
 
     /// The frame, length prefix included.
     pub(crate) fn frame(&self) -> Vec<u8> {
-        let message = ClientMessage::Request(TarpcRequest {
+        let message = ClientMessage::Request(Request {
             context: Context {
                 deadline: self.deadline,
                 trace_context: TraceContext {
@@ -412,7 +413,7 @@ struct ServerError {
 pub(crate) enum Reply {
     /// The function ran; its encoded result.
     Done {
-        /// tarpc's request id.
+        /// The request's id on the connection.
         id: u64,
         /// The MessagePack of the result.
         body: Vec<u8>,
@@ -420,7 +421,7 @@ pub(crate) enum Reply {
     /// Any other reply of the cluster's: refused (1), panicked (2), too large (3),
     /// undeliverable (4), expired (5).
     Other {
-        /// tarpc's request id.
+        /// The request's id on the connection.
         id: u64,
         /// The reply's kind.
         kind: u16,
@@ -429,9 +430,10 @@ pub(crate) enum Reply {
         /// Its text.
         detail: String,
     },
-    /// tarpc's own error (the request never reached the cluster's handler).
+    /// The envelope's `ServerError`: a refusal before the handler ran, which a node of an
+    /// earlier release sends when it throttles (this build never does).
     ServerError {
-        /// tarpc's request id.
+        /// The request's id on the connection.
         id: u64,
         /// An `io::ErrorKind` as a number.
         kind: u32,

@@ -1,7 +1,7 @@
-//! The provider's side of a wire 2 connection without tarpc's server: the same frames (read and
-//! bounded by `frames.rs`), each request run until it first waits on this loop's task, then, if
-//! it has not answered yet, in a task of its own; its reply written when it ends, a cancel or
-//! the request's deadline stopping it with no reply, as tarpc's server did.
+//! The provider's side of a connection (wire 1 or 2): the frames read and bounded by
+//! `frames.rs`, each request run until it first waits on this loop's task, then, if it has not
+//! answered yet, in a task of its own; its reply written when it ends, a cancel or the
+//! request's deadline stopping it with no reply.
 //!
 //! Most handlers answer without waiting on anything: run here, such a request costs no task,
 //! no hand-off of its reply and no wake-up of this loop (a task per request was a sixth of a
@@ -9,9 +9,9 @@
 //! holds up the requests behind it on the same connection, as any work on a runtime's thread
 //! holds up what else that thread runs: long computation belongs in `spawn_blocking`.
 //!
-//! tarpc's server kept per request a span with an OpenTelemetry context (three allocations), an
-//! `Abortable` pair and a deadline-queue entry, beside the task; here the task's own abort handle
-//! and one timer per connection, at the earliest deadline of the requests running.
+//! Per request there is the task's own abort handle, if it has a task, and one timer per
+//! connection, at the earliest deadline of the requests running: no span, no `Abortable` pair,
+//! no deadline-queue entry of its own.
 //!
 //! A handler hands its reply over without waiting (an unbounded queue, emptied on every turn
 //! of the loop, even while the writer is full): a handler that had to wait for room took a
@@ -29,17 +29,16 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use futures::{FutureExt, Sink, Stream};
-use tarpc::{ClientMessage, Response};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::fast_map::FastMap;
-use crate::transport::wire::v2::{ReplyFrame, RequestFrame, WireRequest, WireResponse};
+use crate::transport::wire::envelope::{CallRequest, CallResponse, ClientMessage, Response};
 
 /// The handlers running for one connection: stopped when it ends, however it ends (the task
 /// serving it is aborted when the peer goes: `channel.rs`).
-struct Running<R = ReplyFrame> {
+struct Running<R> {
     /// By request id (a peer may reuse an id once its request was cancelled).
     tasks: FastMap<u64, Handler<R>>,
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
@@ -179,22 +178,20 @@ impl<R> Drop for Running<R> {
 /// connection's writer for more than this many handlers' first steps.
 const STARTED_BETWEEN_WRITES: usize = 32;
 
-/// Serves wire 2 on `frames` until the connection ends. `call` makes the future of one
-/// request from its deadline (`serve.rs`'s `V2::answer`): `deadline_of` says when its tarpc
-/// context ends. Requests are read while replies wait for the writer (as tarpc's server does):
+/// Serves a wire version whose request frame is `Q` and reply frame `R` on `frames` until the
+/// connection ends. `call` makes the future of one request from its deadline (`serve.rs`'s
+/// `V2::answer`). Requests are read while replies wait for the writer:
 /// the frame reader bounds them.
-pub(super) async fn serve<T, F, Fut>(
-    mut frames: T,
-    call: F,
-    deadline_of: fn(&tarpc::context::Context) -> Instant,
-) where
-    T: Stream<Item = io::Result<ClientMessage<WireRequest>>>
-        + Sink<Response<WireResponse>, Error = io::Error>
+pub(super) async fn serve<T, Q, R, F, Fut>(mut frames: T, call: F)
+where
+    T: Stream<Item = io::Result<ClientMessage<CallRequest<Q>>>>
+        + Sink<Response<CallResponse<R>>, Error = io::Error>
         + Unpin,
-    F: Fn(Instant, RequestFrame) -> Fut,
-    Fut: Future<Output = ReplyFrame> + Send + 'static,
+    F: Fn(Instant, Q) -> Fut,
+    Fut: Future<Output = R> + Send + 'static,
+    R: Send + 'static,
 {
-    let (replies, mut ready) = mpsc::unbounded_channel::<(u64, u64, ReplyFrame)>();
+    let (replies, mut ready) = mpsc::unbounded_channel::<(u64, u64, R)>();
     let mut running = Running::default();
     let mut timer = Box::pin(tokio::time::sleep_until(Instant::now()));
     let mut armed: Option<Instant> = None;
@@ -223,7 +220,7 @@ pub(super) async fn serve<T, F, Fut>(
                 };
                 let response = Response {
                     request_id: id,
-                    message: Ok(WireResponse::Call(reply)),
+                    message: Ok(CallResponse::Call(reply)),
                 };
                 if Pin::new(&mut frames).start_send(response).is_err() {
                     return Poll::Ready(());
@@ -253,8 +250,8 @@ pub(super) async fn serve<T, F, Fut>(
                 match Pin::new(&mut frames).poll_next(cx) {
                     Poll::Ready(Some(Ok(ClientMessage::Request(request)))) => {
                         may_start -= 1;
-                        let deadline = deadline_of(&request.context);
-                        let WireRequest::Call { request: frame } = request.message;
+                        let deadline = request.context.deadline;
+                        let CallRequest::Call { request: frame } = request.message;
                         let id = request.id;
                         let number = running.next();
                         let handler = Box::pin(call(deadline, frame));
@@ -284,8 +281,6 @@ pub(super) async fn serve<T, F, Fut>(
                         running.stop(request_id);
                         read = true;
                     }
-                    // A kind of message a later tarpc may add: nothing to do with it.
-                    Poll::Ready(Some(Ok(_))) => read = true,
                     // The frame reader has said why (`frames.rs`); the handlers stop with
                     // `running`.
                     Poll::Ready(None | Some(Err(_))) => return Poll::Ready(()),

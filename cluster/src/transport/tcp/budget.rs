@@ -15,9 +15,9 @@
 //! backpressure on a peer that sends requests and never reads the replies.
 //!
 //! A request's hold is given back when its reply is handed to the writer, or when the request is
-//! cancelled or expires (`frames.rs` follows the ids as tarpc does); its reply's bytes are added
-//! to it when the handler returns ([`Account::add_reply`]), and the writer keeps what it has
-//! not yet written counted ([`Account::force`]).
+//! cancelled or expires (`frames.rs` follows the ids as the serving loop does); its reply's bytes
+//! are added to it when the handler returns ([`Account::add_reply`]), and the writer keeps what it
+//! has not yet written counted ([`Account::force`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -131,7 +131,7 @@ struct State {
     held: usize,
     /// Of which within the floor.
     floor: usize,
-    /// Requests in flight, by tarpc request id, with the bytes of their replies once they have
+    /// Requests in flight, by request id, with the bytes of their replies once they have
     /// one: a second request with an id in flight is an error, never silently dropped.
     ids: FastMap<u64, usize>,
     /// The connection's reader, waiting for a request to end.

@@ -1,4 +1,4 @@
-//! The caller's side of a connection as tarpc's transport: length-prefixed bincode frames (the
+//! The caller's side of a connection, beneath `calling.rs`: length-prefixed bincode frames (the
 //! format tokio-util's codec and tokio-serde wrote before), read and written here.
 //!
 //! - A request is written by bincode straight into the connection's write buffer behind its
@@ -16,16 +16,15 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bincode::Options;
 use futures::{Sink, Stream};
 use serde::de::DeserializeOwned;
-use tarpc::{ClientMessage, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 use tokio_util::bytes::{Buf, BytesMut};
 use tokio_util::io::{poll_read_buf, poll_write_buf};
 
 use super::frames::{RequestBody, write_frame};
+use crate::transport::wire::envelope::{self, ClientMessage, Response};
 
 /// Heartbeats read in a second past which the provider is taken to flood the connection.
 const MAX_BEATS_A_SECOND: u32 = 16;
@@ -33,12 +32,12 @@ const MAX_BEATS_A_SECOND: u32 = 16;
 /// Bytes read from the socket at a time, at least.
 const READ_CHUNK: usize = 8 << 10;
 
-/// Requests buffered before tarpc is asked to wait while they are written out: as tokio-util's
-/// codec did. At 64 KiB, partial writes left large remainders that every request after them
-/// moved (3 k instructions more per call at 4 KB, callgrind).
+/// Requests buffered before the caller's task is asked to wait while they are written out: as
+/// tokio-util's codec did. At 64 KiB, partial writes left large remainders that every request after
+/// them moved (3 k instructions more per call at 4 KB, callgrind).
 const WRITE_BOUNDARY: usize = 8 << 10;
 
-/// One connection a caller opened, as tarpc's client transport.
+/// One connection a caller opened: a sink of requests, a stream of replies.
 pub(super) struct CallerFrames<S, Req, Resp> {
     io: S,
     max_frame: usize,
@@ -178,9 +177,7 @@ where
         loop {
             match this.next_frame() {
                 Ok(Some(frame)) => {
-                    let reply = bincode::DefaultOptions::new()
-                        .deserialize(&frame)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+                    let reply = envelope::decode(&frame);
                     return Poll::Ready(Some(reply));
                 }
                 Ok(None) => {}
@@ -315,7 +312,7 @@ mod tests {
             request_id: id,
             message: Ok(text.to_owned()),
         };
-        frame(&bincode::DefaultOptions::new().serialize(&response).unwrap())
+        frame(&envelope::encode(&response))
     }
 
     #[tokio::test]
@@ -333,8 +330,8 @@ mod tests {
             );
         }
         assert!(caller.began.is_none(), "two whole frames: none begun");
-        let request = ClientMessage::Request(tarpc::Request {
-            context: tarpc::context::current(),
+        let request = ClientMessage::Request(envelope::Request {
+            context: envelope::Context::until(Instant::now()),
             id: 7,
             message: 42u32,
         });
@@ -345,7 +342,7 @@ mod tests {
         provider.read_exact(&mut len).await.unwrap();
         let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
         provider.read_exact(&mut body).await.unwrap();
-        let read: ClientMessage<u32> = bincode::DefaultOptions::new().deserialize(&body).unwrap();
+        let read: ClientMessage<u32> = envelope::decode(&body).unwrap();
         let ClientMessage::Request(read) = read else {
             panic!("not a request")
         };

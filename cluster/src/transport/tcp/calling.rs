@@ -1,15 +1,13 @@
-//! The caller's side of a wire 2 connection without tarpc's client: the same frames (tarpc's
-//! `ClientMessage` and `Response`, bincode, by length), a table of the requests waiting for a
-//! reply, and one task per connection that writes what callers queued and hands each reply to
-//! its caller.
+//! The caller's side of a connection (wire 1 or 2): the frames of `wire/envelope.rs` (a
+//! `ClientMessage` out, a `Response` back, bincode, by length), a table of the requests waiting for
+//! a reply, and one task per connection that writes what callers queued and hands each reply to its
+//! caller.
 //!
-//! tarpc's client moved every request through an mpsc queue to its dispatch task, kept a
-//! oneshot, a span and a deadline queue entry per request, and its call future (1.7 KB) lived in
-//! every call's future, beside a timer of the caller's own. Here a call queues its request and
-//! waits on its entry; the connection's task keeps one timer, for the earliest deadline of the
+//! A call queues its request and waits on its entry (no channel, oneshot, span or timer of its
+//! own per request); the connection's task keeps one timer, for the earliest deadline of the
 //! requests waiting (a heap, rebuilt from the table when completed requests make up most of it),
 //! and ends each request at its deadline even while nothing can be written; a call given up
-//! before its reply sends a cancel (as tarpc's did); a connection that ends fails every request
+//! before its reply sends a cancel; a connection that ends fails every request
 //! still waiting: as not sent if it never left this node, as lost if it may have.
 
 use std::cmp::Reverse;
@@ -23,13 +21,12 @@ use std::time::Duration;
 
 use futures::task::AtomicWaker;
 use futures::{Sink, Stream};
-use tarpc::{ClientMessage, Response};
 use tokio::time::{Instant, Sleep};
 
 use super::caller_frames::CallerFrames;
 use crate::fast_map::FastMap;
-use crate::transport::wire::v2::{ReplyFrame, RequestFrame, WireRequest, WireResponse};
-use crate::transport::{Reply, Request};
+use crate::transport::Reply;
+use crate::transport::wire::envelope::{self, CallRequest, CallResponse, ClientMessage, Response};
 
 /// How a request ended without a reply.
 #[derive(Debug)]
@@ -38,7 +35,8 @@ pub(super) enum Ended {
     NotSent(String),
     /// It may have reached the provider: the connection ended after it was written.
     Lost(String),
-    /// The provider's tarpc refused it (throttling) before any handler ran.
+    /// The provider refused it before any handler ran (an earlier release's tarpc server,
+    /// throttling).
     Busy(String),
     /// Its deadline passed after it was handed to the writer: it may have reached the provider.
     Timeout,
@@ -47,22 +45,27 @@ pub(super) enum Ended {
     Unwritten,
 }
 
-/// The calls of one connection: cloned into every user of it.
-#[derive(Clone)]
-pub(super) struct Calls(Arc<Shared>);
+/// The calls of one connection, whose wire version's request frame is `Q`: cloned into every
+/// user of it.
+pub(super) struct Calls<Q>(Arc<Shared<Q>>);
 
-struct Shared {
-    state: Mutex<State>,
+impl<Q> Clone for Calls<Q> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+struct Shared<Q> {
+    state: Mutex<State<Q>>,
     /// The connection's task, woken when there is something to write.
     writer: AtomicWaker,
 }
 
-#[derive(Default)]
-struct State {
+struct State<Q> {
     next_id: u64,
     /// Requests and cancels not yet written: taken one at a time, only when the writer has room,
     /// so that a call given up while its connection cannot be written takes its request back.
-    queue: VecDeque<ClientMessage<WireRequest>>,
+    queue: VecDeque<ClientMessage<CallRequest<Q>>>,
     waiting: FastMap<u64, Waiting>,
     /// The deadlines of the requests waiting, earliest first, and of some already answered
     /// (left in until they come up, or until the heap is rebuilt).
@@ -81,15 +84,28 @@ struct Waiting {
     outcome: Option<Result<Reply, Ended>>,
 }
 
-/// The connection's task: writes what is queued, reads replies. Ends with the connection; when
-/// it does (or is dropped: aborted for idling, the node stopping), every waiting call fails.
-pub(super) struct Dispatch<S> {
-    io: CallerFrames<S, WireRequest, WireResponse>,
-    calls: Arc<Shared>,
+impl<Q> Default for State<Q> {
+    fn default() -> Self {
+        Self {
+            next_id: 0,
+            queue: VecDeque::new(),
+            waiting: FastMap::default(),
+            deadlines: BinaryHeap::new(),
+            ended: None,
+        }
+    }
+}
+
+/// The connection's task: writes what is queued, reads replies (frames `R`). Ends with the
+/// connection; when it does (or is dropped: aborted for idling, the node stopping), every
+/// waiting call fails.
+pub(super) struct Dispatch<S, Q, R> {
+    io: CallerFrames<S, CallRequest<Q>, CallResponse<R>>,
+    calls: Arc<Shared<Q>>,
     /// Fires at the earliest deadline in the heap.
     timer: Pin<Box<Sleep>>,
     /// Replies read and not yet handed over: handed over together, under one lock.
-    read: Vec<Response<WireResponse>>,
+    read: Vec<Response<CallResponse<R>>>,
     /// The calls to wake once the lock is let go (kept, so that no turn allocates).
     wake: Vec<Waker>,
     /// Bytes handed to the writer (or held by TLS beneath it) that a flush has not yet seen
@@ -108,9 +124,11 @@ pub(super) struct Dispatch<S> {
 /// Replies handed over under one lock at most: a connection's callers wait for no more.
 const BATCH: usize = 32;
 
-impl Calls {
+impl<Q> Calls<Q> {
     /// The calls of a connection over `io`, and the task to spawn for it.
-    pub(super) fn new<S>(io: CallerFrames<S, WireRequest, WireResponse>) -> (Self, Dispatch<S>) {
+    pub(super) fn new<S, R>(
+        io: CallerFrames<S, CallRequest<Q>, CallResponse<R>>,
+    ) -> (Self, Dispatch<S, Q, R>) {
         let shared = Arc::new(Shared {
             state: Mutex::default(),
             writer: AtomicWaker::new(),
@@ -130,13 +148,11 @@ impl Calls {
         (Self(shared), dispatch)
     }
 
-    /// Sends `request` under tarpc's context `context` and waits for its reply until
-    /// `deadline`. Dropped before the reply, the request is taken back if it has not left, or
-    /// cancelled if it has.
+    /// Sends `request` and waits for its reply until `deadline`, which it carries. Dropped
+    /// before the reply, the request is taken back if it has not left, or cancelled if it has.
     pub(super) fn call(
         &self,
-        context: tarpc::context::Context,
-        request: Arc<Request>,
+        request: Q,
         deadline: Instant,
     ) -> impl Future<Output = Result<Reply, Ended>> + '_ {
         let queued = {
@@ -148,12 +164,10 @@ impl Calls {
                     state.next_id += 1;
                     state
                         .queue
-                        .push_back(ClientMessage::Request(tarpc::Request {
-                            context,
+                        .push_back(ClientMessage::Request(envelope::Request {
+                            context: envelope::Context::until(deadline),
                             id,
-                            message: WireRequest::Call {
-                                request: RequestFrame(request),
-                            },
+                            message: CallRequest::Call { request },
                         }));
                     state.waiting.insert(
                         id,
@@ -186,7 +200,7 @@ impl Calls {
     }
 }
 
-impl Calls {
+impl<Q> Calls<Q> {
     /// The calls waiting and the messages queued to write: none once every call has ended.
     #[cfg(test)]
     pub(super) fn left(&self) -> (usize, usize) {
@@ -195,13 +209,13 @@ impl Calls {
     }
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+impl<Q> Shared<Q> {
+    fn lock(&self) -> MutexGuard<'_, State<Q>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-impl State {
+impl<Q> State<Q> {
     /// The heap of the requests still waiting only: answered ones are dropped from it, so it
     /// stays within twice the table (an amortised O(1) per request).
     fn rebuild_deadlines(&mut self) {
@@ -298,13 +312,13 @@ impl State {
 }
 
 /// A call waiting for its reply.
-struct Wait<'a> {
-    shared: &'a Shared,
+struct Wait<'a, Q> {
+    shared: &'a Shared<Q>,
     id: u64,
     over: bool,
 }
 
-impl Wait<'_> {
+impl<Q> Wait<'_, Q> {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reply, Ended>> {
         let mut state = self.shared.lock();
         let Some(waiting) = state.waiting.get_mut(&self.id) else {
@@ -329,7 +343,7 @@ impl Wait<'_> {
     }
 }
 
-impl Drop for Wait<'_> {
+impl<Q> Drop for Wait<'_, Q> {
     fn drop(&mut self) {
         if self.over {
             return;
@@ -342,7 +356,7 @@ impl Drop for Wait<'_> {
             return;
         }
         if waiting.sent.is_some() {
-            // It may be running: the provider stops it (tarpc's client did the same).
+            // It may be running: the provider stops it.
             state.queue.push_back(ClientMessage::Cancel {
                 trace_context: Default::default(),
                 request_id: self.id,
@@ -359,7 +373,7 @@ impl Drop for Wait<'_> {
     }
 }
 
-impl<S> Dispatch<S> {
+impl<S, Q, R: Into<Reply>> Dispatch<S, Q, R> {
     /// With heartbeats, as the handshake agreed: a provider silent for `limit` while requests
     /// wait is taken for gone (`heartbeat.rs`).
     pub(super) fn listening_for_heartbeats(mut self, limit: Duration) -> Self {
@@ -418,7 +432,7 @@ impl<S> Dispatch<S> {
         let mut state = self.calls.lock();
         for reply in self.read.drain(..) {
             let outcome = match reply.message {
-                Ok(WireResponse::Call(ReplyFrame(reply))) => Ok(reply),
+                Ok(CallResponse::Call(reply)) => Ok(reply.into()),
                 Err(refused) => Err(Ended::Busy(refused.detail)),
             };
             if let Some(waiting) = state.waiting.get_mut(&reply.request_id) {
@@ -444,9 +458,14 @@ impl<S> Dispatch<S> {
     }
 }
 
-impl<S> Future for Dispatch<S>
+impl<S, Q, R> Future for Dispatch<S, Q, R>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    CallRequest<Q>: super::frames::RequestBody,
+    Response<CallResponse<R>>: serde::de::DeserializeOwned,
+    R: Into<Reply>,
+    Q: Unpin,
+    R: Unpin,
 {
     type Output = io::Result<()>;
 
@@ -536,7 +555,7 @@ where
     }
 }
 
-impl<S> Drop for Dispatch<S> {
+impl<S, Q, R> Drop for Dispatch<S, Q, R> {
     fn drop(&mut self) {
         let mut state = self.calls.lock();
         state.ended = Some("the connection closed".to_owned());
@@ -570,27 +589,30 @@ mod tests {
     use std::sync::atomic::AtomicU32;
     use std::time::Duration;
 
-    use bincode::Options;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
     use super::*;
-    use crate::transport::Head;
+    use crate::transport::wire::v2::{ReplyFrame, RequestFrame, WireRequest, WireResponse};
+    use crate::transport::{Head, Request};
 
-    fn request() -> Arc<Request> {
-        Arc::new(Request {
+    fn request() -> RequestFrame {
+        RequestFrame(Arc::new(Request {
             service: "svc".into(),
             function: "f".into(),
             signature: 0,
             args: vec![7; 16],
             head: Head::default(),
             attempt: AtomicU32::new(1),
-        })
+        }))
     }
 
-    fn connection(buffer: usize) -> (Calls, DuplexStream) {
+    fn connection(buffer: usize) -> (Calls<RequestFrame>, DuplexStream) {
         let (caller, provider) = tokio::io::duplex(buffer);
-        let (calls, dispatch) =
-            Calls::new(CallerFrames::new(caller, 1 << 20, Duration::from_secs(10)));
+        let (calls, dispatch) = Calls::new(CallerFrames::<_, _, WireResponse>::new(
+            caller,
+            1 << 20,
+            Duration::from_secs(10),
+        ));
         tokio::spawn(dispatch);
         (calls, provider)
     }
@@ -600,7 +622,7 @@ mod tests {
         let len = provider.read_u32().await.unwrap() as usize;
         let mut body = vec![0; len];
         provider.read_exact(&mut body).await.unwrap();
-        bincode::DefaultOptions::new().deserialize(&body).unwrap()
+        envelope::decode(&body).unwrap()
     }
 
     async fn answer(provider: &mut DuplexStream, id: u64) {
@@ -608,17 +630,17 @@ mod tests {
             request_id: id,
             message: Ok(WireResponse::Call(ReplyFrame(Reply::Done(vec![1, 2])))),
         };
-        let body = bincode::DefaultOptions::new().serialize(&reply).unwrap();
+        let body = envelope::encode(&reply);
         provider.write_u32(body.len() as u32).await.unwrap();
         provider.write_all(&body).await.unwrap();
     }
 
     /// A request with `n` bytes of arguments.
-    fn request_of(n: usize) -> Arc<Request> {
-        Arc::new(Request {
+    fn request_of(n: usize) -> RequestFrame {
+        RequestFrame(Arc::new(Request {
             args: vec![0; n],
-            ..Request::clone(&request())
-        })
+            ..Request::clone(&request().0)
+        }))
     }
 
     fn far() -> Instant {
@@ -628,11 +650,7 @@ mod tests {
     #[tokio::test]
     async fn replies_reach_their_calls_in_any_order() {
         let (calls, mut provider) = connection(1 << 16);
-        let ctx = tarpc::context::current;
-        let (a, b) = (
-            calls.call(ctx(), request(), far()),
-            calls.call(ctx(), request(), far()),
-        );
+        let (a, b) = (calls.call(request(), far()), calls.call(request(), far()));
         let served = async {
             let ids: Vec<u64> = [read(&mut provider).await, read(&mut provider).await]
                 .iter()
@@ -656,11 +674,7 @@ mod tests {
     async fn a_request_that_times_out_after_it_left_is_cancelled() {
         let (calls, mut provider) = connection(1 << 16);
         let start = Instant::now();
-        let call = calls.call(
-            tarpc::context::current(),
-            request(),
-            start + Duration::from_millis(100),
-        );
+        let call = calls.call(request(), start + Duration::from_millis(100));
         let (ended, sent) = tokio::join!(call, read(&mut provider));
         assert!(matches!(ended, Err(Ended::Timeout)), "{ended:?}");
         let ClientMessage::Request(sent) = sent else {
@@ -679,11 +693,14 @@ mod tests {
     async fn silence_counts_from_the_request_when_the_last_word_came_before_it() {
         let limit = super::super::heartbeat::SILENCE;
         let (caller, mut provider) = tokio::io::duplex(1 << 16);
-        let (calls, dispatch) =
-            Calls::new(CallerFrames::new(caller, 1 << 20, Duration::from_secs(10)));
+        let (calls, dispatch) = Calls::new(CallerFrames::<_, _, WireResponse>::new(
+            caller,
+            1 << 20,
+            Duration::from_secs(10),
+        ));
         tokio::spawn(dispatch.listening_for_heartbeats(limit));
         let start = Instant::now();
-        let first = calls.call(tarpc::context::current(), request(), far());
+        let first = calls.call(request(), far());
         let answered = async {
             let ClientMessage::Request(r) = read(&mut provider).await else {
                 panic!("not a request")
@@ -694,7 +711,7 @@ mod tests {
         first.unwrap();
         // Asked again just before the limit counted from the last word; answered a while after.
         tokio::time::sleep_until(start + limit - Duration::from_millis(500)).await;
-        let second = calls.call(tarpc::context::current(), request(), far());
+        let second = calls.call(request(), far());
         let late = async {
             let ClientMessage::Request(r) = read(&mut provider).await else {
                 panic!("not a request")
@@ -711,7 +728,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_request_is_written_whole_though_nothing_comes_after_it() {
         let (calls, mut provider) = connection(64);
-        let call = calls.call(tarpc::context::current(), request_of(1000), far());
+        let call = calls.call(request_of(1000), far());
         tokio::pin!(call);
         assert!(futures::poll!(&mut call).is_pending());
         let read = tokio::time::timeout(Duration::from_secs(30), read(&mut provider))
@@ -731,12 +748,8 @@ mod tests {
         let (calls, _provider) = connection(64);
         let start = Instant::now();
         let big = request_of(4096);
-        let stuck = calls.call(tarpc::context::current(), big, far());
-        let timed = calls.call(
-            tarpc::context::current(),
-            request(),
-            start + Duration::from_millis(200),
-        );
+        let stuck = calls.call(big, far());
+        let timed = calls.call(request(), start + Duration::from_millis(200));
         tokio::select! {
             _ = stuck => panic!("the first call cannot end"),
             ended = timed => assert!(matches!(ended, Err(Ended::Unwritten)), "{ended:?}"),
@@ -751,16 +764,15 @@ mod tests {
         let (calls, mut provider) = connection(1 << 16);
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let ctx = tarpc::context::current;
-        let late = calls.call(ctx(), request(), at(900));
+        let late = calls.call(request(), at(900));
         // Written: the connection's task has run, its timer set for 900 ms.
         let first = match read(&mut provider).await {
             ClientMessage::Request(r) => r.id,
             _ => panic!("not a request"),
         };
-        let soon = calls.call(ctx(), request(), at(300));
+        let soon = calls.call(request(), at(300));
         tokio::task::yield_now().await;
-        let sooner = calls.call(ctx(), request(), at(100));
+        let sooner = calls.call(request(), at(100));
         let ended = |call| async move { (call.await, start.elapsed()) };
         let (sooner, soon) = tokio::join!(ended(sooner), ended(soon));
         assert!(matches!(sooner.0, Err(Ended::Timeout)), "{:?}", sooner.0);
@@ -777,23 +789,18 @@ mod tests {
     async fn calls_given_up_while_nothing_can_be_written_leave_nothing_behind() {
         let (calls, _provider) = connection(64);
         let big = request_of(1 << 16);
-        let stuck = calls.call(tarpc::context::current(), big, far());
+        let stuck = calls.call(big, far());
         tokio::pin!(stuck);
         for round in 0..100u64 {
             let deadline = Instant::now() + Duration::from_millis(10);
             let given_up = if round % 2 == 0 {
                 // Ended by its deadline.
-                calls
-                    .call(tarpc::context::current(), request(), deadline)
-                    .await
+                calls.call(request(), deadline).await
             } else {
                 // Dropped by its caller.
-                tokio::time::timeout_at(
-                    deadline,
-                    calls.call(tarpc::context::current(), request(), far()),
-                )
-                .await
-                .unwrap_or(Err(Ended::Timeout))
+                tokio::time::timeout_at(deadline, calls.call(request(), far()))
+                    .await
+                    .unwrap_or(Err(Ended::Timeout))
             };
             assert!(
                 matches!(given_up, Err(Ended::Timeout | Ended::Unwritten)),
@@ -813,7 +820,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_given_up_after_its_request_left_is_cancelled() {
         let (calls, mut provider) = connection(1 << 16);
-        let call = calls.call(tarpc::context::current(), request(), far());
+        let call = calls.call(request(), far());
         let given_up = tokio::time::timeout(Duration::from_millis(50), call);
         let (ended, first) = tokio::join!(given_up, read(&mut provider));
         assert!(ended.is_err(), "given up");
@@ -830,16 +837,14 @@ mod tests {
     #[tokio::test]
     async fn a_connection_that_ends_fails_the_calls_waiting() {
         let (calls, mut provider) = connection(1 << 16);
-        let call = calls.call(tarpc::context::current(), request(), far());
+        let call = calls.call(request(), far());
         let closing = async {
             let _ = read(&mut provider).await;
             drop(provider);
         };
         let (ended, ()) = tokio::join!(call, closing);
         assert!(matches!(ended, Err(Ended::Lost(_))), "{ended:?}");
-        let after = calls
-            .call(tarpc::context::current(), request(), far())
-            .await;
+        let after = calls.call(request(), far()).await;
         assert!(matches!(after, Err(Ended::NotSent(_))), "{after:?}");
     }
 
@@ -849,20 +854,12 @@ mod tests {
         let (calls, _provider) = connection(64);
         let start = Instant::now();
         let big = request_of(4096);
-        let stuck = calls.call(
-            tarpc::context::current(),
-            big,
-            start + Duration::from_millis(900),
-        );
+        let stuck = calls.call(big, start + Duration::from_millis(900));
         tokio::pin!(stuck);
         assert!(futures::poll!(&mut stuck).is_pending());
         tokio::time::sleep(Duration::from_millis(5)).await;
         // The timer is armed at 900 ms and the writer is full.
-        let timed = calls.call(
-            tarpc::context::current(),
-            request(),
-            start + Duration::from_millis(100),
-        );
+        let timed = calls.call(request(), start + Duration::from_millis(100));
         let ended = timed.await;
         assert!(matches!(ended, Err(Ended::Unwritten)), "{ended:?}");
         assert_eq!(start.elapsed(), Duration::from_millis(100));
@@ -874,10 +871,7 @@ mod tests {
     #[tokio::test]
     async fn replies_read_with_the_end_of_the_connection_reach_their_calls() {
         let (calls, mut provider) = connection(1 << 16);
-        let ctx = tarpc::context::current;
-        let waiting: Vec<_> = (0..40)
-            .map(|_| calls.call(ctx(), request(), far()))
-            .collect();
+        let waiting: Vec<_> = (0..40).map(|_| calls.call(request(), far())).collect();
         let closing = async {
             let mut ids = Vec::new();
             while ids.len() < 40 {
@@ -892,7 +886,7 @@ mod tests {
                     request_id: id,
                     message: Ok(WireResponse::Call(ReplyFrame(Reply::Done(vec![1, 2])))),
                 };
-                let body = bincode::DefaultOptions::new().serialize(&reply).unwrap();
+                let body = envelope::encode(&reply);
                 bytes.extend((body.len() as u32).to_be_bytes());
                 bytes.extend(body);
             }

@@ -1,5 +1,5 @@
 //! A guard around a served connection's transport: when the peer closes its side, the handlers
-//! still running for it are aborted. tarpc would let them run and wait to write replies that
+//! still running for it are aborted, rather than run on and wait to write replies that
 //! nobody reads any more: a caller that has gone (crashed, shut down, cut off) should not leave
 //! its work running here. (Deadlines from the wire are made safe earlier, in `codec.rs`.)
 
@@ -7,13 +7,13 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
+use crate::transport::wire::envelope::ClientMessage;
 use futures::{Sink, Stream};
-use tarpc::ClientMessage;
 use tokio::task::AbortHandle;
 
-/// A transport that, when its read side ends, aborts the task that serves it (dropping tarpc's
-/// channel, which aborts the handlers still running). An abort rather than a signal another
-/// future waits on: nothing extra is polled per request.
+/// A transport that, when its read side ends, aborts the task that serves it (dropping the serving
+/// loop's table of requests, which aborts the handlers still running). An abort rather than a
+/// signal another future waits on: nothing extra is polled per request.
 pub(super) struct Guarded<T> {
     inner: T,
     serving: Arc<OnceLock<AbortHandle>>,

@@ -1,8 +1,8 @@
-//! The client's side: a pool of one tarpc connection per peer (per address, node name and
+//! The client's side: a pool of one connection per peer (per address, node name and
 //! generation: a connection is reused only for the node it was checked to be), opened by one
 //! connection attempt at a time (the calls that need it meanwhile wait for that one), under a
 //! connect timeout of its own, and a bound on requests in flight on each connection that this
-//! side enforces, so that a request never waits in tarpc's queue where a timeout could not tell
+//! side enforces, so that a request never waits in a queue where a timeout could not tell
 //! whether it left.
 //! A connection idle for three quarters of the provider's idle timeout is closed here, before
 //! the provider would: only this side knows that no request is about to leave on it.
@@ -21,7 +21,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use super::MAX_DEADLINE;
 use super::caller_frames::CallerFrames;
 use super::calling::{Calls, Ended};
 use super::limit::{InFlightLimit, NoPlace};
@@ -32,7 +31,7 @@ use crate::registry::NodeInfo;
 use crate::security::tls::{self, Tls};
 use crate::transport::TransportError;
 use crate::transport::wire::handshake::{self, Hello};
-use crate::transport::wire::{self, Reply, Request, v1};
+use crate::transport::wire::{self, Reply, Request, v1, v2};
 
 /// The shortest idle timeout a provider's welcome is taken at.
 const MIN_IDLE: Duration = Duration::from_secs(1);
@@ -57,7 +56,7 @@ pub(crate) struct ConnectConfig {
     pub(crate) tls: Option<Arc<Tls>>,
 }
 
-/// The client side: a pool of one tarpc connection per peer.
+/// The client side: a pool of one connection per peer.
 pub(crate) struct TcpConnector {
     pool: Arc<Mutex<Pool>>,
     config: ConnectConfig,
@@ -156,8 +155,8 @@ enum Slot {
     ),
 }
 
-/// One pooled connection: the tarpc client in its wire version, its dispatch task (whose end
-/// means the connection is closed), and the bound on requests in flight on it.
+/// One pooled connection: its calls in its wire version (`calling.rs`), its dispatch task (whose
+/// end means the connection is closed), and the bound on requests in flight on it.
 #[derive(Clone)]
 struct Connection {
     client: WireClient,
@@ -167,10 +166,9 @@ struct Connection {
 
 #[derive(Clone)]
 enum WireClient {
-    /// The first release's wire, through tarpc's client.
-    V1(v1::WireClient),
-    /// Through this crate's own dispatch (`calling.rs`).
-    V2(Calls),
+    /// The first release's wire.
+    V1(Calls<v1::RequestFrame>),
+    V2(Calls<v2::RequestFrame>),
 }
 
 impl Connection {
@@ -276,7 +274,7 @@ impl TcpConnector {
             )));
         };
         let mut conn = self.connection(to, version, deadline).await?;
-        // Waiting here is waiting before the request is handed to tarpc: it has not left.
+        // Waiting here is waiting before the request is queued on the connection: it has not left.
         let _place = loop {
             match conn.in_flight.take(deadline).await {
                 Ok(place) => break place,
@@ -293,71 +291,33 @@ impl TcpConnector {
                 }
             }
         };
-        let mut ctx = tarpc::context::current();
-        // tarpc's timer panics on a deadline years away; "no limit" is a year here.
-        let left = deadline.saturating_duration_since(Instant::now());
-        ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
+        // The connection's task ends the request at its deadline (`calling.rs`).
         let result = match &conn.client {
-            WireClient::V2(calls) => {
-                // The connection's task ends the request at its deadline (`calling.rs`).
-                return match calls.call(ctx, request, deadline).await {
-                    Ok(reply) => Ok(reply),
-                    Err(Ended::Timeout) => Err(TransportError::Timeout),
-                    // It waited here, behind what the connection was still writing: it never
-                    // left, and says nothing of the provider, which may be blamed for nothing.
-                    Err(Ended::Unwritten) => Err(TransportError::Queued(format!(
-                        "the attempt's time ran out before the connection to {to} could take \
-                         the request (it was still writing what was ahead of it)"
-                    ))),
-                    Err(Ended::NotSent(why)) => {
-                        self.evict(to, &conn);
-                        Err(TransportError::NotSent(format!("{to}: {why}")))
-                    }
-                    Err(Ended::Lost(why)) => {
-                        self.evict(to, &conn);
-                        Err(TransportError::Lost(format!("{to}: {why}")))
-                    }
-                    Err(Ended::Busy(why)) => Err(TransportError::Busy(format!(
-                        "{to} refused the request: {why}"
-                    ))),
-                };
-            }
-            WireClient::V1(client) => {
-                // Boxed: tarpc's call future (1.9 KB) would otherwise sit in every call's
-                // future, on every wire.
-                let call = client.call(ctx, v1::RequestFrame { wire: 1, request });
-                Box::pin(tokio::time::timeout_at(deadline, call))
-                    .await
-                    .map(|r| r.map(Reply::from))
+            WireClient::V2(calls) => calls.call(v2::RequestFrame(request), deadline).await,
+            WireClient::V1(calls) => {
+                let frame = v1::RequestFrame { wire: 1, request };
+                calls.call(frame, deadline).await
             }
         };
-        let Ok(result) = result else {
-            return Err(TransportError::Timeout);
-        };
-        use tarpc::client::RpcError as E;
         match result {
             Ok(reply) => Ok(reply),
-            // tarpc says `Shutdown` both when a request could not be queued and when the
-            // connection closed with the request in flight. It was open when the request was
-            // handed over, so the request may have reached the provider.
-            Err(E::Shutdown) => {
+            Err(Ended::Timeout) => Err(TransportError::Timeout),
+            // It waited here, behind what the connection was still writing: it never left, and
+            // says nothing of the provider, which may be blamed for nothing.
+            Err(Ended::Unwritten) => Err(TransportError::Queued(format!(
+                "the attempt's time ran out before the connection to {to} could take the \
+                 request (it was still writing what was ahead of it)"
+            ))),
+            Err(Ended::NotSent(why)) => {
                 self.evict(to, &conn);
-                Err(TransportError::Lost(format!(
-                    "the connection to {to} closed with the request in flight"
-                )))
+                Err(TransportError::NotSent(format!("{to}: {why}")))
             }
-            Err(E::Send(e)) => Err(TransportError::NotSent(format!("cannot send to {to}: {e}"))),
-            Err(E::Channel(e)) => {
+            Err(Ended::Lost(why)) => {
                 self.evict(to, &conn);
-                Err(TransportError::Lost(format!(
-                    "the connection to {to} broke: {e}"
-                )))
+                Err(TransportError::Lost(format!("{to}: {why}")))
             }
-            Err(E::DeadlineExceeded) => Err(TransportError::Timeout),
-            // tarpc's own refusals (throttling) happen before the handler runs.
-            Err(E::Server(e)) => Err(TransportError::Busy(format!(
-                "{to} refused the request: {}",
-                e.detail
+            Err(Ended::Busy(why)) => Err(TransportError::Busy(format!(
+                "{to} refused the request: {why}"
             ))),
         }
     }
@@ -394,10 +354,7 @@ impl TcpConnector {
                 "{addr} speaks wire 1, which has no describe request"
             )));
         };
-        let mut ctx = tarpc::context::current();
-        let left = deadline.saturating_duration_since(Instant::now());
-        ctx.deadline = std::time::Instant::now() + left.min(MAX_DEADLINE);
-        let result = calls.call(ctx, request, deadline).await;
+        let result = calls.call(v2::RequestFrame(request), deadline).await;
         conn.dispatch.abort();
         match result {
             Ok(reply) => Ok((name, reply)),
@@ -414,7 +371,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One connection attempt: TCP, the handshake (wire 2 and later), the tarpc client. Puts its
+/// One connection attempt: TCP, the handshake (wire 2 and later), the connection's task. Puts its
 /// outcome in the pool (the connection, or no entry so that the next call tries again).
 async fn open(
     config: ConnectConfig,
@@ -527,7 +484,7 @@ async fn dial(to: &NodeInfo) -> Result<TcpStream, TransportError> {
 }
 
 /// A connection past TLS (or plaintext, on an insecure node): the handshake (wire 2 and
-/// later), then the tarpc client.
+/// later), then the connection's task.
 async fn opened<S>(
     config: &ConnectConfig,
     to: &NodeInfo,
@@ -601,15 +558,13 @@ where
             )));
         }
     }
-    let mut tarpc_config = tarpc::client::Config::default();
-    tarpc_config.max_in_flight_requests = config.max_in_flight;
     let in_flight = Arc::new(InFlightLimit::new(config.max_in_flight));
     let idle = Idle {
         after: idle * 3 / 4,
         in_flight: in_flight.clone(),
     };
     let (client, dispatch) = if version >= 2 {
-        let (calls, mut dispatch) = Calls::new(CallerFrames::new(
+        let (calls, mut dispatch) = Calls::new(CallerFrames::<_, _, v2::WireResponse>::new(
             stream,
             config.max_frame,
             config.frame_timeout,
@@ -619,10 +574,12 @@ where
         }
         (WireClient::V2(calls), spawn_dispatch(to, dispatch, idle))
     } else {
-        let transport = CallerFrames::new(stream, config.max_frame, config.frame_timeout);
-        let tarpc::client::NewClient { client, dispatch } =
-            v1::WireClient::new(tarpc_config, transport);
-        (WireClient::V1(client), spawn_dispatch(to, dispatch, idle))
+        let (calls, dispatch) = Calls::new(CallerFrames::<_, _, v1::WireResponse>::new(
+            stream,
+            config.max_frame,
+            config.frame_timeout,
+        ));
+        (WireClient::V1(calls), spawn_dispatch(to, dispatch, idle))
     };
     Ok((
         name,

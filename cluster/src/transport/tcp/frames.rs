@@ -1,6 +1,6 @@
-//! The provider's side of a connection, under tarpc: length-prefixed frames read and written
-//! here rather than by tokio's `Framed`, because what a peer may make the node hold is decided
-//! before a frame's body is read.
+//! The provider's side of a connection, beneath `answering.rs`: length-prefixed frames read and
+//! written here rather than by tokio's `Framed`, because what a peer may make the node hold is
+//! decided before a frame's body is read.
 //!
 //! Reading, step by step:
 //! 1. a frame's 4-byte length arrives; over the frame limit, the connection closes;
@@ -8,31 +8,29 @@
 //!    has its most requests in flight, nothing more is read from it;
 //! 3. the body is read; a frame not finished within `frame_timeout` of its reservation (or of
 //!    its first byte, for its length) closes the connection;
-//! 4. the frame is decoded (deadlines clamped, [`super::codec`]); a request whose id is in
-//!    flight already, or a frame that does not decode, closes it; a request's reservation
-//!    becomes its [`Hold`], kept here by id, as tarpc keeps the request: until its reply is
+//! 4. the frame is decoded (deadlines at most a year away, [`envelope`]); a request whose id is in
+//!    flight already, or a frame that does not decode, closes it; a request's reservation becomes
+//!    its [`Hold`], kept here by id, as the serving loop keeps the request: until its reply is
 //!    handed to the writer, it is cancelled, or its deadline (and a second) passes.
 //!
 //! Writing: a reply's bytes stay counted until they are written to the socket, and a writer
 //! that makes no progress for `frame_timeout` (a peer that does not read) ends the connection.
 //! A connection with nothing in flight and nothing received for `idle_timeout` is closed.
 //! Every end is logged here (once per peer per interval for what a peer can repeat) and given to
-//! tarpc as the end of the stream, never as an error that tarpc would log for every reset.
+//! the serving loop as the end of the stream.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::io;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bincode::Options;
 use futures::{Sink, Stream};
-use tarpc::tokio_serde::Deserializer;
-use tarpc::{ClientMessage, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, Sleep};
@@ -40,14 +38,15 @@ use tokio_util::bytes::{Buf, BufMut, BytesMut};
 use tokio_util::io::{poll_read_buf, poll_write_buf};
 
 use super::budget::{Account, Hold, Reservation};
-use super::codec::{Clamping, write_varint};
+use super::varint::write_varint;
 use crate::fast_map::FastMap;
 use crate::rate_limited::RateLimited;
+use crate::transport::wire::envelope::{self, ClientMessage, Response};
 
 /// How much is read at once while no large frame is expected.
 const READ_CHUNK: usize = 8 << 10;
 
-/// Replies buffered for writing before tarpc is asked to wait.
+/// Replies buffered for writing before the serving loop is asked to wait.
 const WRITE_BOUNDARY: usize = 64 << 10;
 
 /// What a served connection may take, and how long.
@@ -58,8 +57,8 @@ pub(crate) struct FrameLimits {
     pub(crate) idle_timeout: Duration,
 }
 
-/// How long after its deadline a request's hold is kept: tarpc forgets the request at its
-/// deadline, and a peer that reuses the id just then is taken for one that reuses an id.
+/// How long after its deadline a request's hold is kept: the serving loop forgets the request at
+/// its deadline, and a peer that reuses the id just then is taken for one that reuses an id.
 pub(super) const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 
 /// A request as this transport tags it: with the id of its frame, against which its reply's
@@ -83,11 +82,9 @@ pub(super) trait ReplyBody: Sized {
     fn write(reply: &Response<Self>, out: &mut BytesMut) -> io::Result<()>;
 }
 
-/// Through bincode, with tokio-serde's options, as tarpc's frames are.
+/// Through bincode ([`envelope`]).
 pub(super) fn bincode_into(message: &impl serde::Serialize, out: &mut BytesMut) -> io::Result<()> {
-    bincode::DefaultOptions::new()
-        .serialize_into(out.writer(), message)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    envelope::encode_into(message, &mut out.writer())
 }
 
 impl ReplyBody for crate::transport::wire::v1::WireResponse {
@@ -98,7 +95,7 @@ impl ReplyBody for crate::transport::wire::v1::WireResponse {
 
 impl ReplyBody for crate::transport::wire::v2::WireResponse {
     /// The bytes bincode writes, written by hand for a reply without headers (every reply but
-    /// one recalled from the record): tarpc's `Response` (the request id, `Ok`), the call's
+    /// one recalled from the record): the envelope's `Response` (the request id, `Ok`), the call's
     /// variant, then the reply's `(kind, code, body, headers)`, each integer bincode's varint,
     /// the headers an empty byte string. Through bincode's serializer the same bytes cost a
     /// small call about 0.2 k instructions more (callgrind, `docs/benchmarks.md`); a test
@@ -136,18 +133,18 @@ impl RequestBody for crate::transport::wire::v1::WireRequest {
 }
 
 impl RequestBody for crate::transport::wire::v2::WireRequest {
-    /// The bytes bincode writes, written by hand: tarpc's `ClientMessage::Request` (its context:
-    /// the deadline as the time left, seconds and nanoseconds, then the trace id's 16 bytes,
-    /// the span id and the sampling decision; the request's id), the call's variant, then the
-    /// request's six fields. Each integer is bincode's varint, each string and byte string its
-    /// length then its bytes. Through bincode's serializer the same bytes cost a small call
-    /// about 0.8 k instructions more (callgrind, `docs/benchmarks.md`); property tests check
-    /// that bincode writes the same bytes, and the time left as bincode writes a `Duration`.
+    /// The bytes bincode writes, written by hand: the envelope's `ClientMessage::Request` (its
+    /// context: the deadline as the time left, seconds and nanoseconds, then the trace id's 16
+    /// bytes, the span id and the sampling decision; the request's id), the call's variant, then
+    /// the request's six fields. Each integer is bincode's varint, each string and byte string its
+    /// length then its bytes. Through bincode's serializer the same bytes cost a small call about
+    /// 0.8 k instructions more (callgrind, `docs/benchmarks.md`); property tests check that bincode
+    /// writes the same bytes, and the time left as bincode writes a `Duration`.
     fn write(message: &ClientMessage<Self>, out: &mut BytesMut) -> io::Result<()> {
         let ClientMessage::Request(request) = message else {
             return bincode_into(message, out);
         };
-        let left = (request.context.deadline).saturating_duration_since(std::time::Instant::now());
+        let left = envelope::left_until(request.context.deadline);
         write_request(request, left, out);
         Ok(())
     }
@@ -155,7 +152,7 @@ impl RequestBody for crate::transport::wire::v2::WireRequest {
 
 /// A wire 2 request (see [`RequestBody`]), `left` the time left before its deadline.
 fn write_request(
-    request: &tarpc::Request<crate::transport::wire::v2::WireRequest>,
+    request: &envelope::Request<crate::transport::wire::v2::WireRequest>,
     left: Duration,
     out: &mut BytesMut,
 ) {
@@ -166,8 +163,8 @@ fn write_request(
     write_varint(left.as_secs(), out);
     write_varint(u64::from(left.subsec_nanos()), out);
     let trace = &context.trace_context;
-    out.put_slice(&u128::from(trace.trace_id).to_le_bytes());
-    write_varint(u64::from(trace.span_id), out);
+    out.put_slice(&trace.trace_id);
+    write_varint(trace.span_id, out);
     write_varint(trace.sampling_decision as u64, out);
     write_varint(request.id, out);
     // `Call`: variant 0.
@@ -211,7 +208,7 @@ impl Tagged for crate::transport::wire::v1::WireRequest {
     }
 }
 
-/// One served connection as tarpc's transport.
+/// One served connection: a stream of the requests read, a sink of the replies to write.
 pub(super) struct Frames<S, Req, Resp> {
     io: S,
     peer: SocketAddr,
@@ -244,8 +241,9 @@ pub(super) struct Frames<S, Req, Resp> {
     /// The task serving this connection: ended when the peer stops reading.
     serving: Arc<OnceLock<AbortHandle>>,
     warnings: Arc<RateLimited>,
-    codec: Clamping<ClientMessage<Req>, Response<Resp>>,
     ended: bool,
+    /// Reads requests `Req`, writes replies `Resp`.
+    messages: PhantomData<fn(Req) -> Resp>,
 }
 
 /// Why a connection is being closed by this side.
@@ -287,8 +285,8 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
             owe_flush: false,
             serving,
             warnings,
-            codec: Clamping::default(),
             ended: false,
+            messages: PhantomData,
         }
     }
 
@@ -330,9 +328,9 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
         }
     }
 
-    /// Forgets the holds of requests past their deadline (tarpc has: no reply will come).
-    /// Called when the reader waits (for bytes, or for bytes to be given back), not per frame:
-    /// a hold matters only once the connection's share is short, and a clock read per frame
+    /// Forgets the holds of requests past their deadline (the serving loop has: no reply will
+    /// come). Called when the reader waits (for bytes, or for bytes to be given back), not per
+    /// frame: a hold matters only once the connection's share is short, and a clock read per frame
     /// was a tenth of the reader's instructions.
     fn forget_expired(&mut self) -> bool {
         let now = Instant::now();
@@ -388,9 +386,9 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
                 )),
             });
         }
-        // Also when the first request in flight is due to be forgotten: a reader held back by
-        // the in-flight bound gets to nothing else, and a request tarpc stopped at its deadline
-        // sends no reply that would end its hold.
+        // Also when the first request in flight is due to be forgotten: a reader held back by the
+        // in-flight bound gets to nothing else, and a request the serving loop stopped at its
+        // deadline sends no reply that would end its hold.
         let expiry = self.expiries.peek().map(|Reverse((due, _))| *due);
         let due = [due, expiry, self.heartbeat_due()]
             .into_iter()
@@ -414,8 +412,7 @@ where
     S: AsyncRead + Unpin,
     Req: Unpin + Tagged,
     Resp: Unpin,
-    Clamping<ClientMessage<Req>, Response<Resp>>:
-        Deserializer<ClientMessage<Req>, Error = io::Error>,
+    ClientMessage<Req>: serde::de::DeserializeOwned,
 {
     /// The next complete frame's message, if `read` holds one; reserves its bytes first.
     fn next_message(
@@ -459,7 +456,7 @@ where
             // The rest of a large frame's buffer would stay with the connection while it idles.
             self.read = BytesMut::new();
         }
-        let mut message = Pin::new(&mut self.codec).deserialize(&frame).map_err(|e| {
+        let mut message = envelope::decode::<ClientMessage<Req>>(&frame).map_err(|e| {
             End::Warn(format!(
                 "a frame of {len} bytes does not decode as a request: {e}"
             ))
@@ -474,7 +471,7 @@ where
                     ))));
                 };
                 request.message.tag(id);
-                let due = Instant::from_std(request.context.deadline) + EXPIRY_GRACE;
+                let due = crate::deadline::later(request.context.deadline, EXPIRY_GRACE);
                 self.holds.insert(id, (hold, due));
                 self.expiries.push(Reverse((due, id)));
             }
@@ -493,8 +490,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     Req: Unpin + Tagged,
     Resp: Unpin,
-    Clamping<ClientMessage<Req>, Response<Resp>>:
-        Deserializer<ClientMessage<Req>, Error = io::Error>,
+    ClientMessage<Req>: serde::de::DeserializeOwned,
 {
     type Item = io::Result<ClientMessage<Req>>;
 
@@ -707,8 +703,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use crate::transport::wire::envelope::{SamplingDecision, ServerError};
     use proptest::prelude::*;
-    use tarpc::ServerError;
 
     use super::*;
     use crate::context::{RequestId, TraceParent};
@@ -827,7 +823,7 @@ mod tests {
 
     proptest! {
         /// The wire 2 request written by hand is, byte for byte, what bincode writes (on a
-        /// paused clock, and with tarpc's deadline passed, so that both write the same time
+        /// paused clock, and with the deadline passed, so that both write the same time
         /// left).
         #[test]
         fn a_request_written_by_hand_is_what_bincode_writes(
@@ -840,19 +836,18 @@ mod tests {
         ) {
             let rt = paused();
             let _clock = rt.enter();
-            let mut context = tarpc::context::current();
-            context.deadline = std::time::Instant::now();
-            context.trace_context.trace_id = trace_id.into();
-            context.trace_context.span_id = span_id.into();
+            let mut context = envelope::Context::until(Instant::now());
+            context.trace_context.trace_id = trace_id.to_le_bytes();
+            context.trace_context.span_id = span_id;
             context.trace_context.sampling_decision = if sampled {
-                tarpc::trace::SamplingDecision::Sampled
+                SamplingDecision::Sampled
             } else {
-                tarpc::trace::SamplingDecision::Unsampled
+                SamplingDecision::Unsampled
             };
             let message = if cancel {
                 ClientMessage::Cancel { trace_context: context.trace_context, request_id: id }
             } else {
-                ClientMessage::Request(tarpc::Request {
+                ClientMessage::Request(envelope::Request {
                     context,
                     id,
                     message: WireRequest::Call { request: RequestFrame(Arc::new(request)) },
@@ -878,8 +873,8 @@ mod tests {
         ) {
             let rt = paused();
             let _clock = rt.enter();
-            let request = tarpc::Request {
-                context: tarpc::context::current(),
+            let request = envelope::Request {
+                context: envelope::Context::until(Instant::now()),
                 id: 1,
                 message: WireRequest::Call { request: RequestFrame(Arc::new(request)) },
             };
@@ -905,7 +900,7 @@ mod tests {
             let response = Response {
                 request_id,
                 message: if refused {
-                    Err(ServerError::new(io::ErrorKind::Other, "refused".to_owned()))
+                    Err(ServerError { kind: 16, detail: "refused".to_owned() })
                 } else {
                     Ok(WireResponse::Call(ReplyFrame(reply)))
                 },

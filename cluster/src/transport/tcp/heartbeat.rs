@@ -50,8 +50,12 @@ mod tests {
     use crate::transport::{Head, Reply, Request};
 
     /// A caller listening for heartbeats on `io`.
-    fn caller(io: DuplexStream) -> Calls {
-        let frames = CallerFrames::new(io, 1 << 20, Duration::from_secs(10));
+    fn caller(io: DuplexStream) -> Calls<RequestFrame> {
+        let frames = CallerFrames::<_, _, crate::transport::wire::v2::WireResponse>::new(
+            io,
+            1 << 20,
+            Duration::from_secs(10),
+        );
         let (calls, dispatch) = Calls::new(frames);
         tokio::spawn(dispatch.listening_for_heartbeats(SILENCE));
         calls
@@ -97,35 +101,32 @@ mod tests {
             frames = frames.beating();
         }
         let guarded = super::super::channel::guard(frames, serving.clone());
-        let task = tokio::spawn(super::super::answering::serve(
-            guarded,
-            handler,
-            super::super::serve::deadline_of,
-        ));
+        let task = tokio::spawn(super::super::answering::serve(guarded, handler));
         serving.set(task.abort_handle()).unwrap();
         task
     }
 
-    fn call(calls: &Calls, within: Duration) -> impl Future<Output = Result<Reply, Ended>> + '_ {
+    fn call(
+        calls: &Calls<RequestFrame>,
+        within: Duration,
+    ) -> impl Future<Output = Result<Reply, Ended>> + '_ {
         call_with(calls, within, vec![1; 16])
     }
 
     fn call_with(
-        calls: &Calls,
+        calls: &Calls<RequestFrame>,
         within: Duration,
         args: Vec<u8>,
     ) -> impl Future<Output = Result<Reply, Ended>> + '_ {
-        let mut ctx = tarpc::context::current();
-        ctx.deadline = std::time::Instant::now() + within;
-        let request = Arc::new(Request {
+        let request = RequestFrame(Arc::new(Request {
             service: "svc".into(),
             function: "f".into(),
             signature: 0,
             args,
             head: Head::default(),
             attempt: AtomicU32::new(1),
-        });
-        calls.call(ctx, request, Instant::now() + within)
+        }));
+        calls.call(request, Instant::now() + within)
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,4 +1,4 @@
-//! tarpc over TCP: one listener per node, one multiplexed connection per peer, opened with a
+//! Calls over TCP: one listener per node, one multiplexed connection per peer, opened with a
 //! handshake that agrees the wire version ([`super::wire::handshake`]), re-established after
 //! failure.
 
@@ -7,7 +7,6 @@ mod budget;
 mod caller_frames;
 mod calling;
 mod channel;
-mod codec;
 mod connect;
 mod established;
 mod files;
@@ -20,6 +19,7 @@ mod serve;
 mod tests;
 #[cfg(test)]
 mod uncooperative_tests;
+mod varint;
 
 pub(crate) use budget::ConnectionLimits;
 pub use budget::DEFAULT_MAX_BUFFERED_BYTES;
@@ -30,8 +30,8 @@ pub(crate) use frames::FrameLimits;
 pub(crate) use heartbeat::FEATURE as HEARTBEAT;
 pub use opening::DEFAULT_MAX_OPENING_CONNECTIONS;
 
-/// The furthest deadline handed to tarpc, on either side: a year. tarpc's timers panic on one a
-/// couple of years out (and its decoder on one past `Instant`'s range); "no limit" is a year.
+/// The furthest deadline a request carries or is read with, on either side: a year ("no
+/// limit"). Earlier releases ran tarpc, whose timers panic on one a couple of years out.
 pub(crate) const MAX_DEADLINE: std::time::Duration =
     std::time::Duration::from_secs(365 * 24 * 3600);
 pub(crate) use serve::{Incoming, ServeConfig, serve};

@@ -1,5 +1,5 @@
 //! The provider's side: one listener; per connection, the handshake (or a first-release peer
-//! recognised without one), then tarpc in the agreed wire version.
+//! recognised without one), then the agreed wire version's requests (`answering.rs`).
 
 use std::future::Future;
 use std::io;
@@ -8,8 +8,6 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures::StreamExt;
-use tarpc::server::{BaseChannel, Channel};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -28,15 +26,10 @@ use crate::rate_limited::RateLimited;
 use crate::security::tls::{TLS_HANDSHAKE_RECORD, Tls};
 use crate::server::Dispatcher;
 use crate::transport::wire::handshake::{self, Opening};
-use crate::transport::wire::v1::Wire as _;
 use crate::transport::wire::{Reply, v1, v2};
 
 /// How long a new connection has to say how it opens (a handshake, or a wire 1 frame).
 const OPENING_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Replies a connection's handlers may have handed to tarpc before they wait for the writer
-/// (their bytes are counted until written, [`super::budget`]).
-const PENDING_REPLIES: usize = 8;
 
 /// What the listener needs to know to serve connections.
 #[derive(Clone)]
@@ -144,8 +137,8 @@ pub(crate) async fn serve(
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         }
-        // Dropping the set aborts every connection task: sockets close and tarpc aborts the
-        // handlers still in flight on them.
+        // Dropping the set aborts every connection task: sockets close and the serving loops abort
+        // the handlers still in flight on them.
     });
     Ok((local, task, incoming))
 }
@@ -260,27 +253,8 @@ async fn refuse_plaintext(
     }
 }
 
-/// Serves tarpc on `frames` until the connection ends; each request runs in a task of its own,
-/// holding its request's bytes and place in flight until it ends. A macro, not a function:
-/// tarpc's `Serve::serve` is an `async fn` whose future a generic function could not prove
-/// `Send`.
-macro_rules! run {
-    ($frames:expr, $serving:expr, $serve:expr) => {{
-        let frames = $frames;
-        let mut tarpc_config = tarpc::server::Config::default();
-        tarpc_config.pending_response_buffer = PENDING_REPLIES;
-        BaseChannel::new(tarpc_config, channel::guard(frames, $serving))
-            .execute($serve)
-            .for_each(|call| {
-                tokio::spawn(call);
-                std::future::ready(())
-            })
-            .await;
-    }};
-}
-
 /// A connection past TLS (or plaintext, on an insecure node): the handshake (or a
-/// first-release peer), a place among the established connections, then tarpc in the agreed
+/// first-release peer), a place among the established connections, then the requests in the agreed
 /// version. `verified` is the caller's name as its certificate says it.
 async fn opened<S>(
     mut stream: S,
@@ -356,11 +330,9 @@ async fn opened<S>(
                 frames = frames.beating();
             }
             let guarded = channel::guard(frames, serving);
-            super::answering::serve(
-                guarded,
-                |deadline, request| server.clone().answer(deadline, request),
-                deadline_of,
-            )
+            super::answering::serve(guarded, |deadline, request| {
+                server.clone().answer(deadline, request)
+            })
             .await;
             drop(place);
         }
@@ -395,7 +367,10 @@ async fn opened<S>(
                 serving.clone(),
                 &first,
             );
-            run!(frames, serving, server.serve());
+            super::answering::serve(channel::guard(frames, serving), |deadline, request| {
+                server.clone().answer(deadline, request)
+            })
+            .await;
             drop(place);
         }
         Ok(Err(e)) => tracing::debug!("a connection from {peer} did not open correctly: {e}"),
@@ -415,14 +390,6 @@ fn busy(config: &ServeConfig, full: Full) -> handshake::Welcome {
         busy: true,
         ..handshake::refusal(&config.node, config.limits.max_frame as u64, why)
     }
-}
-
-/// tarpc carries the deadline as a relative duration; this rebuilds it against tokio's clock.
-pub(super) fn deadline_of(ctx: &tarpc::context::Context) -> Instant {
-    let left = ctx
-        .deadline
-        .saturating_duration_since(std::time::Instant::now());
-    crate::deadline::later(Instant::now(), left)
 }
 
 #[derive(Clone)]
@@ -469,13 +436,13 @@ struct V1 {
     account: Arc<Account>,
 }
 
-impl v1::Wire for V1 {
-    fn call(
+impl V1 {
+    /// One request, which runs until `deadline`.
+    fn answer(
         self,
-        ctx: tarpc::context::Context,
+        deadline: Instant,
         request: v1::RequestFrame,
-    ) -> impl Future<Output = v1::ReplyFrame> {
-        let deadline = deadline_of(&ctx);
+    ) -> impl Future<Output = v1::ReplyFrame> + Send + 'static {
         let refusal = (!self.versions.contains(&1) || request.wire != 1).then(|| {
             Reply::Refused(
                 Reason::WireVersion.code(),

@@ -33,7 +33,7 @@ use super::frames::{FrameLimits, Frames};
 use crate::rate_limited::RateLimited;
 use crate::security::tls::Tls;
 use crate::transport::uncooperative::{Break, Faults, Uncooperative};
-use crate::transport::wire::v2::ReplyFrame;
+use crate::transport::wire::v2::{ReplyFrame, RequestFrame};
 use crate::transport::{Reply, Request};
 
 const MAX_FRAME: usize = 256 << 10;
@@ -279,15 +279,15 @@ where
             }
         }
     };
-    let provider = tokio::spawn(super::answering::serve(
-        guarded,
-        handler,
-        super::serve::deadline_of,
-    ));
+    let provider = tokio::spawn(super::answering::serve(guarded, handler));
     serving.set(provider.abort_handle()).unwrap();
 
     // The caller, as `connect.rs` opens a wire 2 connection.
-    let (calls, dispatch) = Calls::new(CallerFrames::new(caller_io, MAX_FRAME, FRAME_TIMEOUT));
+    let (calls, dispatch) = Calls::new(CallerFrames::<
+        _,
+        _,
+        crate::transport::wire::v2::WireResponse,
+    >::new(caller_io, MAX_FRAME, FRAME_TIMEOUT));
     let dispatch = tokio::spawn(dispatch.listening_for_heartbeats(super::heartbeat::SILENCE));
 
     let outcomes = futures::future::join_all(scenario.calls.iter().enumerate().map(|(i, plan)| {
@@ -295,17 +295,15 @@ where
         async move {
             tokio::time::sleep(plan.start).await;
             let deadline = Instant::now() + plan.deadline;
-            let mut ctx = tarpc::context::current();
-            ctx.deadline = std::time::Instant::now() + plan.deadline;
-            let request = Arc::new(Request {
+            let request = RequestFrame(Arc::new(Request {
                 service: "svc".into(),
                 function: "f".into(),
                 signature: 0,
                 args: args(i, plan),
                 head: crate::transport::Head::default(),
                 attempt: AtomicU32::new(1),
-            });
-            let call = calls.call(ctx, request, deadline);
+            }));
+            let call = calls.call(request, deadline);
             // Every call ends by its deadline and a frame timeout, whatever the IO does.
             let bound = deadline + FRAME_TIMEOUT * 2;
             match plan.cancel_after {

@@ -4,7 +4,7 @@
 //!    speaks, its features, its name and its frame limit;
 //! 2. the provider answers with a [`Welcome`]: the highest version both speak and the features
 //!    both support, or a refusal that says why, and closes;
-//! 3. both switch to tarpc's frames in the agreed version.
+//! 3. both switch to the envelope's frames ([`super::envelope`]) in the agreed version.
 //!
 //! Hello and Welcome are MessagePack maps with named fields: a later build adds a field and an
 //! older one skips it. A connection that does not open with the magic is a first-release peer

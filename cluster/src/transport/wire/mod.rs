@@ -5,6 +5,7 @@
 //! The call path works on the transport-neutral [`Envelope`] and [`Reply`] below; each wire
 //! version only says how they are written and read.
 
+pub(crate) mod envelope;
 pub(crate) mod handshake;
 mod headers;
 pub(crate) mod names;
@@ -30,8 +31,8 @@ pub(crate) fn common(a: &RangeInclusive<u32>, b: &RangeInclusive<u32>) -> Option
     (low <= high).then_some(high)
 }
 
-/// One call, shared by its attempts in an `Arc`: a retry copies nothing, and what tarpc moves
-/// through its queues and streams for every request is one pointer.
+/// One call, shared by its attempts in an `Arc`: a retry copies nothing, and what the transport
+/// moves through its queues for every request is one pointer.
 #[derive(Debug)]
 pub(crate) struct Request {
     /// The service's name.

@@ -13,11 +13,11 @@ use serde_bytes::{ByteBuf, Bytes};
 
 use super::{Head, Reply, Request};
 
-#[tarpc::service]
-pub(crate) trait Wire {
-    /// Runs one attempt of a call.
-    async fn call(request: RequestFrame) -> ReplyFrame;
-}
+/// Wire 1's one request, a call ([`envelope`](super::envelope)).
+pub(crate) type WireRequest = super::envelope::CallRequest<RequestFrame>;
+
+/// Wire 1's one response, a call's reply.
+pub(crate) type WireResponse = super::envelope::CallResponse<ReplyFrame>;
 
 /// An attempt as wire 1 carries it, and the wire version its sender wrote in it (always 1 from
 /// a conforming peer).

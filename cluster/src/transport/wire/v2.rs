@@ -1,11 +1,11 @@
-//! Wire version 2, after a [handshake](super::handshake): a request is
-//! `(service, function, signature, (request id, attempt, budget left, reply limit), headers,
-//! args)` and a reply `(kind, code, body, headers)`, both bincode inside tarpc's frame. What
-//! every request carries is positional (cheap to write and read); the header map holds what may
-//! be absent (metadata) and whatever later builds add. The caller is not a header: it is the node that opened the
-//! connection, named in its handshake (and, with mutual TLS, proven by its certificate). The header map ([`super::headers`]) is where new fields
-//! go; a reply kind this node does not know is read as an undeliverable reply for that one
-//! call, never as a broken frame.
+//! Wire version 2, after a [handshake](super::handshake): a request is `(service, function,
+//! signature, (request id, attempt, budget left, reply limit), headers, args)` and a reply `(kind,
+//! code, body, headers)`, both bincode inside the envelope's frame ([`super::envelope`]). What
+//! every request carries is positional (cheap to write and read); the header map holds what may be
+//! absent (metadata) and whatever later builds add. The caller is not a header: it is the node that
+//! opened the connection, named in its handshake (and, with mutual TLS, proven by its certificate).
+//! The header map ([`super::headers`]) is where new fields go; a reply kind this node does not know
+//! is read as an undeliverable reply for that one call, never as a broken frame.
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,11 +23,11 @@ use super::names::Name;
 use super::{Head, Reply, Request, Traced};
 use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId, TraceParent};
 
-#[tarpc::service]
-pub(crate) trait Wire {
-    /// Runs one attempt of a call.
-    async fn call(request: RequestFrame) -> ReplyFrame;
-}
+/// Wire 2's one request, a call ([`envelope`](super::envelope)).
+pub(crate) type WireRequest = super::envelope::CallRequest<RequestFrame>;
+
+/// Wire 2's one response, a call's reply.
+pub(crate) type WireResponse = super::envelope::CallResponse<ReplyFrame>;
 
 /// An attempt as wire 2 carries it. Written from the shared request without copying its
 /// arguments; read back with one allocation for the arguments.
@@ -37,6 +37,12 @@ pub(crate) struct RequestFrame(pub(crate) Arc<Request>);
 /// A reply as wire 2 carries it.
 #[derive(Debug, Clone)]
 pub(crate) struct ReplyFrame(pub(crate) Reply);
+
+impl From<ReplyFrame> for Reply {
+    fn from(frame: ReplyFrame) -> Self {
+        frame.0
+    }
+}
 
 impl RequestFrame {
     /// The fourth field: the request id, the attempt, the budget left in microseconds and the
