@@ -99,7 +99,10 @@ fn flatten(tokens: TokenStream, pieces: &mut Vec<String>) {
 /// arguments (`Result<T, E>`, `std::result::Result<T, E>`). Anything else, including aliases
 /// such as `io::Result<T>`, is a plain return value.
 pub(crate) fn split_result(ty: &Type) -> Option<(&Type, &Type)> {
-    let Type::Path(TypePath { qself: None, path }) = ungroup(ty) else {
+    let Type::Path(TypePath {
+        qself: None, path, ..
+    }) = ungroup(ty)
+    else {
         return None;
     };
     let last = path.segments.last()?;
@@ -234,6 +237,7 @@ mod tests {
     fn looks_through_invisible_groups() {
         let inner = ty("Result<u8, E>");
         let grouped = Type::Group(syn::TypeGroup {
+            attrs: Vec::new(),
             group_token: Default::default(),
             elem: Box::new(inner),
         });

@@ -5,8 +5,8 @@ use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::{
-    FnArg, GenericArgument, ItemTrait, Pat, PatIdent, PathArguments, ReturnType, TraitItem,
-    TraitItemFn, Type,
+    FnArg, GenericArgument, ItemTrait, Pat, PatIdent, PathArguments, ReceiverKind, ReturnType,
+    TraitItem, TraitItemFn, Type,
 };
 
 use crate::attr::is_call;
@@ -75,7 +75,7 @@ pub(crate) fn check_fn(function: &TraitItemFn, errors: &mut Errors) {
     if let Some(token) = &sig.constness {
         errors.spanned(token, "service functions cannot be `const`");
     }
-    if let Some(token) = &sig.unsafety {
+    if let syn::Safety::Unsafe(token) = &sig.safety {
         errors.spanned(token, "service functions cannot be `unsafe`");
     }
     if let Some(abi) = &sig.abi {
@@ -135,9 +135,8 @@ fn check_receiver(function: &TraitItemFn, errors: &mut Errors) {
     let sig = &function.sig;
     match sig.inputs.first() {
         Some(FnArg::Receiver(receiver))
-            if matches!(&receiver.reference, Some((_, None)))
-                && receiver.mutability.is_none()
-                && receiver.colon_token.is_none() => {}
+            if matches!(&receiver.kind, ReceiverKind::Reference(_, _, None))
+                && receiver.mutability.is_none() => {}
         Some(FnArg::Receiver(receiver)) => errors.spanned(
             receiver,
             format!(
@@ -187,8 +186,8 @@ fn check_type(ty: &Type, position: &str, errors: &mut Errors) {
                         }
                     }
                     PathArguments::Parenthesized(arguments) => {
-                        for ty in &arguments.inputs {
-                            check_type(ty, position, errors);
+                        for argument in &arguments.inputs {
+                            check_type(&argument.ty, position, errors);
                         }
                         if let ReturnType::Type(_, ty) = &arguments.output {
                             check_type(ty, position, errors);

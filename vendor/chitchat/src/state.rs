@@ -7,7 +7,6 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
-use itertools::Itertools;
 use lru::LruCache;
 use rand::Rng;
 use rand::prelude::SliceRandom;
@@ -1336,9 +1335,12 @@ struct StaleNode<'a> {
 impl StaleNode<'_> {
     /// Iterates over the stale key-value pairs in decreasing order of staleness.
     fn stale_key_values(&self) -> impl Iterator<Item = (&str, &VersionedValue)> {
-        self.node_state
+        let mut stale: Vec<_> = self
+            .node_state
             .stale_key_values(self.from_version_excluded)
-            .sorted_unstable_by_key(|(_, versioned_value)| versioned_value.version)
+            .collect();
+        stale.sort_unstable_by_key(|(_, versioned_value)| versioned_value.version);
+        stale.into_iter()
     }
 }
 
