@@ -11,6 +11,7 @@
 mod authority;
 mod callers;
 pub(crate) mod der;
+mod hchacha;
 mod identity;
 mod keyring;
 pub(crate) mod names;

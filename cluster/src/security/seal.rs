@@ -16,7 +16,7 @@
 //! per key, which a cluster of 100 nodes sending 50 a second reaches in under ten days; with a
 //! 192-bit nonce, never. XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha-03) is ChaCha20-Poly1305
 //! under a subkey that HChaCha20 derives from the key and the nonce's first 16 bytes, with the
-//! nonce's last 8 as its nonce: ring seals, the `chacha20` crate's `hchacha` derives.
+//! nonce's last 8 as its nonce: ring seals, `hchacha.rs` derives.
 //!
 //! Datagrams of the earlier format (magic `cg\x01s`, a 12-byte nonce under the key itself)
 //! still open, and a node answers a peer that speaks only that format in it
@@ -94,9 +94,9 @@ impl Format {
             ),
             Format::XChaCha => {
                 let (head, tail) = nonce.split_at(16);
-                let subkey = chacha20::hchacha::<chacha20::R20>(
-                    &key.raw.into(),
-                    &<[u8; 16]>::try_from(head).expect("16 bytes").into(),
+                let subkey = super::hchacha::hchacha20(
+                    &key.raw,
+                    &<[u8; 16]>::try_from(head).expect("16 bytes"),
                 );
                 let mut short = [0u8; 12];
                 short[4..].copy_from_slice(tail);
@@ -398,7 +398,7 @@ mod tests {
             .collect()
     }
 
-    /// draft-irtf-cfrg-xchacha-03, appendix A.3.1: HChaCha20 (the `chacha20` crate) and
+    /// draft-irtf-cfrg-xchacha-03, appendix A.3.1: HChaCha20 (`hchacha.rs`) and
     /// ring's ChaCha20-Poly1305 put together as the draft says give its ciphertext and tag.
     #[test]
     fn xchacha_sealing_gives_the_drafts_known_answer() {

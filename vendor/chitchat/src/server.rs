@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::prelude::*;
-use rand::rng;
 use tokio::net::lookup_host;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{Mutex, watch};
@@ -264,7 +263,8 @@ impl Server {
         chitchat: Arc<Mutex<Chitchat>>,
         transport: Box<dyn Socket>,
     ) -> Self {
-        let rng = SmallRng::from_rng(&mut rng());
+        // Not upstream's: seeded from the OS, without `thread_rng`.
+        let rng = rand::make_rng::<SmallRng>();
         Self {
             chitchat,
             command_rx,

@@ -1370,9 +1370,10 @@ fn pick_at_random<'a>(ids: impl Iterator<Item = &'a ChitchatId>) -> Option<Chitc
     Some(ids[pick].clone())
 }
 
+/// Not upstream's: seeded from the OS on each use (a pick is rare), without `thread_rng`.
 #[cfg(not(test))]
 fn random_generator() -> impl Rng {
-    rand::rng()
+    rand::make_rng::<rand::rngs::SmallRng>()
 }
 
 // We use a deterministic random generator in tests.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::distr::Bernoulli;
 use rand::prelude::{Distribution, SmallRng};
-use rand::{SeedableRng, rng};
+use rand::SeedableRng;
 use tokio::sync::RwLock;
 
 use crate::message::ChitchatEnvelope;
@@ -21,7 +21,7 @@ pub trait DelayMillisDist: Distribution<f32> + Send + Sync + Clone + 'static {}
 #[async_trait]
 impl<D: DelayMillisDist> Transport for TransportWithDelay<D> {
     async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let rng = SmallRng::from_rng(&mut rng());
+        let rng = rand::make_rng::<SmallRng>();
         let socket = self.transport.open(listen_addr).await?;
         let local_addr = socket.local_addr()?;
         Ok(Box::new(SocketWithDelay {
@@ -97,7 +97,7 @@ struct TransportWithMessageDrop {
 #[async_trait]
 impl Transport for TransportWithMessageDrop {
     async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let rng = SmallRng::from_rng(&mut rng());
+        let rng = rand::make_rng::<SmallRng>();
         let socket = self.transport.open(listen_addr).await?;
         Ok(Box::new(SocketWithMessageDrop {
             drop_probability: self.drop_probability,
