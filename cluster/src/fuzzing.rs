@@ -52,10 +52,19 @@ fn close(a: std::time::Instant, b: std::time::Instant) -> bool {
     apart < Duration::from_secs(1)
 }
 
-/// A wire 2 request frame, read as the provider reads it; the request it holds is written
+/// A wire 2 request frame, read as the provider reads it (by hand, `transport/wire/reader.rs`),
+/// which must agree with bincode's reading of the same bytes; the request it holds is written
 /// again and must read back the same.
 pub fn v2_request(bytes: &[u8]) -> Result<(), String> {
-    let message: V2Request = reads(bytes)?;
+    let by_bincode: Result<V2Request, String> = reads(bytes);
+    let message = match (wire::reader::read_request(bytes), by_bincode) {
+        (Ok(message), Ok(theirs)) => {
+            same_message(&message, &theirs);
+            message
+        }
+        (Err(e), Err(_)) => return Err(e.to_string()),
+        (ours, theirs) => panic!("the provider read {ours:?}, bincode {theirs:?}"),
+    };
     let ClientMessage::Request(mut request) = message else {
         return Ok(());
     };
@@ -90,6 +99,34 @@ pub fn v2_request(bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// `a` and `b` the same message, read from the same bytes at about the same time.
+fn same_message(a: &V2Request, b: &V2Request) {
+    match (a, b) {
+        (ClientMessage::Request(a), ClientMessage::Request(b)) => {
+            assert_eq!(a.id, b.id);
+            assert_eq!(a.context.trace_context, b.context.trace_context);
+            assert!(close(
+                a.context.deadline.into_std(),
+                b.context.deadline.into_std()
+            ));
+            let (v2::WireRequest::Call { request: a }, v2::WireRequest::Call { request: b }) =
+                (&a.message, &b.message);
+            same_request(&a.0, &b.0, true);
+        }
+        (
+            ClientMessage::Cancel {
+                trace_context: a,
+                request_id: x,
+            },
+            ClientMessage::Cancel {
+                trace_context: b,
+                request_id: y,
+            },
+        ) => assert_eq!((a, x), (b, y)),
+        (a, b) => panic!("{a:?} read as {b:?}"),
+    }
+}
+
 fn same_request(a: &Request, b: &Request, with_head: bool) {
     assert_eq!(
         (&a.service, &a.function, a.signature, &a.args),
@@ -105,6 +142,7 @@ fn same_request(a: &Request, b: &Request, with_head: bool) {
         (b.request_id, b.reply_limit, &b.invalid, b.call_id, b.pinned)
     );
     assert_eq!(a.metadata.entries(), b.metadata.entries());
+    assert_eq!(format!("{:?}", a.trace), format!("{:?}", b.trace));
     match (a.budget_deadline, b.budget_deadline) {
         (Some(a), Some(b)) => assert!(close(a.into_std(), b.into_std())),
         (a, b) => assert_eq!(a, b),

@@ -61,13 +61,19 @@ pub(crate) struct FrameLimits {
 /// its deadline, and a peer that reuses the id just then is taken for one that reuses an id.
 pub(super) const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 
-/// A request as this transport tags it: with the id of its frame, against which its reply's
-/// bytes are counted.
-pub(super) trait Tagged {
+/// A request as this transport reads it from a frame's body, and tags it: with the id of its
+/// frame, against which its reply's bytes are counted.
+pub(super) trait Tagged: Sized {
+    fn read(frame: &[u8]) -> io::Result<ClientMessage<Self>>;
     fn tag(&mut self, frame_id: u64);
 }
 
 impl Tagged for crate::transport::wire::v2::WireRequest {
+    /// By hand (`wire/reader.rs`).
+    fn read(frame: &[u8]) -> io::Result<ClientMessage<Self>> {
+        crate::transport::wire::reader::read_request(frame)
+    }
+
     fn tag(&mut self, frame_id: u64) {
         let Self::Call { request } = self;
         // Just read from the frame: nothing else holds it.
@@ -200,6 +206,10 @@ fn write_varint_u128(value: u128, out: &mut BytesMut) {
 }
 
 impl Tagged for crate::transport::wire::v1::WireRequest {
+    fn read(frame: &[u8]) -> io::Result<ClientMessage<Self>> {
+        envelope::decode(frame)
+    }
+
     fn tag(&mut self, frame_id: u64) {
         let Self::Call { request } = self;
         if let Some(request) = Arc::get_mut(&mut request.request) {
@@ -412,7 +422,6 @@ where
     S: AsyncRead + Unpin,
     Req: Unpin + Tagged,
     Resp: Unpin,
-    ClientMessage<Req>: serde::de::DeserializeOwned,
 {
     /// The next complete frame's message, if `read` holds one; reserves its bytes first.
     fn next_message(
@@ -456,7 +465,7 @@ where
             // The rest of a large frame's buffer would stay with the connection while it idles.
             self.read = BytesMut::new();
         }
-        let mut message = envelope::decode::<ClientMessage<Req>>(&frame).map_err(|e| {
+        let mut message = Req::read(&frame).map_err(|e| {
             End::Warn(format!(
                 "a frame of {len} bytes does not decode as a request: {e}"
             ))
@@ -490,7 +499,6 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     Req: Unpin + Tagged,
     Resp: Unpin,
-    ClientMessage<Req>: serde::de::DeserializeOwned,
 {
     type Item = io::Result<ClientMessage<Req>>;
 
@@ -701,10 +709,56 @@ where
     }
 }
 
+/// Wire 2 request frames' bodies as a caller writes them (requests of every shape, and
+/// cancels), for the tests of the provider's reader (`wire/reader.rs`).
+#[cfg(test)]
+pub(crate) fn written_request_frames() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    use proptest::prelude::*;
+
+    use crate::transport::wire::v2::{RequestFrame, WireRequest};
+    (
+        tests::request(),
+        tests::integer(),
+        any::<(u128, u64, bool, bool)>(),
+        0..u64::from(u32::MAX),
+    )
+        .prop_map(
+            |(request, id, (trace_id, span_id, sampled, cancel), millis)| {
+                let mut context =
+                    envelope::Context::until(Instant::now() + Duration::from_millis(millis));
+                context.trace_context.trace_id = trace_id.to_le_bytes();
+                context.trace_context.span_id = span_id;
+                context.trace_context.sampling_decision = if sampled {
+                    envelope::SamplingDecision::Sampled
+                } else {
+                    envelope::SamplingDecision::Unsampled
+                };
+                let message = if cancel {
+                    ClientMessage::Cancel {
+                        trace_context: context.trace_context,
+                        request_id: id,
+                    }
+                } else {
+                    ClientMessage::Request(envelope::Request {
+                        context,
+                        id,
+                        message: WireRequest::Call {
+                            request: RequestFrame(Arc::new(request)),
+                        },
+                    })
+                };
+                let mut out = BytesMut::new();
+                RequestBody::write(&message, &mut out).expect("a request is written");
+                out.to_vec()
+            },
+        )
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::transport::wire::envelope::{SamplingDecision, ServerError};
     use proptest::prelude::*;
+
+    use crate::transport::wire::envelope::{SamplingDecision, ServerError};
 
     use super::*;
     use crate::context::{RequestId, TraceParent};
@@ -713,7 +767,7 @@ mod tests {
     use crate::transport::{Head, Reply, Request};
 
     /// Integers at the edges of bincode's varint widths, and anything else.
-    fn integer() -> impl Strategy<Value = u64> {
+    pub(super) fn integer() -> impl Strategy<Value = u64> {
         prop_oneof![
             prop::sample::select(vec![
                 0,
@@ -760,7 +814,7 @@ mod tests {
     }
 
     /// A wire 2 request as a caller sends it, with every header present or not.
-    fn request() -> impl Strategy<Value = Request> {
+    pub(super) fn request() -> impl Strategy<Value = Request> {
         (
             (
                 text(),

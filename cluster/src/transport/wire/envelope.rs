@@ -120,6 +120,14 @@ pub(crate) fn left_until(deadline: Instant) -> Duration {
         .min(crate::transport::tcp::MAX_DEADLINE)
 }
 
+/// The deadline of a request read with `left` to go: at most a year away, on this node's clock.
+pub(crate) fn time_left_read(left: Duration) -> Instant {
+    crate::deadline::later(
+        Instant::now(),
+        left.min(crate::transport::tcp::MAX_DEADLINE),
+    )
+}
+
 /// Serde for a deadline as the time left (`Duration`'s own layout).
 mod time_left {
     use super::*;
@@ -129,11 +137,7 @@ mod time_left {
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Instant, D::Error> {
-        let left = Duration::deserialize(d)?;
-        Ok(crate::deadline::later(
-            Instant::now(),
-            left.min(crate::transport::tcp::MAX_DEADLINE),
-        ))
+        Ok(time_left_read(Duration::deserialize(d)?))
     }
 }
 

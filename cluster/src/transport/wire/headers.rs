@@ -102,7 +102,7 @@ where
 }
 
 /// Hands every entry of `bytes` to `each`; the first problem, if any.
-fn walk(
+pub(super) fn walk(
     mut bytes: &[u8],
     each: &mut impl FnMut(u16, &[u8]) -> Result<(), String>,
 ) -> Option<String> {

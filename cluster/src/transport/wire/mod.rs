@@ -9,6 +9,7 @@ pub(crate) mod envelope;
 pub(crate) mod handshake;
 mod headers;
 pub(crate) mod names;
+pub(crate) mod reader;
 pub(crate) mod v1;
 pub(crate) mod v2;
 

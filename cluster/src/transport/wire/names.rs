@@ -31,6 +31,11 @@ fn known(name: &str) -> Option<&'static str> {
     known.get(name).copied()
 }
 
+/// `name`, borrowed if it is known, else copied.
+pub(super) fn of(name: &str) -> Cow<'static, str> {
+    known(name).map_or_else(|| Cow::Owned(name.to_owned()), Cow::Borrowed)
+}
+
 /// Reads one name of a request.
 pub(super) fn read<'de, D: Deserializer<'de>>(
     deserializer: D,
@@ -42,7 +47,7 @@ pub(super) fn read<'de, D: Deserializer<'de>>(
             f.write_str("a name")
         }
         fn visit_str<E: de::Error>(self, name: &str) -> Result<Self::Value, E> {
-            Ok(known(name).map_or_else(|| Cow::Owned(name.to_owned()), Cow::Borrowed))
+            Ok(of(name))
         }
         fn visit_string<E: de::Error>(self, name: String) -> Result<Self::Value, E> {
             Ok(known(&name).map_or(Cow::Owned(name), Cow::Borrowed))

@@ -110,33 +110,62 @@ impl<'de> Deserialize<'de> for RequestFrame {
                 let Name(service) = seq.next_element()?.ok_or_else(missing)?;
                 let Name(function) = seq.next_element()?.ok_or_else(missing)?;
                 let signature: u64 = seq.next_element()?.ok_or_else(missing)?;
-                let (id, attempt, budget, limit): (u128, u32, u64, u64) =
-                    seq.next_element()?.ok_or_else(missing)?;
-                let mut head = Head {
-                    request_id: RequestId(id),
-                    // A budget too far out for the clock is no limit, never an overflow.
-                    budget_deadline: (budget != NONE).then(|| {
-                        crate::deadline::later(Instant::now(), Duration::from_micros(budget))
-                    }),
-                    reply_limit: (limit != NONE).then_some(limit),
-                    ..Head::default()
-                };
+                let core: (u128, u32, u64, u64) = seq.next_element()?.ok_or_else(missing)?;
+                let mut head = head_of(core);
                 seq.next_element_seed(ReadRequestHeaders(&mut head))?
                     .ok_or_else(missing)?;
                 let args: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
-                let request = Request {
-                    service,
-                    function,
-                    signature,
-                    args: args.into_vec(),
+                Ok(RequestFrame::of(
+                    (service, function, signature),
+                    core.1,
                     head,
-                    attempt: AtomicU32::new(attempt),
-                };
-                Ok(RequestFrame(Arc::new(request)))
+                    args.into_vec(),
+                ))
             }
         }
         deserializer.deserialize_tuple(6, Fields)
     }
+}
+
+impl RequestFrame {
+    /// The frame of a request read from its parts.
+    pub(super) fn of(
+        (service, function, signature): (
+            std::borrow::Cow<'static, str>,
+            std::borrow::Cow<'static, str>,
+            u64,
+        ),
+        attempt: u32,
+        head: Head,
+        args: Vec<u8>,
+    ) -> Self {
+        RequestFrame(Arc::new(Request {
+            service,
+            function,
+            signature,
+            args,
+            head,
+            attempt: AtomicU32::new(attempt),
+        }))
+    }
+}
+
+/// The head a request's fourth field, `(request id, attempt, budget left, reply limit)`, says.
+pub(super) fn head_of((id, _, budget, limit): (u128, u32, u64, u64)) -> Head {
+    Head {
+        request_id: RequestId(id),
+        // A budget too far out for the clock is no limit, never an overflow.
+        budget_deadline: (budget != NONE)
+            .then(|| crate::deadline::later(Instant::now(), Duration::from_micros(budget))),
+        reply_limit: (limit != NONE).then_some(limit),
+        ..Head::default()
+    }
+}
+
+/// Reads a request's header map, `bytes`, into `head`: a header it cannot read marks the
+/// request invalid (refused on its own), never the frame.
+pub(super) fn read_request_headers(head: &mut Head, bytes: &[u8]) {
+    head.invalid = headers::walk(bytes, &mut |key, value| request_header(head, key, value));
 }
 
 struct ReadRequestHeaders<'a>(&'a mut Head);
@@ -145,38 +174,41 @@ impl<'de> DeserializeSeed<'de> for ReadRequestHeaders<'_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         let head = self.0;
-        let problem = headers::read(deserializer, |key, value| {
-            if key == METADATA {
-                // Bounded before it is decoded: a peer cannot make this node build more.
-                if value.len() > MAX_METADATA_BYTES + 8 * MAX_METADATA_ENTRIES + 16 {
-                    return Err(format!(
-                        "the metadata is {} bytes, over its bounds ({MAX_METADATA_BYTES} bytes)",
-                        value.len()
-                    ));
-                }
-                let entries: Vec<(String, String)> = rmp_serde::from_slice(value)
-                    .map_err(|e| format!("the metadata cannot be read: {e}"))?;
-                let metadata = Metadata::from_entries(entries);
-                metadata.check().map_err(|e| e.to_string())?;
-                head.metadata = metadata;
-            } else if key == CALL_ID {
-                let id: [u8; 16] = value
-                    .try_into()
-                    .map_err(|_| format!("a call id of {} bytes, not 16", value.len()))?;
-                head.call_id = Some(u128::from_le_bytes(id));
-            } else if key == PINNED {
-                let generation: [u8; 8] = value
-                    .try_into()
-                    .map_err(|_| format!("a pinned generation of {} bytes, not 8", value.len()))?;
-                head.pinned = Some(u64::from_le_bytes(generation));
-            } else if key == TRACE {
-                head.trace = Some(Traced::new(TraceParent::from_bytes(value)?));
-            }
-            Ok(())
-        })?;
+        let problem = headers::read(deserializer, |key, value| request_header(head, key, value))?;
         head.invalid = problem;
         Ok(())
     }
+}
+
+/// One header of a request, into `head`.
+fn request_header(head: &mut Head, key: u16, value: &[u8]) -> Result<(), String> {
+    if key == METADATA {
+        // Bounded before it is decoded: a peer cannot make this node build more.
+        if value.len() > MAX_METADATA_BYTES + 8 * MAX_METADATA_ENTRIES + 16 {
+            return Err(format!(
+                "the metadata is {} bytes, over its bounds ({MAX_METADATA_BYTES} bytes)",
+                value.len()
+            ));
+        }
+        let entries: Vec<(String, String)> = rmp_serde::from_slice(value)
+            .map_err(|e| format!("the metadata cannot be read: {e}"))?;
+        let metadata = Metadata::from_entries(entries);
+        metadata.check().map_err(|e| e.to_string())?;
+        head.metadata = metadata;
+    } else if key == CALL_ID {
+        let id: [u8; 16] = value
+            .try_into()
+            .map_err(|_| format!("a call id of {} bytes, not 16", value.len()))?;
+        head.call_id = Some(u128::from_le_bytes(id));
+    } else if key == PINNED {
+        let generation: [u8; 8] = value
+            .try_into()
+            .map_err(|_| format!("a pinned generation of {} bytes, not 8", value.len()))?;
+        head.pinned = Some(u64::from_le_bytes(generation));
+    } else if key == TRACE {
+        head.trace = Some(Traced::new(TraceParent::from_bytes(value)?));
+    }
+    Ok(())
 }
 
 /// Reply kinds: stable numbers, so peers of other builds agree. A new kind is a new number.
