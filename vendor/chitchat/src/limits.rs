@@ -141,6 +141,11 @@ impl Refusals {
             Refusal::Deferred => &self.deferred,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        if why == Refusal::Deferred {
+            // Not upstream's: not a refusal (the value comes again in a later round), so not in
+            // `total` and not a WARN, whose count of refusals it made contradict itself.
+            return;
+        }
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         log.unlogged += 1;
         if log.logged.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
