@@ -709,6 +709,16 @@ where
     }
 }
 
+/// A runtime on a paused clock: what reads or writes the time left does it the same twice.
+#[cfg(test)]
+pub(crate) fn paused() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
 /// Wire 2 request frames' bodies as a caller writes them (requests of every shape, and
 /// cancels), for the tests of the provider's reader (`wire/reader.rs`).
 #[cfg(test)]
@@ -798,15 +808,6 @@ mod tests {
         plain.prop_flat_map(|reply| {
             prop_oneof![Just(reply.clone()), Just(Reply::Recalled(Arc::new(reply))),]
         })
-    }
-
-    /// A runtime on a paused clock, for the budget's time left to be written the same twice.
-    fn paused() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap()
     }
 
     fn text() -> impl Strategy<Value = String> {

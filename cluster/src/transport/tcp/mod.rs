@@ -28,7 +28,7 @@ pub(crate) use connect::{ConnectConfig, TcpConnector};
 pub use established::DEFAULT_MAX_CONNECTIONS;
 pub(crate) use frames::FrameLimits;
 #[cfg(test)]
-pub(crate) use frames::written_request_frames;
+pub(crate) use frames::{paused, written_request_frames};
 pub(crate) use heartbeat::FEATURE as HEARTBEAT;
 pub use opening::DEFAULT_MAX_OPENING_CONNECTIONS;
 

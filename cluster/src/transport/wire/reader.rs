@@ -169,15 +169,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    /// A runtime on a paused clock: the deadlines both readers compute are the same.
-    fn paused() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap()
-    }
+    use crate::transport::tcp::paused;
 
     /// Both readers' verdicts on `frame`: the same message, or an error from both.
     fn same_verdict(frame: &[u8]) -> Result<(), TestCaseError> {
