@@ -26,7 +26,9 @@ use tokio::time::{Instant, Sleep};
 use super::caller_frames::CallerFrames;
 use crate::fast_map::FastMap;
 use crate::transport::Reply;
-use crate::transport::wire::envelope::{self, CallRequest, CallResponse, ClientMessage, Response};
+use crate::transport::wire::envelope::{
+    self, Answered, CallRequest, CallResponse, ClientMessage, Response,
+};
 
 /// How a request ended without a reply.
 #[derive(Debug)]
@@ -96,16 +98,15 @@ impl<Q> Default for State<Q> {
     }
 }
 
-/// The connection's task: writes what is queued, reads replies (frames `R`). Ends with the
-/// connection; when it does (or is dropped: aborted for idling, the node stopping), every
-/// waiting call fails.
-pub(super) struct Dispatch<S, Q, R> {
-    io: CallerFrames<S, CallRequest<Q>, CallResponse<R>>,
+/// The connection's task: writes what is queued, reads replies. Ends with the connection; when
+/// it does (or is dropped: aborted for idling, the node stopping), every waiting call fails.
+pub(super) struct Dispatch<S, Q: Answered> {
+    io: CallerFrames<S, CallRequest<Q>, CallResponse<Q::Reply>>,
     calls: Arc<Shared<Q>>,
     /// Fires at the earliest deadline in the heap.
     timer: Pin<Box<Sleep>>,
     /// Replies read and not yet handed over: handed over together, under one lock.
-    read: Vec<Response<CallResponse<R>>>,
+    read: Vec<Response<CallResponse<Q::Reply>>>,
     /// The calls to wake once the lock is let go (kept, so that no turn allocates).
     wake: Vec<Waker>,
     /// Bytes handed to the writer (or held by TLS beneath it) that a flush has not yet seen
@@ -124,11 +125,11 @@ pub(super) struct Dispatch<S, Q, R> {
 /// Replies handed over under one lock at most: a connection's callers wait for no more.
 const BATCH: usize = 32;
 
-impl<Q> Calls<Q> {
+impl<Q: Answered> Calls<Q> {
     /// The calls of a connection over `io`, and the task to spawn for it.
-    pub(super) fn new<S, R>(
-        io: CallerFrames<S, CallRequest<Q>, CallResponse<R>>,
-    ) -> (Self, Dispatch<S, Q, R>) {
+    pub(super) fn new<S>(
+        io: CallerFrames<S, CallRequest<Q>, CallResponse<Q::Reply>>,
+    ) -> (Self, Dispatch<S, Q>) {
         let shared = Arc::new(Shared {
             state: Mutex::default(),
             writer: AtomicWaker::new(),
@@ -373,7 +374,7 @@ impl<Q> Drop for Wait<'_, Q> {
     }
 }
 
-impl<S, Q, R: Into<Reply>> Dispatch<S, Q, R> {
+impl<S, Q: Answered<Reply: Into<Reply>>> Dispatch<S, Q> {
     /// With heartbeats, as the handshake agreed: a provider silent for `limit` while requests
     /// wait is taken for gone (`heartbeat.rs`).
     pub(super) fn listening_for_heartbeats(mut self, limit: Duration) -> Self {
@@ -458,14 +459,12 @@ impl<S, Q, R: Into<Reply>> Dispatch<S, Q, R> {
     }
 }
 
-impl<S, Q, R> Future for Dispatch<S, Q, R>
+impl<S, Q> Future for Dispatch<S, Q>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     CallRequest<Q>: super::frames::RequestBody,
-    Response<CallResponse<R>>: serde::de::DeserializeOwned,
-    R: Into<Reply>,
-    Q: Unpin,
-    R: Unpin,
+    Q: Answered<Reply: Into<Reply> + Unpin> + Unpin,
+    Response<CallResponse<Q::Reply>>: serde::de::DeserializeOwned,
 {
     type Output = io::Result<()>;
 
@@ -555,7 +554,7 @@ where
     }
 }
 
-impl<S, Q, R> Drop for Dispatch<S, Q, R> {
+impl<S, Q: Answered> Drop for Dispatch<S, Q> {
     fn drop(&mut self) {
         let mut state = self.calls.lock();
         state.ended = Some("the connection closed".to_owned());
@@ -608,11 +607,8 @@ mod tests {
 
     fn connection(buffer: usize) -> (Calls<RequestFrame>, DuplexStream) {
         let (caller, provider) = tokio::io::duplex(buffer);
-        let (calls, dispatch) = Calls::new(CallerFrames::<_, _, WireResponse>::new(
-            caller,
-            1 << 20,
-            Duration::from_secs(10),
-        ));
+        let (calls, dispatch) =
+            Calls::new(CallerFrames::new(caller, 1 << 20, Duration::from_secs(10)));
         tokio::spawn(dispatch);
         (calls, provider)
     }
@@ -693,11 +689,8 @@ mod tests {
     async fn silence_counts_from_the_request_when_the_last_word_came_before_it() {
         let limit = super::super::heartbeat::SILENCE;
         let (caller, mut provider) = tokio::io::duplex(1 << 16);
-        let (calls, dispatch) = Calls::new(CallerFrames::<_, _, WireResponse>::new(
-            caller,
-            1 << 20,
-            Duration::from_secs(10),
-        ));
+        let (calls, dispatch) =
+            Calls::new(CallerFrames::new(caller, 1 << 20, Duration::from_secs(10)));
         tokio::spawn(dispatch.listening_for_heartbeats(limit));
         let start = Instant::now();
         let first = calls.call(request(), far());

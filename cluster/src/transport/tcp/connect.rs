@@ -564,7 +564,7 @@ where
         in_flight: in_flight.clone(),
     };
     let (client, dispatch) = if version >= 2 {
-        let (calls, mut dispatch) = Calls::new(CallerFrames::<_, _, v2::WireResponse>::new(
+        let (calls, mut dispatch) = Calls::new(CallerFrames::new(
             stream,
             config.max_frame,
             config.frame_timeout,
@@ -574,7 +574,7 @@ where
         }
         (WireClient::V2(calls), spawn_dispatch(to, dispatch, idle))
     } else {
-        let (calls, dispatch) = Calls::new(CallerFrames::<_, _, v1::WireResponse>::new(
+        let (calls, dispatch) = Calls::new(CallerFrames::new(
             stream,
             config.max_frame,
             config.frame_timeout,

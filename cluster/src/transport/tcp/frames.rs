@@ -63,12 +63,12 @@ pub(super) const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 
 /// A request as this transport reads it from a frame's body, and tags it: with the id of its
 /// frame, against which its reply's bytes are counted.
-pub(super) trait Tagged: Sized {
+pub(super) trait ServedRequest: Sized {
     fn read(frame: &[u8]) -> io::Result<ClientMessage<Self>>;
     fn tag(&mut self, frame_id: u64);
 }
 
-impl Tagged for crate::transport::wire::v2::WireRequest {
+impl ServedRequest for crate::transport::wire::v2::WireRequest {
     /// By hand (`wire/reader.rs`).
     fn read(frame: &[u8]) -> io::Result<ClientMessage<Self>> {
         crate::transport::wire::reader::read_request(frame)
@@ -205,7 +205,7 @@ fn write_varint_u128(value: u128, out: &mut BytesMut) {
     }
 }
 
-impl Tagged for crate::transport::wire::v1::WireRequest {
+impl ServedRequest for crate::transport::wire::v1::WireRequest {
     fn read(frame: &[u8]) -> io::Result<ClientMessage<Self>> {
         envelope::decode(frame)
     }
@@ -420,7 +420,7 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
 impl<S, Req, Resp> Frames<S, Req, Resp>
 where
     S: AsyncRead + Unpin,
-    Req: Unpin + Tagged,
+    Req: Unpin + ServedRequest,
     Resp: Unpin,
 {
     /// The next complete frame's message, if `read` holds one; reserves its bytes first.
@@ -497,7 +497,7 @@ where
 impl<S, Req, Resp> Stream for Frames<S, Req, Resp>
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    Req: Unpin + Tagged,
+    Req: Unpin + ServedRequest,
     Resp: Unpin,
 {
     type Item = io::Result<ClientMessage<Req>>;
@@ -719,56 +719,65 @@ pub(crate) fn paused() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A wire 2 request under `deadline`, with a trace context of `(trace id, span id, sampled)`, or
+/// a cancel of `id` with that trace context if `cancel`.
+#[cfg(test)]
+fn request_message(
+    request: crate::transport::Request,
+    id: u64,
+    (trace_id, span_id, sampled, cancel): (u128, u64, bool, bool),
+    deadline: Instant,
+) -> ClientMessage<crate::transport::wire::v2::WireRequest> {
+    use crate::transport::wire::v2::{RequestFrame, WireRequest};
+    let mut context = envelope::Context::until(deadline);
+    context.trace_context.trace_id = trace_id.to_le_bytes();
+    context.trace_context.span_id = span_id;
+    context.trace_context.sampling_decision = if sampled {
+        envelope::SamplingDecision::Sampled
+    } else {
+        envelope::SamplingDecision::Unsampled
+    };
+    if cancel {
+        ClientMessage::Cancel {
+            trace_context: context.trace_context,
+            request_id: id,
+        }
+    } else {
+        ClientMessage::Request(envelope::Request {
+            context,
+            id,
+            message: WireRequest::Call {
+                request: RequestFrame(Arc::new(request)),
+            },
+        })
+    }
+}
+
 /// Wire 2 request frames' bodies as a caller writes them (requests of every shape, and
 /// cancels), for the tests of the provider's reader (`wire/reader.rs`).
 #[cfg(test)]
 pub(crate) fn written_request_frames() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
     use proptest::prelude::*;
-
-    use crate::transport::wire::v2::{RequestFrame, WireRequest};
     (
         tests::request(),
         tests::integer(),
         any::<(u128, u64, bool, bool)>(),
         0..u64::from(u32::MAX),
     )
-        .prop_map(
-            |(request, id, (trace_id, span_id, sampled, cancel), millis)| {
-                let mut context =
-                    envelope::Context::until(Instant::now() + Duration::from_millis(millis));
-                context.trace_context.trace_id = trace_id.to_le_bytes();
-                context.trace_context.span_id = span_id;
-                context.trace_context.sampling_decision = if sampled {
-                    envelope::SamplingDecision::Sampled
-                } else {
-                    envelope::SamplingDecision::Unsampled
-                };
-                let message = if cancel {
-                    ClientMessage::Cancel {
-                        trace_context: context.trace_context,
-                        request_id: id,
-                    }
-                } else {
-                    ClientMessage::Request(envelope::Request {
-                        context,
-                        id,
-                        message: WireRequest::Call {
-                            request: RequestFrame(Arc::new(request)),
-                        },
-                    })
-                };
-                let mut out = BytesMut::new();
-                RequestBody::write(&message, &mut out).expect("a request is written");
-                out.to_vec()
-            },
-        )
+        .prop_map(|(request, id, trace, millis)| {
+            let deadline = Instant::now() + Duration::from_millis(millis);
+            let mut out = BytesMut::new();
+            RequestBody::write(&request_message(request, id, trace, deadline), &mut out)
+                .expect("a request is written");
+            out.to_vec()
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
-    use crate::transport::wire::envelope::{SamplingDecision, ServerError};
+    use crate::transport::wire::envelope::ServerError;
 
     use super::*;
     use crate::context::{RequestId, TraceParent};
@@ -891,23 +900,9 @@ mod tests {
         ) {
             let rt = paused();
             let _clock = rt.enter();
-            let mut context = envelope::Context::until(Instant::now());
-            context.trace_context.trace_id = trace_id.to_le_bytes();
-            context.trace_context.span_id = span_id;
-            context.trace_context.sampling_decision = if sampled {
-                SamplingDecision::Sampled
-            } else {
-                SamplingDecision::Unsampled
-            };
-            let message = if cancel {
-                ClientMessage::Cancel { trace_context: context.trace_context, request_id: id }
-            } else {
-                ClientMessage::Request(envelope::Request {
-                    context,
-                    id,
-                    message: WireRequest::Call { request: RequestFrame(Arc::new(request)) },
-                })
-            };
+            let message = request_message(
+                request, id, (trace_id, span_id, sampled, cancel), Instant::now(),
+            );
             let (mut by_hand, mut by_bincode) = (BytesMut::new(), BytesMut::new());
             RequestBody::write(&message, &mut by_hand).unwrap();
             bincode_into(&message, &mut by_bincode).unwrap();

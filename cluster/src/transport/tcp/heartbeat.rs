@@ -51,11 +51,7 @@ mod tests {
 
     /// A caller listening for heartbeats on `io`.
     fn caller(io: DuplexStream) -> Calls<RequestFrame> {
-        let frames = CallerFrames::<_, _, crate::transport::wire::v2::WireResponse>::new(
-            io,
-            1 << 20,
-            Duration::from_secs(10),
-        );
+        let frames = CallerFrames::new(io, 1 << 20, Duration::from_secs(10));
         let (calls, dispatch) = Calls::new(frames);
         tokio::spawn(dispatch.listening_for_heartbeats(SILENCE));
         calls

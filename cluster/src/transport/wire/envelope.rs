@@ -112,6 +112,11 @@ pub(crate) enum CallResponse<F> {
     Call(F),
 }
 
+/// A wire version's request frame, and the reply frame that answers it.
+pub(crate) trait Answered {
+    type Reply;
+}
+
 /// The time left before `deadline` as a request carries it: at most a year (`MAX_DEADLINE`),
 /// which is "no limit" (earlier releases' tarpc panicked on deadlines a couple of years out).
 pub(crate) fn left_until(deadline: Instant) -> Duration {

@@ -19,6 +19,10 @@ pub(crate) type WireRequest = super::envelope::CallRequest<RequestFrame>;
 /// Wire 1's one response, a call's reply.
 pub(crate) type WireResponse = super::envelope::CallResponse<ReplyFrame>;
 
+impl super::envelope::Answered for RequestFrame {
+    type Reply = ReplyFrame;
+}
+
 /// An attempt as wire 1 carries it, and the wire version its sender wrote in it (always 1 from
 /// a conforming peer).
 #[derive(Debug, Clone)]

@@ -29,6 +29,10 @@ pub(crate) type WireRequest = super::envelope::CallRequest<RequestFrame>;
 /// Wire 2's one response, a call's reply.
 pub(crate) type WireResponse = super::envelope::CallResponse<ReplyFrame>;
 
+impl super::envelope::Answered for RequestFrame {
+    type Reply = ReplyFrame;
+}
+
 /// An attempt as wire 2 carries it. Written from the shared request without copying its
 /// arguments; read back with one allocation for the arguments.
 #[derive(Debug, Clone)]
