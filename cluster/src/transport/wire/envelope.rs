@@ -125,12 +125,9 @@ pub(crate) fn left_until(deadline: Instant) -> Duration {
         .min(crate::transport::tcp::MAX_DEADLINE)
 }
 
-/// The deadline of a request read with `left` to go: at most a year away, on this node's clock.
-pub(crate) fn time_left_read(left: Duration) -> Instant {
-    crate::deadline::later(
-        Instant::now(),
-        left.min(crate::transport::tcp::MAX_DEADLINE),
-    )
+/// The deadline of a request read at `now` with `left` to go: at most a year away.
+pub(crate) fn time_left_read(now: Instant, left: Duration) -> Instant {
+    crate::deadline::later(now, left.min(crate::transport::tcp::MAX_DEADLINE))
 }
 
 /// Serde for a deadline as the time left (`Duration`'s own layout).
@@ -142,7 +139,7 @@ mod time_left {
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Instant, D::Error> {
-        Ok(time_left_read(Duration::deserialize(d)?))
+        Ok(time_left_read(Instant::now(), Duration::deserialize(d)?))
     }
 }
 

@@ -27,6 +27,8 @@ use std::borrow::Cow;
 use std::io;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::envelope::{
     CallRequest, ClientMessage, Context, Request, SamplingDecision, TraceContext, time_left_read,
 };
@@ -35,9 +37,11 @@ use super::v2::{RequestFrame, WireRequest, head_of, read_request_headers};
 /// Reads one wire 2 request frame's message.
 pub(crate) fn read_request(frame: &[u8]) -> io::Result<ClientMessage<WireRequest>> {
     let mut bytes = Bytes(frame);
+    // One reading of the clock for the deadline and the budget.
+    let now = Instant::now();
     let message = match bytes.u32()? {
         0 => {
-            let context = bytes.context()?;
+            let context = bytes.context(now)?;
             let id = bytes.u64()?;
             if bytes.u32()? != 0 {
                 return Err(invalid("a request that is not a call"));
@@ -46,7 +50,7 @@ pub(crate) fn read_request(frame: &[u8]) -> io::Result<ClientMessage<WireRequest
                 context,
                 id,
                 message: CallRequest::Call {
-                    request: bytes.call()?,
+                    request: bytes.call(now)?,
                 },
             })
         }
@@ -135,24 +139,24 @@ impl<'a> Bytes<'a> {
         })
     }
 
-    fn context(&mut self) -> io::Result<Context> {
+    fn context(&mut self, now: Instant) -> io::Result<Context> {
         let (secs, nanos) = (self.u64()?, self.u32()?);
         // As serde reads a `Duration`: nanoseconds carried into seconds must not overflow.
         if secs.checked_add(u64::from(nanos / 1_000_000_000)).is_none() {
             return Err(invalid("a deadline past a Duration's range"));
         }
         Ok(Context {
-            deadline: time_left_read(Duration::new(secs, nanos)),
+            deadline: time_left_read(now, Duration::new(secs, nanos)),
             trace_context: self.trace()?,
         })
     }
 
-    fn call(&mut self) -> io::Result<RequestFrame> {
+    fn call(&mut self, now: Instant) -> io::Result<RequestFrame> {
         let service = self.name()?;
         let function = self.name()?;
         let signature = self.u64()?;
         let core = (self.varint(true)?, self.u32()?, self.u64()?, self.u64()?);
-        let mut head = head_of(core);
+        let mut head = head_of(core, now);
         read_request_headers(&mut head, self.byte_string()?);
         let args = self.byte_string()?.to_vec();
         Ok(RequestFrame::of(

@@ -115,7 +115,7 @@ impl<'de> Deserialize<'de> for RequestFrame {
                 let Name(function) = seq.next_element()?.ok_or_else(missing)?;
                 let signature: u64 = seq.next_element()?.ok_or_else(missing)?;
                 let core: (u128, u32, u64, u64) = seq.next_element()?.ok_or_else(missing)?;
-                let mut head = head_of(core);
+                let mut head = head_of(core, Instant::now());
                 seq.next_element_seed(ReadRequestHeaders(&mut head))?
                     .ok_or_else(missing)?;
                 let args: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
@@ -154,13 +154,14 @@ impl RequestFrame {
     }
 }
 
-/// The head a request's fourth field, `(request id, attempt, budget left, reply limit)`, says.
-pub(super) fn head_of((id, _, budget, limit): (u128, u32, u64, u64)) -> Head {
+/// The head a request's fourth field, `(request id, attempt, budget left, reply limit)`, says,
+/// read at `now`.
+pub(super) fn head_of((id, _, budget, limit): (u128, u32, u64, u64), now: Instant) -> Head {
     Head {
         request_id: RequestId(id),
         // A budget too far out for the clock is no limit, never an overflow.
         budget_deadline: (budget != NONE)
-            .then(|| crate::deadline::later(Instant::now(), Duration::from_micros(budget))),
+            .then(|| crate::deadline::later(now, Duration::from_micros(budget))),
         reply_limit: (limit != NONE).then_some(limit),
         ..Head::default()
     }
