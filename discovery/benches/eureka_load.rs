@@ -2,14 +2,19 @@
 //! heartbeats while readers poll the full registry, memory, and replication to two peers. Real
 //! HTTP on loopback; the servers run in this process on a runtime of their own (2 threads), the
 //! load on another (2 threads), so both share the machine as a client and a server would on
-//! one host. Method and figures: `docs/benchmarks.md`.
+//! one host. With `--binary`, the server under load is the `cluster-discovery` binary (release,
+//! with its own allocator, mimalloc) in a child process, and the memory is that process's.
+//! Method and figures: `docs/benchmarks.md`.
 //!
 //! ```sh
 //! cargo bench -p cluster-discovery --bench eureka_load                      # 10,000 then 100,000
 //! cargo bench -p cluster-discovery --bench eureka_load -- --instances 30000 # one size
+//! cargo bench -p cluster-discovery --bench eureka_load -- --instances 100000 --binary --peers 0
 //! cargo bench -p cluster-discovery --bench eureka_load -- --smoke           # seconds, for CI
 //! ```
 
+use std::io::BufRead as _;
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -26,6 +31,17 @@ struct Options {
     seconds: u64,
     readers: usize,
     peers: usize,
+    /// Where the server under load runs, per size, in turn.
+    servers: Vec<Where>,
+}
+
+/// Where the server under load runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Where {
+    /// In this process, on the servers' runtime (glibc's malloc, this process's memory).
+    InProcess,
+    /// The `cluster-discovery` binary in a child process (its allocator, its memory).
+    Binary,
 }
 
 fn options() -> Options {
@@ -37,18 +53,26 @@ fn options() -> Options {
             .and_then(|v| v.parse::<usize>().ok())
     };
     if args.iter().any(|a| a == "--smoke") {
+        // Both servers, so that the binary's start and memory readings are run in CI too.
         return Options {
             sizes: vec![1_000],
             seconds: 1,
             readers: 2,
             peers: 1_000,
+            servers: vec![Where::InProcess, Where::Binary],
         };
     }
+    let binary = args.iter().any(|a| a == "--binary");
     Options {
         sizes: value("--instances").map_or(vec![10_000, 100_000], |n| vec![n]),
         seconds: value("--seconds").map_or(5, |s| s as u64),
         readers: value("--readers").unwrap_or(2),
         peers: value("--peers").unwrap_or(40_000),
+        servers: vec![if binary {
+            Where::Binary
+        } else {
+            Where::InProcess
+        }],
     }
 }
 
@@ -209,15 +233,19 @@ async fn read_as(http: &reqwest::Client, url: &str, accept: &str) -> (Duration, 
     (t.elapsed(), bytes)
 }
 
-/// This process's resident memory (servers and load together) now and at its peak since the
-/// last [`reset_peak`] (`VmRSS`, `VmHWM`), in MiB.
+/// The process whose memory is measured: this one (`/proc/self`), or the server's child.
+#[derive(Clone)]
+struct Watched(String);
+
+/// Its resident memory now and at its peak since the last [`reset_peak`] (`VmRSS`,
+/// `VmHWM`), in MiB.
 struct Memory {
     rss: f64,
     peak: f64,
 }
 
-fn memory() -> Memory {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+fn memory(of: &Watched) -> Memory {
+    let status = std::fs::read_to_string(format!("{}/status", of.0)).unwrap_or_default();
     let field = |name: &str| {
         status
             .lines()
@@ -231,23 +259,24 @@ fn memory() -> Memory {
     }
 }
 
-/// The largest peak printed, as `f64` bits (positive floats order as their bits do).
+/// The largest peak printed since the server under load started, as `f64` bits (positive
+/// floats order as their bits do).
 static PEAK: AtomicU64 = AtomicU64::new(0);
 
-/// Starts a new peak at the present RSS (Linux 4.0 on; where it cannot, the peak printed is
-/// the peak since the process started, and says so).
-fn reset_peak() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+/// Starts a new peak at the present RSS (Linux 4.0 on; a child of the same user's too; where
+/// it cannot, the peak printed is the peak since the process started, and says so).
+fn reset_peak(of: &Watched) -> bool {
+    std::fs::write(format!("{}/clear_refs", of.0), "5").is_ok()
 }
 
 /// `what`'s memory: the RSS now, the peak since `since` (a [`reset_peak`]), and how far the
 /// peak rose above `before` (the RSS when the phase began).
-fn print_memory(what: &str, before: &Memory, reset: bool) {
-    let m = memory();
+fn print_memory(of: &Watched, what: &str, before: &Memory, reset: bool) {
+    let m = memory(of);
     let _ = PEAK.fetch_max(m.peak.to_bits(), Ordering::Relaxed);
     let peak = if reset { "peak" } else { "peak since start" };
     println!(
-        "memory {what}: rss {:.0} MiB, {peak} {:.0} MiB (+{:.0} MiB over the {:.0} MiB before it)",
+        "memory {what}: rss {:.0} MiB, {peak} {:.0} MiB ({:+.0} MiB over the {:.0} MiB before it)",
         m.rss,
         m.peak,
         m.peak - before.rss,
@@ -256,11 +285,11 @@ fn print_memory(what: &str, before: &Memory, reset: bool) {
 }
 
 /// Runs `phase` with the peak reset before it, and prints its memory as `what`.
-async fn measured<T>(what: &str, phase: impl std::future::Future<Output = T>) -> T {
-    let reset = reset_peak();
-    let before = memory();
+async fn measured<T>(of: &Watched, what: &str, phase: impl std::future::Future<Output = T>) -> T {
+    let reset = reset_peak(of);
+    let before = memory(of);
     let out = phase.await;
-    print_memory(what, &before, reset);
+    print_memory(of, what, &before, reset);
     out
 }
 
@@ -284,19 +313,132 @@ async fn start(config: ServerConfig) -> RunningServer {
         .expect("a server on loopback")
 }
 
-async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
-    println!("\n== {n} instances ==");
-    let server = servers.spawn(start(config(n))).await.expect("started");
+/// The server under load, and the process whose memory is its.
+enum Server {
+    InProcess(RunningServer),
+    Binary(Binary),
+}
+
+impl Server {
+    async fn start(servers: &tokio::runtime::Handle, at: Where, n: usize) -> Self {
+        match at {
+            Where::InProcess => {
+                Self::InProcess(servers.spawn(start(config(n))).await.expect("started"))
+            }
+            Where::Binary => Self::Binary(
+                tokio::task::spawn_blocking(move || Binary::start(n))
+                    .await
+                    .expect("started"),
+            ),
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::InProcess(s) => s.url(),
+            Self::Binary(b) => b.url.clone(),
+        }
+    }
+
+    fn watched(&self) -> Watched {
+        match self {
+            Self::InProcess(_) => Watched("/proc/self".into()),
+            Self::Binary(b) => Watched(format!("/proc/{}", b.child.id())),
+        }
+    }
+
+    async fn stop(self, servers: &tokio::runtime::Handle) {
+        match self {
+            Self::InProcess(s) => {
+                let _ = servers.spawn(s.shutdown()).await;
+            }
+            Self::Binary(b) => {
+                let _ = tokio::task::spawn_blocking(move || b.stop()).await;
+            }
+        }
+    }
+}
+
+/// `cluster-discovery serve` as built for this bench (cargo builds the package's binaries with
+/// its benches, in the same profile), open, on a port the OS picks, with the limits that
+/// [`config`] gives the server in this process. Killed if the bench panics.
+struct Binary {
+    child: Child,
+    url: String,
+    /// Held so that the child never writes to a closed pipe.
+    _stdout: std::io::BufReader<ChildStdout>,
+}
+
+impl Binary {
+    fn start(n: usize) -> Self {
+        let count = |v: usize| v.max(1).to_string();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cluster-discovery"))
+            .args(["serve", "--open", "--port", "0", "--no-warm-up"])
+            .args(["--max-instances", &count(n)])
+            .args(["--max-instances-per-app", &count(PER_APP)])
+            .args(["--max-apps", &count(n.div_ceil(PER_APP))])
+            .args(["--max-peer-queue", &count(n.saturating_mul(3))])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cluster-discovery serve started");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("its stdout"));
+        let mut line = String::new();
+        let read = stdout.read_line(&mut line);
+        let Some(url) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            panic!("cluster-discovery serve said {line:?} ({read:?}), not `listening on URL`");
+        };
+        Self {
+            url: url.to_owned(),
+            child,
+            _stdout: stdout,
+        }
+    }
+
+    /// SIGTERM, as a deployment stops it, then its exit.
+    fn stop(mut self) {
+        // Our own child, not yet waited for, so its pid is not anyone else's.
+        let term = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        assert!(term.is_ok_and(|s| s.success()), "SIGTERM sent");
+        let status = self.child.wait().expect("the server's exit");
+        assert!(status.success(), "cluster-discovery serve exited {status}");
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        // After `stop` the child has exited and been waited for: this does nothing then.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn size(servers: &tokio::runtime::Handle, n: usize, at: Where, o: &Options) {
+    let server = Server::start(servers, at, n).await;
+    PEAK.store(0, Ordering::Relaxed);
     let url = server.url();
+    let of = &server.watched();
+    match at {
+        Where::InProcess => println!("\n== {n} instances, the server in this process =="),
+        Where::Binary => println!(
+            "\n== {n} instances, the server the cluster-discovery binary ({}) ==",
+            of.0
+        ),
+    }
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(CONNECTIONS * 2)
         .build()
         .expect("a client");
-    let (rate, mut lat) = measured("registering", register_range(&http, &url, 0..n)).await;
+    let (rate, mut lat) = measured(of, "registering", register_range(&http, &url, 0..n)).await;
     println!("registrations: {rate:.0}/s ({})", lat.summary());
-    println!("rss after registering: {:.0} MiB", memory().rss);
+    println!("rss after registering: {:.0} MiB", memory(of).rss);
 
-    let (rate, mut lat) = measured("heartbeating", heartbeats(&http, &url, n, o.seconds)).await;
+    let (rate, mut lat) = measured(of, "heartbeating", heartbeats(&http, &url, n, o.seconds)).await;
     let needed = n as f64 / 30.0;
     println!(
         "heartbeats: {rate:.0}/s = {:.1}x the {needed:.0}/s {n} instances need ({})",
@@ -306,7 +448,7 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
 
     // The peak of the read that builds a payload is the server's: the load holds only the
     // body it receives (a few MiB gzipped) meanwhile.
-    let (cold, bytes) = measured("building the json payload", read_apps(&http, &url)).await;
+    let (cold, bytes) = measured(of, "building the json payload", read_apps(&http, &url)).await;
     let mut warm = Latencies::default();
     for _ in 0..20 {
         warm.add(read_apps(&http, &url).await.0);
@@ -319,7 +461,7 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
     );
 
     // XML, as the Python client reads it (it sends no Accept).
-    let (cold, bytes) = measured("building the xml payload", read_as(&http, &url, "*/*")).await;
+    let (cold, bytes) = measured(of, "building the xml payload", read_as(&http, &url, "*/*")).await;
     let mut warm = Latencies::default();
     for _ in 0..20 {
         warm.add(read_as(&http, &url, "*/*").await.0);
@@ -334,8 +476,8 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
     // Readers poll the full registry in a loop while heartbeats go on.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reads = Arc::new(AtomicUsize::new(0));
-    let reset = reset_peak();
-    let before = memory();
+    let reset = reset_peak(of);
+    let before = memory(of);
     let readers: Vec<_> = (0..o.readers)
         .map(|_| {
             let (http, url, stop, reads) = (http.clone(), url.clone(), stop.clone(), reads.clone());
@@ -358,14 +500,14 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, o: &Options) {
         reads.load(Ordering::Relaxed),
         lat.summary()
     );
-    print_memory("while readers poll", &before, reset);
-    println!("rss at the end: {:.0} MiB", memory().rss);
+    print_memory(of, "while readers poll", &before, reset);
+    println!("rss at the end: {:.0} MiB", memory(of).rss);
     println!(
-        "peak rss so far, the largest of the phases' peaks: {:.0} MiB",
+        "peak rss of this server, the largest of the phases' peaks: {:.0} MiB",
         f64::from_bits(PEAK.load(Ordering::Relaxed))
     );
     drop(http);
-    let _ = servers.spawn(server.shutdown()).await;
+    server.stop(servers).await;
 }
 
 /// Three servers naming each other; `n` registrations on the first: how long until both peers
@@ -434,7 +576,11 @@ fn main() {
         .build()
         .expect("the load's runtime");
     for &n in &o.sizes {
-        load.block_on(size(servers.handle(), n, &o));
+        for &at in &o.servers {
+            load.block_on(size(servers.handle(), n, at, &o));
+        }
     }
-    load.block_on(peers(servers.handle(), o.peers));
+    if o.peers > 0 {
+        load.block_on(peers(servers.handle(), o.peers));
+    }
 }
