@@ -31,6 +31,8 @@ struct Options {
     seconds: u64,
     readers: usize,
     peers: usize,
+    /// After the readers, reads of each format without gzip.
+    plain: bool,
     /// Where the server under load runs, per size, in turn.
     servers: Vec<Where>,
 }
@@ -59,6 +61,7 @@ fn options() -> Options {
             seconds: 1,
             readers: 2,
             peers: 1_000,
+            plain: true,
             servers: vec![Where::InProcess, Where::Binary],
         };
     }
@@ -68,6 +71,7 @@ fn options() -> Options {
         seconds: value("--seconds").map_or(5, |s| s as u64),
         readers: value("--readers").unwrap_or(2),
         peers: value("--peers").unwrap_or(40_000),
+        plain: args.iter().any(|a| a == "--plain"),
         servers: vec![if binary {
             Where::Binary
         } else {
@@ -220,11 +224,21 @@ async fn read_apps(http: &reqwest::Client, url: &str) -> (Duration, usize) {
 
 /// [`read_apps`] in the format `accept` asks for.
 async fn read_as(http: &reqwest::Client, url: &str, accept: &str) -> (Duration, usize) {
+    read_encoded(http, url, accept, "gzip").await
+}
+
+/// [`read_as`], asking for `encoding` (`identity`: the plain text).
+async fn read_encoded(
+    http: &reqwest::Client,
+    url: &str,
+    accept: &str,
+    encoding: &str,
+) -> (Duration, usize) {
     let t = Instant::now();
     let r = http
         .get(format!("{url}apps/"))
         .header("accept", accept)
-        .header("accept-encoding", "gzip")
+        .header("accept-encoding", encoding)
         .send()
         .await
         .expect("read");
@@ -501,6 +515,27 @@ async fn size(servers: &tokio::runtime::Handle, n: usize, at: Where, o: &Options
         lat.summary()
     );
     print_memory(of, "while readers poll", &before, reset);
+
+    // A reader that does not accept gzip: the whole text (70 to 100 MiB at 100,000 instances).
+    // The load holds what it receives meanwhile (in this process: with --binary, not in the
+    // memory measured).
+    if o.plain {
+        for (format, accept) in [("json", "application/json"), ("xml", "*/*")] {
+            let what = format!("reading the {format} payload without gzip");
+            let plain = read_encoded(&http, &url, accept, "identity");
+            let (cold, bytes) = measured(of, &what, plain).await;
+            let mut warm = Latencies::default();
+            for _ in 0..5 {
+                warm.add(read_encoded(&http, &url, accept, "identity").await.0);
+            }
+            println!(
+                "GET apps ({format}, no gzip asked, {:.1} MiB received): first {:.1} ms, then {}",
+                bytes as f64 / 1048576.0,
+                cold.as_secs_f64() * 1000.0,
+                warm.summary()
+            );
+        }
+    }
     println!("rss at the end: {:.0} MiB", memory(of).rss);
     println!(
         "peak rss of this server, the largest of the phases' peaks: {:.0} MiB",

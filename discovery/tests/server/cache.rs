@@ -156,3 +156,31 @@ async fn the_cached_delta_follows_its_window_as_it_ages() {
         ["o-1"]
     );
 }
+
+/// Past 1,000 instances a payload is kept gzipped only: a reader that does not accept gzip
+/// gets it inflated as it is sent, whole, with its length said (`Content-Length`), and the
+/// same text as the gzip holds.
+#[tokio::test]
+async fn a_large_registry_is_read_whole_without_gzip_from_its_gzip() {
+    let svc = server();
+    for k in 0..1_001 {
+        let app = format!("app-{}", k / 500);
+        assert_eq!(
+            register(&svc, &app, &format!("i-{k}")).await.status,
+            StatusCode::NO_CONTENT
+        );
+    }
+    for accept in ["application/json", "application/xml"] {
+        let packed = read(&svc, "/eureka/apps", accept, Some("gzip")).await;
+        let plain = read(&svc, "/eureka/apps", accept, None).await;
+        assert_eq!(plain.status, StatusCode::OK);
+        assert!(!plain.headers.contains_key("content-encoding"));
+        assert_eq!(
+            plain.headers["content-length"],
+            plain.body.len().to_string(),
+            "{accept}"
+        );
+        assert!(plain.body.len() > 500_000, "{accept}: the whole registry");
+        assert_eq!(gunzip(&packed.body), plain.body.to_vec(), "{accept}");
+    }
+}

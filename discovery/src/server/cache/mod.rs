@@ -18,9 +18,9 @@
 //!    `docs/benchmarks.md`). A payload nobody read for a while is not served once writes have
 //!    changed the registry under it. A read that finds no payload at all waits for the
 //!    rebuild. Eureka's read-only cache is refreshed every 30 s instead.
-//! 4. A payload is made gzipped or plain, as the reader that builds it asks (gzipped as it
-//!    is written, so the plain text is never held whole); the other is made from it for the
-//!    first reader that asks for it, then kept (see [`Payload`]).
+//! 4. A payload is made gzipped, as it is written, so that the plain text is never held
+//!    whole; a small one is kept plain too, a large one is inflated for each reader that does
+//!    not accept gzip, as it is sent (see [`Payload`]).
 //!
 //! Heartbeats do not change the version: the `lastRenewalTimestamp`s served are those of the
 //! last change, as in Eureka's cache. The other reads (an application, an instance, a VIP)
@@ -28,9 +28,9 @@
 
 mod encoding;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 
 pub(crate) use encoding::accepts_gzip;
 
@@ -38,81 +38,64 @@ use super::store::{Document, Snapshot, Store};
 use crate::model::Format;
 
 /// Past this many instances a payload is large: it is built on the blocking pool, so that the
-/// runtime's threads go on answering heartbeats, and made only as its reader asks (gzipped or
-/// plain). Up to it, a payload is at most about 1 MiB of text and is kept both ways at once.
+/// runtime's threads go on answering heartbeats, and kept gzipped only. Up to it, a payload is
+/// at most about 1 MiB of text and is kept both ways at once.
 const LARGE_PAST: usize = 1_000;
 
-/// One document in one format, at one version, gzipped or plain or both: what the reader
-/// that built it asked for, and the other made from it for the first reader that asks for
-/// the other, then kept. So a registry read only by gzip readers (every Eureka client sends
-/// `Accept-Encoding: gzip`) holds no plain text: at 100,000 instances that is about 70 MiB
-/// per format. Small payloads are kept both ways at once.
+/// One document in one format, at one version: gzipped, and, if small, plain too. A large one
+/// is kept gzipped only, whatever its first reader asked for: every Eureka client sends
+/// `Accept-Encoding: gzip`, and a reader that does not gets the gzip inflated as it is sent
+/// ([`Payload::plain`]). So no reader makes the server hold the plain text, about 70 MiB of
+/// JSON and 100 MiB of XML at 100,000 instances (it held both, kept, once readers without
+/// gzip had asked for them: 445 MiB at its peak instead of 209, `docs/benchmarks.md`).
 #[derive(Debug)]
 pub(crate) struct Payload {
     version: (u64, u64),
-    gzip: OnceLock<Bytes>,
-    plain: OnceLock<Bytes>,
+    gzip: Bytes,
+    /// Small payloads only.
+    plain: Option<Bytes>,
+    plain_len: u64,
 }
 
 impl Payload {
-    /// Serialises a snapshot, gzipped if `gzip` (on the calling thread).
-    fn build(snapshot: &Snapshot, format: Format, gzip: bool) -> Self {
-        let (packed, plain) = (OnceLock::new(), OnceLock::new());
-        if gzip && snapshot.instances() > LARGE_PAST {
+    /// Serialises a snapshot (on the calling thread).
+    fn build(snapshot: &Snapshot, format: Format) -> Self {
+        if snapshot.instances() > LARGE_PAST {
             // Compressed as it is written: the plain text is never held whole, so building
             // needs the gzip's 2 to 3 MiB at 100,000 instances, not the text's 70 to 100 MiB.
             // About 25 to 35 bytes of gzip per instance here; 64 leaves room.
             let capacity = snapshot.instances().saturating_mul(64);
-            let _ = packed.set(encoding::gzip_from(capacity, |out| {
-                snapshot.write(format, out)
-            }));
-        } else {
-            let text = Bytes::from(snapshot.text(format));
-            if snapshot.instances() <= LARGE_PAST {
-                let _ = packed.set(encoding::gzip(&text));
-            }
-            let _ = plain.set(text);
+            let gzipped = encoding::gzip_from(capacity, |out| snapshot.write(format, out));
+            return Self {
+                version: snapshot.version(),
+                gzip: gzipped.packed,
+                plain: None,
+                plain_len: gzipped.plain_len,
+            };
         }
+        let text = Bytes::from(snapshot.text(format));
         Self {
             version: snapshot.version(),
-            gzip: packed,
-            plain,
+            gzip: encoding::gzip(&text),
+            plain_len: text.len() as u64,
+            plain: Some(text),
         }
     }
 
     /// The body gzipped.
-    pub(crate) async fn gzip(self: &Arc<Self>) -> Bytes {
-        if let Some(g) = self.gzip.get() {
-            return g.clone();
-        }
-        let me = self.clone();
-        Self::blocking(move || {
-            let plain = me.plain.get().cloned().unwrap_or_default();
-            me.gzip.get_or_init(|| encoding::gzip(&plain)).clone()
-        })
-        .await
+    pub(crate) fn gzip(&self) -> Bytes {
+        self.gzip.clone()
     }
 
-    /// The body as it is.
-    pub(crate) async fn plain(self: &Arc<Self>) -> Bytes {
-        if let Some(p) = self.plain.get() {
-            return p.clone();
-        }
-        let me = self.clone();
-        Self::blocking(move || {
-            let packed = me.gzip.get().cloned().unwrap_or_default();
-            me.plain.get_or_init(|| encoding::gunzip(&packed)).clone()
-        })
-        .await
-    }
-
-    /// Large payloads only get here (small ones are kept both ways).
-    async fn blocking(f: impl FnOnce() -> Bytes + Send + 'static) -> Bytes {
-        match tokio::task::spawn_blocking(f).await {
-            Ok(b) => b,
-            // Only a panic in the compressor gets here (its input is our own text).
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
+    /// The body as it is, and its length: the text held, or for a large payload its gzip
+    /// inflated a piece at a time as the reader takes it (about 0.1 s of CPU per read at
+    /// 100,000 instances, which sending 70 MiB costs anyway).
+    pub(crate) fn plain(&self) -> (Body, u64) {
+        let body = match &self.plain {
+            Some(text) => Body::from(text.clone()),
+            None => Body::from_stream(encoding::gunzip_stream(self.gzip.clone())),
+        };
+        (body, self.plain_len)
     }
 }
 
@@ -176,14 +159,7 @@ fn index(doc: Document, format: Format) -> usize {
 impl ResponseCache {
     /// The payload of `doc` in `format`: the one held if it is current, or the one held while
     /// another reader rebuilds it, or a new one.
-    /// `gzip`: whether the reader accepts gzip (what a new payload is made as first).
-    pub(crate) async fn get(
-        &self,
-        store: &Store,
-        doc: Document,
-        format: Format,
-        gzip: bool,
-    ) -> Arc<Payload> {
+    pub(crate) async fn get(&self, store: &Store, doc: Document, format: Format) -> Arc<Payload> {
         let slot = &self.slots[index(doc, format)];
         if let Some(p) = slot.fresh(store.version_of(doc)) {
             return p;
@@ -203,7 +179,7 @@ impl ResponseCache {
         }
         let snapshot = store.snapshot(doc);
         let large = snapshot.instances() > LARGE_PAST;
-        let build = move || Payload::build(&snapshot, format, gzip);
+        let build = move || Payload::build(&snapshot, format);
         let payload = Arc::new(if large {
             match tokio::task::spawn_blocking(build).await {
                 Ok(p) => p,
@@ -224,6 +200,25 @@ mod tests {
     use super::*;
     use crate::model::Instance;
     use crate::server::{Clock, ServerConfig};
+
+    fn gunzip(packed: &[u8]) -> Vec<u8> {
+        use std::io::Read as _;
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(packed)
+            .read_to_end(&mut out)
+            .expect("a gzip");
+        out
+    }
+
+    impl Payload {
+        /// The plain body, whole; checked against the length it says.
+        async fn text(&self) -> Bytes {
+            let (body, len) = self.plain();
+            let text = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            assert_eq!(text.len() as u64, len);
+            text
+        }
+    }
 
     fn store(instances: usize) -> Store {
         let store = Store::new(ServerConfig::default(), Clock::manual(1_000_000));
@@ -255,9 +250,9 @@ mod tests {
 
     /// A large payload is gzipped as it is written: the document comes out an instance at a
     /// time, so its whole text (1 MiB here, 70 MiB at 100,000 instances) is never held, and
-    /// what is gzipped is that text, byte for byte.
-    #[test]
-    fn a_large_payload_is_gzipped_as_it_is_written_never_held_whole() {
+    /// what is gzipped is that text, byte for byte; a reader without gzip gets it inflated.
+    #[tokio::test]
+    async fn a_large_payload_is_gzipped_as_it_is_written_never_held_whole() {
         let store = store(1_500);
         let snapshot = store.snapshot(Document::Apps);
         for format in [Format::Json, Format::Xml] {
@@ -270,10 +265,10 @@ mod tests {
                 "{format:?}: a piece of {} bytes (an instance is under 1 KiB)",
                 pieces.largest
             );
-            let payload = Payload::build(&snapshot, format, true);
-            assert!(payload.plain.get().is_none(), "no plain text kept");
-            let packed = payload.gzip.get().expect("gzipped");
-            assert_eq!(encoding::gunzip(packed), text);
+            let payload = Payload::build(&snapshot, format);
+            assert!(payload.plain.is_none(), "no plain text kept");
+            assert_eq!(gunzip(&payload.gzip()), text);
+            assert_eq!(payload.text().await, text, "inflated as it is sent");
         }
     }
 
@@ -283,8 +278,8 @@ mod tests {
     async fn a_read_during_a_rebuild_gets_the_previous_payload() {
         let store = store(1_500); // past 1,000: a rebuild runs on the blocking pool
         let cache = ResponseCache::default();
-        let first = cache.get(&store, Document::Apps, Format::Json, true).await;
-        let again = cache.get(&store, Document::Apps, Format::Json, true).await;
+        let first = cache.get(&store, Document::Apps, Format::Json).await;
+        let again = cache.get(&store, Document::Apps, Format::Json).await;
         assert!(
             Arc::ptr_eq(&first, &again),
             "unchanged: the same payload, no copy"
@@ -293,20 +288,17 @@ mod tests {
         store.cancel("A0", "i-0");
         let slot = &cache.slots[index(Document::Apps, Format::Json)];
         let another_reader_rebuilding = slot.building.lock().await;
-        let during = cache.get(&store, Document::Apps, Format::Json, true).await;
+        let during = cache.get(&store, Document::Apps, Format::Json).await;
         assert!(
             Arc::ptr_eq(&during, &first),
             "the previous payload, at once"
         );
         drop(another_reader_rebuilding);
 
-        let after = cache.get(&store, Document::Apps, Format::Json, true).await;
+        let after = cache.get(&store, Document::Apps, Format::Json).await;
         assert_ne!(after.version, first.version);
-        assert!(
-            after.plain.get().is_none(),
-            "built for gzip: no plain text held"
-        );
-        let text = String::from_utf8(after.plain().await.to_vec()).unwrap();
+        assert!(after.plain.is_none(), "large: no plain text held");
+        let text = String::from_utf8(after.text().await.to_vec()).unwrap();
         assert!(!text.contains(r#""i-0""#) && text.contains(r#""i-1""#));
     }
 
@@ -316,14 +308,14 @@ mod tests {
     async fn a_payload_long_out_of_date_is_not_served_during_a_rebuild() {
         let store = Arc::new(store(3));
         let cache = Arc::new(ResponseCache::default());
-        let first = cache.get(&store, Document::Apps, Format::Json, true).await;
+        let first = cache.get(&store, Document::Apps, Format::Json).await;
         tokio::time::advance(std::time::Duration::from_secs(20)).await;
         store.cancel("A0", "i-0");
         let slot = &cache.slots[index(Document::Apps, Format::Json)];
         let rebuilding = slot.building.lock().await;
         let waiting = {
             let (cache, store) = (cache.clone(), store.clone());
-            tokio::spawn(async move { cache.get(&store, Document::Apps, Format::Json, true).await })
+            tokio::spawn(async move { cache.get(&store, Document::Apps, Format::Json).await })
         };
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "it waits for the rebuild");
@@ -342,29 +334,27 @@ mod tests {
         let waiting = {
             let cache = cache.clone();
             let store = Arc::new(store);
-            tokio::spawn(
-                async move { cache.get(&store, Document::Delta, Format::Xml, false).await },
-            )
+            tokio::spawn(async move { cache.get(&store, Document::Delta, Format::Xml).await })
         };
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "it waits");
         drop(rebuilding);
         let p = waiting.await.unwrap();
-        assert!(p.plain().await.starts_with(b"<applications>"));
+        assert!(p.text().await.starts_with(b"<applications>"));
     }
 
     #[tokio::test]
     async fn formats_and_documents_have_their_own_payloads_and_gzip_is_made_once() {
         let store = store(3);
         let cache = ResponseCache::default();
-        let json = cache.get(&store, Document::Apps, Format::Json, true).await;
-        let xml = cache.get(&store, Document::Apps, Format::Xml, false).await;
-        let delta = cache.get(&store, Document::Delta, Format::Json, true).await;
-        assert!(json.plain().await.starts_with(b"{\"applications\""));
-        assert!(xml.plain().await.starts_with(b"<applications>"));
-        assert!(delta.plain().await.windows(5).any(|w| w == b"ADDED"));
-        let (g1, g2) = (json.gzip().await, json.gzip().await);
+        let json = cache.get(&store, Document::Apps, Format::Json).await;
+        let xml = cache.get(&store, Document::Apps, Format::Xml).await;
+        let delta = cache.get(&store, Document::Delta, Format::Json).await;
+        assert!(json.text().await.starts_with(b"{\"applications\""));
+        assert!(xml.text().await.starts_with(b"<applications>"));
+        assert!(delta.text().await.windows(5).any(|w| w == b"ADDED"));
+        let (g1, g2) = (json.gzip(), json.gzip());
         assert_eq!(g1.as_ptr(), g2.as_ptr(), "made once, kept");
-        assert_eq!(encoding::gunzip(&xml.gzip().await), xml.plain().await);
+        assert_eq!(gunzip(&xml.gzip()), xml.text().await);
     }
 }

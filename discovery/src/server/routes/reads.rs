@@ -60,15 +60,18 @@ fn document(shared: &Shared, format: Format, body: impl Into<Body>) -> Response 
 /// `GET apps` or `GET apps/delta` from the response cache, gzipped when the client accepts it.
 async fn cached(shared: &Shared, doc: Document, headers: &HeaderMap) -> Response {
     let format = format_of(headers);
-    let gzip = accepts_gzip(headers);
-    let payload = shared.cache.get(&shared.store, doc, format, gzip).await;
-    if !gzip {
-        let mut r = document(shared, format, payload.plain().await);
-        r.headers_mut()
-            .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    let payload = shared.cache.get(&shared.store, doc, format).await;
+    if !accepts_gzip(headers) {
+        let (body, len) = payload.plain();
+        let mut r = document(shared, format, body);
+        let h = r.headers_mut();
+        h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+        // Said, since a large payload's text is sent as it is inflated: hyper then sends it
+        // with this length rather than in chunks.
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         return r;
     }
-    let mut r = document(shared, format, payload.gzip().await);
+    let mut r = document(shared, format, payload.gzip());
     let h = r.headers_mut();
     h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
