@@ -1,6 +1,7 @@
 //! Deadlines that cannot overflow: a duration from a user, a registry entry or the wire may be
 //! anything up to `Duration::MAX`, and `Instant + Duration` panics past the clock's range.
 
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,6 +17,16 @@ pub(crate) fn later(from: Instant, by: Duration) -> Instant {
     from.checked_add(by.min(FAR))
         .or_else(|| from.checked_add(by.min(crate::transport::tcp::MAX_DEADLINE)))
         .unwrap_or(from)
+}
+
+/// Refills a heap of deadlines with `live` alone, in the heap's own buffer. A connection's heaps
+/// keep entries of requests that ended until they pile up, then are compacted: in place, that
+/// allocates nothing on the path of a call.
+pub(crate) fn refill<T: Ord>(heap: &mut BinaryHeap<T>, live: impl IntoIterator<Item = T>) {
+    let mut entries = std::mem::take(heap).into_vec();
+    entries.clear();
+    entries.extend(live);
+    *heap = BinaryHeap::from(entries);
 }
 
 #[cfg(test)]

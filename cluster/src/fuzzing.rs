@@ -382,7 +382,7 @@ fn seed_request() -> Request {
         service: "search".into(),
         function: "search".into(),
         signature: crate::service::signature_hash("search(String) -> Vec<String>"),
-        args: crate::service::encode(&("rust",)).expect("encodes"),
+        args: crate::service::encode_value(&("rust",)).expect("encodes"),
         head: Head {
             request_id: RequestId(7 << 70 | 9),
             reply_limit: Some(1 << 20),
@@ -428,7 +428,7 @@ pub fn seed_v2_requests() -> Vec<Vec<u8>> {
 
 fn replies() -> Vec<Reply> {
     vec![
-        Reply::Done(crate::service::encode(&vec!["rust"]).expect("encodes")),
+        Reply::Done(crate::service::encode_value(&vec!["rust"]).expect("encodes")),
         Reply::Refused(6, "draining".into()),
         Reply::Panicked("boom".into()),
         Reply::TooLarge("a reply of 2 MiB, over the caller's 1 MiB".into()),

@@ -103,7 +103,7 @@ pub use security::Authority;
 pub use security::{Callers, GossipKey, Identity, IdentityError, KeyId, Keyring};
 /// Versions and requirements on them, as `Client::require` and the descriptions take them.
 pub use semver::{Version, VersionReq};
-pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, Provide};
+pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, DispatchError, DispatchFuture, Provide};
 pub use service::{FunctionDescription, ServiceDescription};
 pub use transport::tcp::{
     DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_OPENING_CONNECTIONS,

@@ -642,13 +642,7 @@ impl cluster::Provide for Hostile {
         self.0
     }
 
-    fn dispatch(
-        &self,
-        function: usize,
-        _: Vec<u8>,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Vec<u8>, cluster::DispatchError>> + Send>,
-    > {
+    fn dispatch(&self, function: usize, _: &[u8]) -> cluster::DispatchFuture {
         Box::pin(async move { Err(cluster::DispatchError::UnknownFunction(function)) })
     }
 }

@@ -43,7 +43,7 @@ pub(super) fn expand(service: &Service) -> TokenStream {
     let body = if service.methods.is_empty() {
         // Nothing to decode: keep `args` used so the impl compiles without warnings.
         quote! {
-            ::core::mem::drop(#args);
+            let _ = #args;
             #p::unknown_function(#function)
         }
     } else {
@@ -86,7 +86,7 @@ pub(super) fn expand(service: &Service) -> TokenStream {
             fn dispatch(
                 &self,
                 #function: ::core::primitive::usize,
-                #args: ::std::vec::Vec<::core::primitive::u8>,
+                #args: &[::core::primitive::u8],
             ) -> #p::DispatchFuture {
                 #body
             }

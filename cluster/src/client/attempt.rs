@@ -25,7 +25,7 @@ use crate::meters::Tally;
 use crate::options::{CallOptions, ResolvedOptions, RetryPolicy, Source, refused};
 use crate::registry::ServiceEntry;
 use crate::server::record::KEEP;
-use crate::service::CodecError;
+use crate::service::{CodecError, Encoded};
 use crate::transport::wire::Traced;
 use crate::transport::{ENVELOPE_OVERHEAD, Head, Reply, Request};
 
@@ -37,7 +37,7 @@ const RESERVE_FOR_REPLY: Duration = Duration::from_millis(100);
 
 /// What the caller hands the call path, besides the client and the function.
 pub(crate) struct Sent<'a> {
-    pub(crate) args: Result<Vec<u8>, CodecError>,
+    pub(crate) args: Result<Encoded, CodecError>,
     pub(crate) overrides: &'a CallOptions,
     pub(crate) metadata: Metadata,
     pub(crate) request_id: RequestId,
@@ -52,7 +52,7 @@ pub(crate) struct Sent<'a> {
 /// A call's reply, with what its report needs if the reply is the provider's own error.
 pub(crate) struct Answer {
     /// The encoded return value.
-    pub(crate) bytes: Vec<u8>,
+    pub(crate) bytes: Encoded,
     provider: Arc<ServiceEntry>,
     /// The attempt that answered: when it started, why it was sent, whether it was answered
     /// from the provider's record.
@@ -729,7 +729,7 @@ impl<'a> Attempts<'a> {
     /// only if a report is asked for.
     pub(super) fn answer(
         &mut self,
-        bytes: Vec<u8>,
+        bytes: Encoded,
         provider: Arc<ServiceEntry>,
         answered: (Instant, AttemptKind, bool),
     ) -> Answer {

@@ -10,7 +10,7 @@ use crate::layer::{CallInfo, Outcome};
 use crate::meters::Outcome as MeteredOutcome;
 use crate::options::CallOptions;
 use crate::server::catching;
-use crate::service::CodecError;
+use crate::service::{CodecError, Encoded};
 
 type Decode<T, E> = fn(&[u8]) -> Result<Result<T, E>, CodecError>;
 
@@ -31,7 +31,7 @@ type Decoded<T, E> =
 pub struct Call<T, E> {
     client: Client,
     function: usize,
-    args: Result<Vec<u8>, CodecError>,
+    args: Result<Encoded, CodecError>,
     overrides: CallOptions,
     metadata: Metadata,
     detached: bool,
@@ -47,7 +47,7 @@ impl<T, E> Call<T, E> {
     pub(crate) fn new(
         client: Client,
         function: usize,
-        args: Result<Vec<u8>, CodecError>,
+        args: Result<Encoded, CodecError>,
         decode: Decode<T, E>,
     ) -> Self {
         Self {

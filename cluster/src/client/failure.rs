@@ -2,6 +2,7 @@
 
 use super::peers::Seen;
 use crate::error::{Reason, RpcErrorKind};
+use crate::service::Encoded;
 use crate::transport::{Reply, TransportError};
 
 /// How one attempt failed.
@@ -39,7 +40,7 @@ pub(crate) enum Failure {
 
 impl Failure {
     /// The failure of a reply that is not `Done`, or of a transport error.
-    pub(crate) fn of(result: Result<Reply, TransportError>) -> Result<Vec<u8>, Failure> {
+    pub(crate) fn of(result: Result<Reply, TransportError>) -> Result<Encoded, Failure> {
         match result {
             Ok(Reply::Done(bytes)) => Ok(bytes),
             Ok(Reply::Refused(code, detail)) => Err(match Reason::from_code(code) {

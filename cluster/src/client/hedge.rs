@@ -34,6 +34,7 @@ use crate::deadline::later;
 use crate::error::{AttemptKind, CallError, CallReport, Reason, RpcError, RpcErrorKind};
 use crate::options::HedgePolicy;
 use crate::registry::ServiceEntry;
+use crate::service::Encoded;
 use crate::transport::{Reply, Request};
 
 /// An attempt sent: its provider, when it started, why it was sent, and whether that provider
@@ -44,7 +45,7 @@ type Slot = Option<(Arc<ServiceEntry>, Instant, AttemptKind, bool)>;
 struct Ended {
     slot: usize,
     entry: Arc<ServiceEntry>,
-    result: Result<Vec<u8>, Failure>,
+    result: Result<Encoded, Failure>,
     recalled: bool,
 }
 

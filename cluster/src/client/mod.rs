@@ -24,7 +24,7 @@ pub use call::{Call, CallFuture, ReportedFuture};
 
 use crate::node::{Node, NodeInner};
 use crate::options::CallOptions;
-use crate::service::{ServiceDescription, encode};
+use crate::service::{ServiceDescription, encode_value};
 
 /// The untyped client a generated `XClient` wraps: one service, through one node.
 #[derive(Clone)]
@@ -98,7 +98,7 @@ impl Client {
         T: DeserializeOwned,
         E: DeserializeOwned,
     {
-        Call::new(self.clone(), function, encode(args), |bytes| {
+        Call::new(self.clone(), function, encode_value(args), |bytes| {
             crate::service::decode::<Result<T, E>>(bytes)
         })
     }
@@ -109,7 +109,7 @@ impl Client {
         A: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        Call::new(self.clone(), function, encode(args), |bytes| {
+        Call::new(self.clone(), function, encode_value(args), |bytes| {
             crate::service::decode::<T>(bytes).map(Ok)
         })
     }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{Node, NodeInner};
 use crate::server::describe::{FUNCTION, SERVICE};
-use crate::service::decode;
+use crate::service::{Encoded, decode};
 use crate::transport::{Head, Reply, Request, TransportError};
 
 pub use crate::server::describe::Described;
@@ -137,7 +137,7 @@ async fn describe(
         service: SERVICE.into(),
         function: FUNCTION.into(),
         signature: 0,
-        args: Vec::new(),
+        args: Encoded::new(),
         head,
         attempt: 1.into(),
     });
@@ -226,7 +226,7 @@ mod tests {
             })
         }
 
-        fn dispatch(&self, _: usize, args: Vec<u8>) -> DispatchFuture {
+        fn dispatch(&self, _: usize, args: &[u8]) -> DispatchFuture {
             dispatch_with(args, |(n,): (u32,)| async move { n })
         }
     }

@@ -60,7 +60,7 @@ impl<P: Provide> Provide for Guarded<P> {
         self.provider.description()
     }
 
-    fn dispatch(&self, function: usize, args: Vec<u8>) -> DispatchFuture {
+    fn dispatch(&self, function: usize, args: &[u8]) -> DispatchFuture {
         self.provider.dispatch(function, args)
     }
 

@@ -79,7 +79,7 @@ impl Source {
                 "the node's description is {} bytes, more than the reply limit ({limit})",
                 bytes.len()
             )),
-            Ok(bytes) => Reply::Done(bytes),
+            Ok(bytes) => Reply::Done(bytes.into()),
             Err(e) => {
                 Reply::Undeliverable(format!("the node's description cannot be encoded: {e}"))
             }

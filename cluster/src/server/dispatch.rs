@@ -436,7 +436,7 @@ impl Dispatcher {
         // Building the future runs no user code, but a generated adapter is still code: a panic
         // while building it is caught like one while running it.
         let run =
-            std::panic::catch_unwind(AssertUnwindSafe(|| hosted.provider.dispatch(index, args)));
+            std::panic::catch_unwind(AssertUnwindSafe(|| hosted.provider.dispatch(index, &args)));
         // Boxed once more only when traced: the handler runs inside its span.
         let run = match span {
             Some(span) => run.map(|future| -> DispatchFuture { Box::pin(future.instrument(span)) }),

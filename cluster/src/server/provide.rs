@@ -4,10 +4,10 @@ use std::pin::Pin;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::service::{ServiceDescription, decode, encode};
+use crate::service::{Encoded, ServiceDescription, decode, encode_value};
 
 /// The future of one dispatched call: the encoded return value, or why there is none.
-pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, DispatchError>> + Send>>;
+pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<Encoded, DispatchError>> + Send>>;
 
 /// A provider of one service, as `#[service]` generates it (`SearchServer<T>`).
 pub trait Provide: Send + Sync + 'static {
@@ -15,7 +15,7 @@ pub trait Provide: Send + Sync + 'static {
     fn description(&self) -> &'static ServiceDescription;
 
     /// Runs function number `function` (its index in the description) on encoded arguments.
-    fn dispatch(&self, function: usize, args: Vec<u8>) -> DispatchFuture;
+    fn dispatch(&self, function: usize, args: &[u8]) -> DispatchFuture;
 
     /// The callers it admits; `None` (the default) admits every verified member of the
     /// cluster. [`Callers::may_call`](crate::Callers::may_call) sets it.
@@ -41,17 +41,19 @@ pub enum DispatchError {
 
 /// Decodes the argument tuple, runs `f` and encodes its return value. Decoding happens before
 /// the future is built, so a bad request never starts the function.
-pub fn dispatch_with<A, R, F, Fut>(args: Vec<u8>, f: F) -> DispatchFuture
+pub fn dispatch_with<A, R, F, Fut>(args: &[u8], f: F) -> DispatchFuture
 where
     A: DeserializeOwned,
     R: Serialize,
     F: FnOnce(A) -> Fut,
     Fut: Future<Output = R> + Send + 'static,
 {
-    match decode::<A>(&args) {
+    match decode::<A>(args) {
         Ok(args) => {
             let run = f(args);
-            Box::pin(async move { encode(&run.await).map_err(|e| DispatchError::Unencodable(e.0)) })
+            Box::pin(async move {
+                encode_value(&run.await).map_err(|e| DispatchError::Unencodable(e.0))
+            })
         }
         Err(e) => Box::pin(std::future::ready(Err(DispatchError::BadArguments(
             by_argument(e.0),
@@ -92,13 +94,13 @@ mod tests {
     #[tokio::test]
     async fn arguments_that_do_not_decode_are_named_as_the_caller_counts_them() {
         let sent = encode(&("pear", ("x", "two"))).unwrap();
-        let run = dispatch_with::<(String, (String, u32)), (), _, _>(sent, |_| async {});
+        let run = dispatch_with::<(String, (String, u32)), (), _, _>(&sent, |_| async {});
         let Err(DispatchError::BadArguments(said)) = run.await else {
             panic!("expected BadArguments");
         };
         assert!(said.starts_with("argument 2, at [1]: "), "{said}");
         let sent = encode(&("pear", "two")).unwrap();
-        let run = dispatch_with::<(String, u32), (), _, _>(sent, |_| async {});
+        let run = dispatch_with::<(String, u32), (), _, _>(&sent, |_| async {});
         let Err(DispatchError::BadArguments(said)) = run.await else {
             panic!("expected BadArguments");
         };

@@ -38,6 +38,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::service::Encoded;
 use crate::transport::Reply;
 
 /// The longest a call is kept, whatever its budget: a caller does not retry an `at_most_once`
@@ -233,7 +234,7 @@ impl Record {
                 }
                 match entry.map(|e| &e.state) {
                     Some(State::Finished(Kept::Inline(len, bytes))) => {
-                        let reply = Reply::Done(bytes[..usize::from(*len)].to_vec());
+                        let reply = Reply::Done(Encoded::from_slice(&bytes[..usize::from(*len)]));
                         return Reply::Recalled(Arc::new(reply));
                     }
                     Some(State::Finished(Kept::Shared(reply, _))) => {
@@ -442,16 +443,19 @@ mod tests {
         let waiting = record.recall(recall, later(1));
         let ending = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            running.finish(&Reply::Done(vec![4, 2]));
+            running.finish(&Reply::Done(vec![4, 2].into()));
         };
         let (reply, ()) = tokio::join!(waiting, ending);
-        assert_eq!(reply, Reply::Recalled(Arc::new(Reply::Done(vec![4, 2]))));
+        assert_eq!(
+            reply,
+            Reply::Recalled(Arc::new(Reply::Done(vec![4, 2].into())))
+        );
         let Begin::Seen(recall) = record.begin(key("web-1", 7), None) else {
             panic!("still seen");
         };
         assert_eq!(
             record.recall(recall, later(1)).await,
-            Reply::Recalled(Arc::new(Reply::Done(vec![4, 2])))
+            Reply::Recalled(Arc::new(Reply::Done(vec![4, 2].into())))
         );
     }
 
@@ -461,7 +465,7 @@ mod tests {
         let Begin::Run(running) = record.begin(key("web-1", 7), None) else {
             panic!();
         };
-        running.finish(&Reply::Done(vec![1]));
+        running.finish(&Reply::Done(vec![1].into()));
         assert!(matches!(
             record.begin(key("evil-1", 7), None),
             Begin::Run(_)
@@ -506,7 +510,7 @@ mod tests {
         let Begin::Run(running) = record.begin(key("web-1", 1), Some(later(10))) else {
             panic!();
         };
-        running.finish(&Reply::Done(vec![1]));
+        running.finish(&Reply::Done(vec![1].into()));
         tokio::time::advance(Duration::from_secs(10) + GRACE).await;
         assert!(
             matches!(record.begin(key("web-1", 1), None), Begin::Seen(_)),
@@ -520,7 +524,7 @@ mod tests {
         let mut refused = 0;
         for call in 0..MAX_CALLS_PER_CALLER as u128 + 10 {
             match record.begin(key("web-2", call + 100), Some(later(30))) {
-                Begin::Run(running) => running.finish(&Reply::Done(Vec::new())),
+                Begin::Run(running) => running.finish(&Reply::Done(Vec::new().into())),
                 Begin::Full(_) => refused += 1,
                 Begin::Seen(_) => panic!(),
             }
@@ -538,7 +542,7 @@ mod tests {
         let Begin::Run(running) = record.begin(key("web-1", 1), None) else {
             panic!();
         };
-        running.finish(&Reply::Done(vec![0; MAX_BYTES / 4]));
+        running.finish(&Reply::Done(vec![0; MAX_BYTES / 4].into()));
         let Begin::Seen(recall) = record.begin(key("web-1", 1), None) else {
             panic!();
         };
@@ -552,7 +556,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_callers_replies_take_at_most_a_quarter_of_the_bytes() {
         let record = Arc::new(Record::default());
-        let big = Reply::Done(vec![0; 8 << 20]);
+        let big = Reply::Done(vec![0; 8 << 20].into());
         let mut kept = 0;
         for call in 0..8 {
             let Begin::Run(running) = record.begin(key("hog", call), None) else {
@@ -595,13 +599,13 @@ mod tests {
         let Begin::Run(running) = record.begin(key("evil-1", 1), Some(later(600))) else {
             panic!();
         };
-        running.finish(&Reply::Done(vec![]));
+        running.finish(&Reply::Done(vec![].into()));
         // An honest caller: 65,536 calls of 1 s budgets, all answered.
         for call in 0..MAX_CALLS_PER_CALLER as u128 {
             let Begin::Run(running) = record.begin(key("web-1", call), Some(later(1))) else {
                 panic!("call {call}");
             };
-            running.finish(&Reply::Done(vec![]));
+            running.finish(&Reply::Done(vec![].into()));
         }
         // A minute later every one of them has expired (1 s + GRACE).
         tokio::time::advance(Duration::from_secs(60)).await;
@@ -624,7 +628,7 @@ mod tests {
             for call in 0..=MAX_CALLS_PER_CALLER as u128 {
                 match record.begin(key(member, call), Some(later(600))) {
                     Begin::Run(running) => {
-                        running.finish(&Reply::Done(vec![1; 8]));
+                        running.finish(&Reply::Done(vec![1; 8].into()));
                         run += 1;
                     }
                     Begin::Full(_) => break,
@@ -637,7 +641,7 @@ mod tests {
             let Begin::Run(running) = record.begin(key("web-1", call), Some(later(600))) else {
                 panic!("an honest caller's call {call} was refused");
             };
-            running.finish(&Reply::Done(vec![1; 8]));
+            running.finish(&Reply::Done(vec![1; 8].into()));
         }
         let counted = record.lock().bytes;
         assert!(counted <= MAX_BYTES, "{counted}");
@@ -648,7 +652,7 @@ mod tests {
     fn an_entry_is_counted_at_least_at_its_slot_and_list_place() {
         assert!(ENTRY_BYTES >= size_of::<(Key, Entry)>() + size_of::<(Key, u64)>());
         assert!(size_of::<Entry>() <= 48, "{}", size_of::<Entry>());
-        assert!(kept_bytes(&Reply::Done(vec![0; 100])) >= 100 + size_of::<Reply>());
+        assert!(kept_bytes(&Reply::Done(vec![0; 100].into())) >= 100 + size_of::<Reply>());
     }
 
     /// A caller that used one id for two functions gets neither the other's reply.
@@ -658,7 +662,7 @@ mod tests {
         let Begin::Run(running) = record.begin(key("web-1", 7), None) else {
             panic!();
         };
-        running.finish(&Reply::Done(vec![1]));
+        running.finish(&Reply::Done(vec![1].into()));
         let other = Key {
             function: "bank.withdraw".into(),
             ..key("web-1", 7)
@@ -683,7 +687,7 @@ mod tests {
             let second = record.seen(&key("web-1", 7)).expect("seen");
             let ending = async {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                running.finish(&Reply::Done(vec![1]));
+                running.finish(&Reply::Done(vec![1].into()));
             };
             tokio::join!(record.recall(second, later(10)), ending).0
         };

@@ -1,15 +1,26 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::Encoded;
+
 /// Arguments and results travel as MessagePack with named struct fields: self-describing, so a
 /// 2.1 provider may add a `#[serde(default)]` field to a struct and a 2.0 peer still reads it
 /// (unknown fields are skipped, missing ones defaulted). bincode cannot.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
     // Room for a small value from the start: grown from empty, the buffer is reallocated once or
-    // twice for most values, and this runs twice per call (arguments and return value).
+    // twice for most values.
     let mut out = Fallible(Vec::with_capacity(ENCODE_CAPACITY));
     rmp_serde::encode::write_named(&mut out, value).map_err(|e| CodecError(e.to_string()))?;
     Ok(out.0)
+}
+
+/// What [`encode`] writes, kept inline when it is short ([`Encoded`]): how the call path encodes
+/// every call's arguments and every return value, so that a small call allocates no buffer for
+/// either.
+pub fn encode_value<T: Serialize + ?Sized>(value: &T) -> Result<Encoded, CodecError> {
+    let mut out = Encoded::new();
+    rmp_serde::encode::write_named(&mut out, value).map_err(|e| CodecError(e.to_string()))?;
+    Ok(out)
 }
 
 /// The capacity [`encode`] starts with, in bytes.

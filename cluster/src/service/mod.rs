@@ -4,11 +4,13 @@
 mod changes;
 mod codec;
 mod description;
+mod encoded;
 pub mod shape;
 
 pub use changes::{Change, breaking_changes, changes};
 pub(crate) use codec::decode_within;
-pub use codec::{CodecError, MAX_DEPTH, decode, encode};
+pub use codec::{CodecError, MAX_DEPTH, decode, encode, encode_value};
 pub use description::{
     FunctionDescription, ServiceDescription, WIRE_VERSION, signature_hash, version,
 };
+pub use encoded::Encoded;

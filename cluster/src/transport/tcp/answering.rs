@@ -99,11 +99,12 @@ impl<R> Running<R> {
         self.deadlines.push(Reverse((deadline, id)));
         // Entries of requests that ended are left in the heap; rebuilt before they pile up.
         if self.deadlines.len() > 2 * self.tasks.len() + 64 {
-            self.deadlines = self
-                .tasks
-                .iter()
-                .map(|(id, handler)| Reverse((handler.deadline, *id)))
-                .collect();
+            crate::deadline::refill(
+                &mut self.deadlines,
+                self.tasks
+                    .iter()
+                    .map(|(id, handler)| Reverse((handler.deadline, *id))),
+            );
         }
     }
 
@@ -196,6 +197,7 @@ where
     let mut timer = Box::pin(tokio::time::sleep_until(Instant::now()));
     let mut armed: Option<Instant> = None;
     let mut unflushed = false;
+    let mut slot: Slot<Fut> = Box::pin(None);
     poll_fn(|cx| {
         loop {
             // Replies ready, all of them: the reply of a request cancelled or stopped meanwhile
@@ -254,18 +256,25 @@ where
                         let CallRequest::Call { request: frame } = request.message;
                         let id = request.id;
                         let number = running.next();
-                        let handler = Box::pin(call(deadline, frame));
-                        match first_step(handler, cx) {
+                        slot.as_mut().set(Some(call(deadline, frame)));
+                        match first_step(&mut slot, cx) {
                             First::Panicked => {}
                             First::Answered(reply) => {
                                 running.start(id, None, deadline, number);
                                 running.answered(id, number, reply);
                             }
-                            First::Waits(handler) => {
+                            First::Waits => {
                                 // It goes on in a task of its own, which polls it again at
-                                // once and so takes over its wake-ups.
+                                // once and so takes over its wake-ups. It takes the slot, its
+                                // future pinned where it is; the next request gets another.
+                                let mut handler = std::mem::replace(&mut slot, Box::pin(None));
                                 let replies = replies.clone();
-                                let task = tokio::spawn(handler.map(move |reply| {
+                                let waits =
+                                    poll_fn(move |cx| match handler.as_mut().as_pin_mut() {
+                                        Some(handler) => handler.poll(cx),
+                                        None => Poll::Pending,
+                                    });
+                                let task = tokio::spawn(waits.map(move |reply| {
                                     let _ = replies.send((id, number, reply));
                                 }));
                                 running.start(id, Some(task.abort_handle()), deadline, number);
@@ -304,30 +313,43 @@ where
     .await;
 }
 
+/// Where a request's handler takes its first step: one allocation for the connection, which
+/// every handler that answers at once reuses. A handler that waits takes it into its task, its
+/// future pinned where it is, and the next request gets a new one.
+type Slot<H> = Pin<Box<Option<H>>>;
+
 /// A request's handler after its first step on the loop.
-enum First<H: Future> {
-    Answered(H::Output),
-    Waits(Pin<Box<H>>),
+enum First<T> {
+    Answered(T),
+    /// Still in the slot.
+    Waits,
     Panicked,
 }
 
-/// Runs `handler` until it first waits. The dispatcher catches a handler's panic and answers
-/// it; were one to escape all the same (or the handler's drop to panic), it ends this request
-/// alone (no reply, as when its task panicked), not the connection and every request on it.
-fn first_step<H: Future>(handler: Pin<Box<H>>, cx: &mut std::task::Context<'_>) -> First<H> {
-    let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        let mut handler = handler;
-        match handler.as_mut().poll(cx) {
+/// Runs the handler in `slot` until it first waits; the slot is empty again unless it waits.
+/// The dispatcher catches a handler's panic and answers it; were one to escape all the same
+/// (or the handler's drop to panic), it ends this request alone (no reply, as when its task
+/// panicked), not the connection and every request on it.
+fn first_step<H: Future>(slot: &mut Slot<H>, cx: &mut std::task::Context<'_>) -> First<H::Output> {
+    let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let Some(handler) = slot.as_mut().as_pin_mut() else {
+            return First::Panicked;
+        };
+        match handler.poll(cx) {
             Poll::Ready(reply) => {
-                drop(handler);
+                slot.as_mut().set(None);
                 First::Answered(reply)
             }
-            Poll::Pending => First::Waits(handler),
+            Poll::Pending => First::Waits,
         }
     }));
     stepped.unwrap_or_else(|panic| {
         let message = crate::server::panic_message(&*panic);
         tracing::error!("a request's handler panicked outside the dispatcher's catch: {message}");
+        // What a panic left is never polled again: the slot goes (its drop caught too, should
+        // it panic as well), and the connection takes a new one.
+        let left = std::mem::replace(slot, Box::pin(None));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(left)));
         First::Panicked
     })
 }

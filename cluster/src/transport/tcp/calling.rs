@@ -220,12 +220,13 @@ impl<Q> State<Q> {
     /// The heap of the requests still waiting only: answered ones are dropped from it, so it
     /// stays within twice the table (an amortised O(1) per request).
     fn rebuild_deadlines(&mut self) {
-        self.deadlines = self
-            .waiting
-            .iter()
-            .filter(|(_, w)| w.outcome.is_none())
-            .filter_map(|(id, w)| Some(Reverse((w.deadline?, *id))))
-            .collect();
+        crate::deadline::refill(
+            &mut self.deadlines,
+            self.waiting
+                .iter()
+                .filter(|(_, w)| w.outcome.is_none())
+                .filter_map(|(id, w)| Some(Reverse((w.deadline?, *id)))),
+        );
     }
 
     /// Ends the requests whose deadline is past; the earliest deadline left, if any. A request
@@ -599,7 +600,7 @@ mod tests {
             service: "svc".into(),
             function: "f".into(),
             signature: 0,
-            args: vec![7; 16],
+            args: vec![7; 16].into(),
             head: Head::default(),
             attempt: AtomicU32::new(1),
         }))
@@ -624,7 +625,9 @@ mod tests {
     async fn answer(provider: &mut DuplexStream, id: u64) {
         let reply = Response {
             request_id: id,
-            message: Ok(WireResponse::Call(ReplyFrame(Reply::Done(vec![1, 2])))),
+            message: Ok(WireResponse::Call(ReplyFrame(Reply::Done(
+                vec![1, 2].into(),
+            )))),
         };
         let body = envelope::encode(&reply);
         provider.write_u32(body.len() as u32).await.unwrap();
@@ -634,7 +637,7 @@ mod tests {
     /// A request with `n` bytes of arguments.
     fn request_of(n: usize) -> RequestFrame {
         RequestFrame(Arc::new(Request {
-            args: vec![0; n],
+            args: vec![0; n].into(),
             ..Request::clone(&request().0)
         }))
     }
@@ -659,8 +662,8 @@ mod tests {
             answer(&mut provider, ids[0]).await;
         };
         let (a, b, ()) = tokio::join!(a, b, served);
-        assert_eq!(a.unwrap(), Reply::Done(vec![1, 2]));
-        assert_eq!(b.unwrap(), Reply::Done(vec![1, 2]));
+        assert_eq!(a.unwrap(), Reply::Done(vec![1, 2].into()));
+        assert_eq!(b.unwrap(), Reply::Done(vec![1, 2].into()));
         assert!(calls.0.lock().waiting.is_empty());
     }
 
@@ -713,7 +716,7 @@ mod tests {
             answer(&mut provider, r.id).await;
         };
         let (second, ()) = tokio::join!(second, late);
-        assert_eq!(second.unwrap(), Reply::Done(vec![1, 2]));
+        assert_eq!(second.unwrap(), Reply::Done(vec![1, 2].into()));
     }
 
     // From an outside review: the rest of a request the socket could not take at once was
@@ -774,7 +777,7 @@ mod tests {
         assert_eq!(soon.1, Duration::from_millis(300));
         // The one still waiting gets its reply.
         answer(&mut provider, first).await;
-        assert_eq!(late.await.unwrap(), Reply::Done(vec![1, 2]));
+        assert_eq!(late.await.unwrap(), Reply::Done(vec![1, 2].into()));
         assert!(start.elapsed() < Duration::from_millis(900));
     }
 
@@ -877,7 +880,9 @@ mod tests {
             for id in ids {
                 let reply = Response {
                     request_id: id,
-                    message: Ok(WireResponse::Call(ReplyFrame(Reply::Done(vec![1, 2])))),
+                    message: Ok(WireResponse::Call(ReplyFrame(Reply::Done(
+                        vec![1, 2].into(),
+                    )))),
                 };
                 let body = envelope::encode(&reply);
                 bytes.extend((body.len() as u32).to_be_bytes());
@@ -888,7 +893,7 @@ mod tests {
         };
         let (ended, ()) = tokio::join!(futures::future::join_all(waiting), closing);
         for e in ended {
-            assert_eq!(e.unwrap(), Reply::Done(vec![1, 2]));
+            assert_eq!(e.unwrap(), Reply::Done(vec![1, 2].into()));
         }
     }
 }

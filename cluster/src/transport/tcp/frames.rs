@@ -362,11 +362,10 @@ impl<S, Req, Resp> Frames<S, Req, Resp> {
     /// Entries of requests that ended are left in the heap; rebuilt before they pile up.
     fn compact_expiries(&mut self) {
         if self.expiries.len() > 2 * self.holds.len() + 64 {
-            self.expiries = self
-                .holds
-                .iter()
-                .map(|(id, (_, due))| Reverse((*due, *id)))
-                .collect();
+            crate::deadline::refill(
+                &mut self.expiries,
+                self.holds.iter().map(|(id, (_, due))| Reverse((*due, *id))),
+            );
         }
     }
 
@@ -781,6 +780,7 @@ mod tests {
 
     use super::*;
     use crate::context::{RequestId, TraceParent};
+    use crate::service::Encoded;
     use crate::transport::wire::Traced;
     use crate::transport::wire::v2::{ReplyFrame, RequestFrame, WireRequest, WireResponse};
     use crate::transport::{Head, Reply, Request};
@@ -806,7 +806,7 @@ mod tests {
         let bytes = || prop::collection::vec(any::<u8>(), 0..600);
         let text = || ".{0,300}";
         let plain = prop_oneof![
-            bytes().prop_map(Reply::Done),
+            bytes().prop_map(|bytes| Reply::Done(Encoded::from_slice(&bytes))),
             (any::<u16>(), text()).prop_map(|(code, detail)| Reply::Refused(code, detail)),
             text().prop_map(Reply::Panicked),
             text().prop_map(Reply::TooLarge),
@@ -861,7 +861,7 @@ mod tests {
                         service: service.into(),
                         function: function.into(),
                         signature,
-                        args,
+                        args: Encoded::from_slice(&args),
                         head: Head {
                             request_id: RequestId(request_id),
                             reply_limit: reply_limit.filter(|&limit| limit != u64::MAX),

@@ -61,7 +61,7 @@ mod tests {
     fn provider(io: DuplexStream, beating: bool, takes: Duration) -> JoinHandle<()> {
         serving(io, beating, move |_, _: RequestFrame| async move {
             tokio::time::sleep(takes).await;
-            ReplyFrame(Reply::Done(vec![7]))
+            ReplyFrame(Reply::Done(vec![7].into()))
         })
     }
 
@@ -118,7 +118,7 @@ mod tests {
             service: "svc".into(),
             function: "f".into(),
             signature: 0,
-            args,
+            args: args.into(),
             head: Head::default(),
             attempt: AtomicU32::new(1),
         }));
@@ -137,7 +137,7 @@ mod tests {
             let boom = request.0.args.first() == Some(&0);
             async move {
                 assert!(!boom, "a handler that panics where it is read");
-                ReplyFrame(Reply::Done(vec![7]))
+                ReplyFrame(Reply::Done(vec![7].into()))
             }
         });
         let within = Duration::from_secs(1);
@@ -145,10 +145,13 @@ mod tests {
             call_with(&calls, within, vec![0]),
             call_with(&calls, within, vec![1])
         );
-        assert_eq!(answered.unwrap(), Reply::Done(vec![7]));
+        assert_eq!(answered.unwrap(), Reply::Done(vec![7].into()));
         assert!(matches!(lost, Err(Ended::Timeout)), "{lost:?}");
         // The connection serves on.
-        assert_eq!(call(&calls, within).await.unwrap(), Reply::Done(vec![7]));
+        assert_eq!(
+            call(&calls, within).await.unwrap(),
+            Reply::Done(vec![7].into())
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -158,7 +161,7 @@ mod tests {
         let _provider = provider(b, true, 10 * SILENCE);
         let start = Instant::now();
         let reply = call(&calls, 60 * SILENCE).await;
-        assert_eq!(reply.unwrap(), Reply::Done(vec![7]));
+        assert_eq!(reply.unwrap(), Reply::Done(vec![7].into()));
         assert_eq!(start.elapsed(), 10 * SILENCE);
     }
 
@@ -188,6 +191,9 @@ mod tests {
         let nothing = tokio::time::timeout(Duration::from_millis(1), b.read(&mut byte)).await;
         assert!(nothing.is_err(), "the caller wrote while idle");
         let _provider = provider(b, true, Duration::ZERO);
-        assert_eq!(call(&calls, SILENCE).await.unwrap(), Reply::Done(vec![7]));
+        assert_eq!(
+            call(&calls, SILENCE).await.unwrap(),
+            Reply::Done(vec![7].into())
+        );
     }
 }

@@ -20,7 +20,7 @@ use super::frames::FrameLimits;
 use super::serve::{ServeConfig, serve};
 use crate::options::CallOptions;
 use crate::server::{DispatchFuture, Dispatcher, Provide, dispatch_with};
-use crate::service::{FunctionDescription, ServiceDescription, encode, signature_hash};
+use crate::service::{FunctionDescription, ServiceDescription, encode_value, signature_hash};
 use crate::transport::wire::handshake::{self, Hello};
 use crate::transport::wire::{Head, Request, v2};
 
@@ -58,7 +58,7 @@ impl Provide for Sink {
         description()
     }
 
-    fn dispatch(&self, function: usize, args: Vec<u8>) -> DispatchFuture {
+    fn dispatch(&self, function: usize, args: &[u8]) -> DispatchFuture {
         self.runs.fetch_add(1, Ordering::SeqCst);
         dispatch_with(args, move |(bytes,): (Vec<u8>,)| async move {
             match function {
@@ -152,7 +152,7 @@ fn frame_with(id: u64, function: &str, payload: Vec<u8>, left: Duration, head: H
         service: "sink".into(),
         function: function.to_owned().into(),
         signature: signature_hash(&format!("{function}(Vec<u8>) -> Vec<u8>")),
-        args: encode(&(payload,)).unwrap(),
+        args: encode_value(&(payload,)).unwrap(),
         head,
         attempt: AtomicU32::new(1),
     };
@@ -539,7 +539,7 @@ async fn a_provider_that_stalls_inside_a_reply_frame_loses_the_connection_at_the
         service: "sink".into(),
         function: "echo".into(),
         signature: 0,
-        args: Vec::new(),
+        args: Vec::new().into(),
         head: Head::default(),
         attempt: AtomicU32::new(1),
     });

@@ -271,7 +271,7 @@ where
                 let index = word(&request.args, 0);
                 provided.runs[index].fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(word(&request.args, 8) as u64)).await;
-                let reply = Reply::Done(reply_of(index, word(&request.args, 4)));
+                let reply = Reply::Done(reply_of(index, word(&request.args, 4)).into());
                 if let Some(frame) = request.head.frame_id {
                     account.add_reply(frame, reply.size());
                 }
@@ -299,7 +299,7 @@ where
                 service: "svc".into(),
                 function: "f".into(),
                 signature: 0,
-                args: args(i, plan),
+                args: args(i, plan).into(),
                 head: crate::transport::Head::default(),
                 attempt: AtomicU32::new(1),
             }));

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use tokio::time::Instant;
 
 use crate::context::{Metadata, RequestId, TraceParent};
+use crate::service::Encoded;
 
 /// The wire versions this build speaks: 1, the envelope of the first release (no handshake, no
 /// headers), and 2, a handshake and an envelope with a header map.
@@ -42,8 +43,9 @@ pub(crate) struct Request {
     pub(crate) function: Cow<'static, str>,
     /// [`signature_hash`](crate::service::signature_hash) of the function the client means.
     pub(crate) signature: u64,
-    /// The arguments, encoded by [`encode`](crate::service::encode).
-    pub(crate) args: Vec<u8>,
+    /// The arguments, encoded by [`encode_value`](crate::service::encode_value): inline in this
+    /// request when they are short.
+    pub(crate) args: Encoded,
     /// The call's headers (wire 2 and later; wire 1 carries none of them).
     pub(crate) head: Head,
     /// Which attempt this is, from 1: set before each is sent (0 from a wire 1 peer).
@@ -153,7 +155,7 @@ pub(crate) struct Head {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Reply {
     /// The function ran; its encoded return value.
-    Done(Vec<u8>),
+    Done(Encoded),
     /// The provider did not run the function: [`Reason::code`](crate::error::Reason), detail.
     Refused(u16, String),
     /// The function panicked; the panic message.

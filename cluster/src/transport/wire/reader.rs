@@ -33,6 +33,7 @@ use super::envelope::{
     CallRequest, ClientMessage, Context, Request, SamplingDecision, TraceContext, time_left_read,
 };
 use super::v2::{RequestFrame, WireRequest, head_of, read_request_headers};
+use crate::service::Encoded;
 
 /// Reads one wire 2 request frame's message.
 pub(crate) fn read_request(frame: &[u8]) -> io::Result<ClientMessage<WireRequest>> {
@@ -158,7 +159,7 @@ impl<'a> Bytes<'a> {
         let core = (self.varint(true)?, self.u32()?, self.u64()?, self.u64()?);
         let mut head = head_of(core, now);
         read_request_headers(&mut head, self.byte_string()?);
-        let args = self.byte_string()?.to_vec();
+        let args = Encoded::from_slice(self.byte_string()?);
         Ok(RequestFrame::of(
             (service, function, signature),
             core.1,

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_bytes::{ByteBuf, Bytes};
+use serde_bytes::Bytes;
 
 use super::{Head, Reply, Request};
+use crate::service::Encoded;
 
 /// Wire 1's one request, a call ([`envelope`](super::envelope)).
 pub(crate) type WireRequest = super::envelope::CallRequest<RequestFrame>;
@@ -58,12 +59,12 @@ impl<'de> Deserialize<'de> for RequestFrame {
                 let service: String = seq.next_element()?.ok_or_else(missing)?;
                 let function: String = seq.next_element()?.ok_or_else(missing)?;
                 let signature: u64 = seq.next_element()?.ok_or_else(missing)?;
-                let args: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
+                let args: Encoded = seq.next_element()?.ok_or_else(missing)?;
                 let request = Request {
                     service: service.into(),
                     function: function.into(),
                     signature,
-                    args: args.into_vec(),
+                    args,
                     head: Head::default(),
                     attempt: Default::default(),
                 };
@@ -80,7 +81,7 @@ impl<'de> Deserialize<'de> for RequestFrame {
 /// The reply of wire 1, as the first release declared it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) enum ReplyFrame {
-    Done(#[serde(with = "serde_bytes")] Vec<u8>),
+    Done(Encoded),
     Refused(u16, String),
     Panicked(String),
     TooLarge(String),
@@ -153,7 +154,7 @@ mod tests {
                 service: "search".into(),
                 function: "search".into(),
                 signature: 42,
-                args: vec![1, 2, 3],
+                args: vec![1, 2, 3].into(),
                 head: Head::default(),
                 attempt: Default::default(),
             }),

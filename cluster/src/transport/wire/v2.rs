@@ -15,13 +15,14 @@ use std::time::Duration;
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_bytes::{ByteBuf, Bytes};
+use serde_bytes::Bytes;
 use tokio::time::Instant;
 
 use super::headers::{self, CALL_ID, METADATA, PINNED, RECALLED, TRACE};
 use super::names::Name;
 use super::{Head, Reply, Request, Traced};
 use crate::context::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, Metadata, RequestId, TraceParent};
+use crate::service::Encoded;
 
 /// Wire 2's one request, a call ([`envelope`](super::envelope)).
 pub(crate) type WireRequest = super::envelope::CallRequest<RequestFrame>;
@@ -118,12 +119,12 @@ impl<'de> Deserialize<'de> for RequestFrame {
                 let mut head = head_of(core, Instant::now());
                 seq.next_element_seed(ReadRequestHeaders(&mut head))?
                     .ok_or_else(missing)?;
-                let args: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
+                let args: Encoded = seq.next_element()?.ok_or_else(missing)?;
                 Ok(RequestFrame::of(
                     (service, function, signature),
                     core.1,
                     head,
-                    args.into_vec(),
+                    args,
                 ))
             }
         }
@@ -141,7 +142,7 @@ impl RequestFrame {
         ),
         attempt: u32,
         head: Head,
-        args: Vec<u8>,
+        args: Encoded,
     ) -> Self {
         RequestFrame(Arc::new(Request {
             service,
@@ -303,13 +304,13 @@ impl<'de> Deserialize<'de> for ReplyFrame {
                 let missing = || de::Error::custom("a wire 2 reply is missing fields");
                 let kind: u16 = seq.next_element()?.ok_or_else(missing)?;
                 let code: u16 = seq.next_element()?.ok_or_else(missing)?;
-                let body: ByteBuf = seq.next_element()?.ok_or_else(missing)?;
+                let body: Encoded = seq.next_element()?.ok_or_else(missing)?;
                 let recalled = seq
                     .next_element_seed(ReadReplyHeaders)?
                     .ok_or_else(missing)?;
                 let text = || String::from_utf8_lossy(&body).into_owned();
                 let reply = match kind {
-                    kind::DONE => Reply::Done(body.into_vec()),
+                    kind::DONE => Reply::Done(body),
                     kind::REFUSED => Reply::Refused(code, text()),
                     kind::PANICKED => Reply::Panicked(text()),
                     kind::TOO_LARGE => Reply::TooLarge(text()),
@@ -348,7 +349,7 @@ mod tests {
             service: "search".into(),
             function: "search".into(),
             signature: 42,
-            args: vec![1, 2, 3],
+            args: vec![1, 2, 3].into(),
             head: Head {
                 caller: Some("web-1".into()),
                 request_id: RequestId(7 << 70 | 9),
@@ -455,14 +456,14 @@ mod tests {
     fn every_reply_reads_back_and_an_unknown_kind_is_undeliverable() {
         let mut codec = Bincode::<ReplyFrame, ReplyFrame>::default();
         for reply in [
-            Reply::Done(vec![9, 9]),
+            Reply::Done(vec![9, 9].into()),
             Reply::Refused(6, "draining".into()),
             Reply::Panicked("boom".into()),
             Reply::TooLarge("big".into()),
             Reply::Undeliverable("no".into()),
             Reply::Expired,
             Reply::Interrupted("stopped".into()),
-            Reply::Recalled(std::sync::Arc::new(Reply::Done(vec![1]))),
+            Reply::Recalled(std::sync::Arc::new(Reply::Done(vec![1].into()))),
             Reply::Recalled(std::sync::Arc::new(Reply::Panicked("boom".into()))),
         ] {
             let bytes = Pin::new(&mut codec)
@@ -475,7 +476,7 @@ mod tests {
             77u16,
             0u16,
             Bytes::new(b"news"),
-            Vec::<(u16, ByteBuf)>::new(),
+            Vec::<(u16, serde_bytes::ByteBuf)>::new(),
         ));
         let back = Pin::new(&mut codec).deserialize(&later[..].into()).unwrap();
         assert!(
@@ -514,14 +515,16 @@ mod properties {
 
     fn reply() -> impl Strategy<Value = Reply> {
         prop_oneof![
-            any::<Vec<u8>>().prop_map(Reply::Done),
+            any::<Vec<u8>>().prop_map(|d| Reply::Done(Encoded::from_slice(&d))),
             (any::<u16>(), any::<String>()).prop_map(|(code, d)| Reply::Refused(code, d)),
             any::<String>().prop_map(Reply::Panicked),
             any::<String>().prop_map(Reply::TooLarge),
             any::<String>().prop_map(Reply::Undeliverable),
             Just(Reply::Expired),
             any::<String>().prop_map(Reply::Interrupted),
-            any::<Vec<u8>>().prop_map(|d| Reply::Recalled(std::sync::Arc::new(Reply::Done(d)))),
+            any::<Vec<u8>>().prop_map(|d| {
+                Reply::Recalled(std::sync::Arc::new(Reply::Done(Encoded::from_slice(&d))))
+            }),
         ]
     }
 
@@ -549,7 +552,7 @@ mod properties {
                     service: service.into(),
                     function: function.into(),
                     signature,
-                    args,
+                    args: Encoded::from_slice(&args),
                     head: Head {
                         request_id: RequestId(id),
                         reply_limit: limit,
