@@ -3,6 +3,7 @@
 //! by what name.
 
 use std::net::IpAddr;
+use std::sync::Mutex;
 
 use axum::body::Bytes;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -48,13 +49,46 @@ pub(crate) fn is_upgrade(headers: &HeaderMap) -> bool {
 /// Removes the hop-by-hop headers, those the `Connection` header names among them. An upgrade
 /// keeps `Connection: upgrade` and `Upgrade`: the next hop must see the request for it.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages have none: one pass over the names, nothing hashed.
-    if !headers
-        .keys()
-        .any(|n| n == header::UPGRADE || is_hop_by_hop(n))
-    {
+    // Most messages have none, and most of the rest only `Connection: keep-alive` (every
+    // answer of nginx's) or `close`, with `Keep-Alive`: one pass over the fields, and those
+    // two removed by name, without the general case's lists.
+    let (mut connection, mut keep_alive) = (false, false);
+    let general = headers.iter().any(|(name, value)| {
+        if name == header::CONNECTION && only_usual_tokens(value) {
+            connection = true;
+        } else if name == KEEP_ALIVE {
+            keep_alive = true;
+        } else {
+            return name == header::UPGRADE || is_hop_by_hop(name);
+        }
+        false
+    });
+    if general {
+        remove_hop_by_hop_in_general(headers);
         return;
     }
+    if connection {
+        headers.remove(header::CONNECTION);
+    }
+    if keep_alive {
+        headers.remove(KEEP_ALIVE);
+    }
+}
+
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
+/// Whether a `Connection` value names nothing but `keep-alive` and `close` (no header to
+/// remove by name, no upgrade).
+fn only_usual_tokens(value: &HeaderValue) -> bool {
+    value.as_bytes().split(|b| *b == b',').all(|t| {
+        let t = t.trim_ascii();
+        t.eq_ignore_ascii_case(b"keep-alive") || t.eq_ignore_ascii_case(b"close")
+    })
+}
+
+/// [`remove_hop_by_hop`] for a message with an upgrade, other hop-by-hop headers, or a
+/// `Connection` that names headers.
+fn remove_hop_by_hop_in_general(headers: &mut HeaderMap) {
     let upgrade = is_upgrade(headers);
     // Names `Connection` lists beyond the fixed ones (`keep-alive`, `close`, `upgrade` are the
     // usual tokens, and cost nothing here).
@@ -102,6 +136,8 @@ pub(crate) struct Caller {
     /// The node name the client's TLS certificate carries, verified against the listener's
     /// client CA; `None` without one.
     certificate: Option<String>,
+    /// At the edge, the last `Forwarded` value written and the `Host` it names.
+    edge_forwarded: Mutex<Option<(Option<HeaderValue>, HeaderValue)>>,
 }
 
 impl Caller {
@@ -117,6 +153,7 @@ impl Caller {
             forwarded,
             trusted,
             certificate: None,
+            edge_forwarded: Mutex::new(None),
         }
     }
 
@@ -200,20 +237,51 @@ pub(crate) fn add_forwarded(
             None => headers.remove(X_FORWARDED_HOST),
         };
     }
+    if !trusted {
+        // The gateway's element alone: the same for every request of the connection that
+        // names the same host, so written once for them.
+        let mut last = caller
+            .edge_forwarded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let value = match &*last {
+            Some((named, value)) if named.as_ref() == host => value.clone(),
+            _ => {
+                let value = forwarded_element(String::new(), caller, host);
+                let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) else {
+                    return;
+                };
+                *last = Some((host.cloned(), value.clone()));
+                value
+            }
+        };
+        headers.insert(header::FORWARDED, value);
+        return;
+    }
     let mut forwarded = joined(headers, &header::FORWARDED);
     if !quotes_closed(&forwarded) {
         forwarded.clear();
     }
-    forwarded.push_str(&caller.forwarded);
+    set(
+        headers,
+        header::FORWARDED,
+        forwarded_element(forwarded, caller, host),
+    );
+}
+
+/// `before` followed by the gateway's `Forwarded` element: `for=…;proto=…`, and `host="…"`
+/// when the host can be quoted as it is.
+fn forwarded_element(mut before: String, caller: &Caller, host: Option<&HeaderValue>) -> String {
+    before.push_str(&caller.forwarded);
     if let Some(h) = host.and_then(|h| h.to_str().ok())
         && h.bytes()
             .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
     {
-        forwarded.push_str(";host=\"");
-        forwarded.push_str(h);
-        forwarded.push('"');
+        before.push_str(";host=\"");
+        before.push_str(h);
+        before.push('"');
     }
-    set(headers, header::FORWARDED, forwarded);
+    before
 }
 
 /// Removes every header whose name `unwanted` says so of. Most requests have none: one pass
@@ -288,6 +356,28 @@ mod tests {
         remove_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, ["accept"]);
+    }
+
+    #[test]
+    fn connection_keep_alive_or_close_alone_is_removed_and_the_rest_kept() {
+        for (connection, extra) in [
+            ("keep-alive", None),
+            ("Keep-Alive, close", Some(("keep-alive", "timeout=5"))),
+            ("close", None),
+            ("", None),
+        ] {
+            let mut pairs = vec![("server", "nginx"), ("connection", connection)];
+            pairs.extend(extra);
+            pairs.push(("content-length", "3"));
+            let mut h = map(&pairs);
+            remove_hop_by_hop(&mut h);
+            let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+            assert_eq!(left, ["server", "content-length"], "{connection}");
+        }
+        // A token naming a header takes the general way: that header goes too.
+        let mut h = map(&[("connection", "keep-alive, x-secret"), ("x-secret", "1")]);
+        remove_hop_by_hop(&mut h);
+        assert!(h.is_empty(), "{h:?}");
     }
 
     #[test]
@@ -411,6 +501,24 @@ mod tests {
         ] {
             assert!(!h.contains_key(gone), "{gone}");
         }
+    }
+
+    #[test]
+    fn at_the_edge_each_request_names_its_own_host() {
+        let caller = Caller::new("192.0.2.9".parse().unwrap(), "https", false);
+        for host in ["a.example", "b.example", "b.example", "a.example"] {
+            let mut h = map(&[("forwarded", "for=6.6.6.6")]);
+            let host = HeaderValue::from_static(host);
+            add_forwarded(&mut h, &caller, "https", Some(&host));
+            let want = format!(
+                "for=192.0.2.9;proto=https;host=\"{}\"",
+                host.to_str().unwrap()
+            );
+            assert_eq!(h["forwarded"], want.as_str());
+        }
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, &caller, "https", None);
+        assert_eq!(h["forwarded"], "for=192.0.2.9;proto=https");
     }
 
     #[test]

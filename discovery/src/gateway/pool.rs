@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::body::Bytes;
+use axum::http::header::{HeaderValue, InvalidHeaderValue};
 use axum::http::{Request, Response};
 use futures::FutureExt as _;
 use hyper::body::Incoming;
@@ -73,8 +75,13 @@ fn local(e: &std::io::Error) -> bool {
 /// request (as the core's `fast_map.rs`).
 type Idle = HashMap<Endpoint, Vec<(SendRequest<Body>, Instant)>, foldhash::fast::RandomState>;
 
+/// The most `Host` values a pool keeps ([`Pool::host`]): past it, they are all written anew.
+const MAX_HOSTS: usize = 1024;
+
 pub(crate) struct Pool {
     idle: Mutex<Idle>,
+    /// Each instance's `host:port`, as a `Host` header: written once, not for every request.
+    hosts: Mutex<HashMap<Endpoint, HeaderValue, foldhash::fast::RandomState>>,
     max_idle: usize,
     connect_timeout: Duration,
     /// The most an instance's connection buffers while reading (hyper's read buffer): its
@@ -102,6 +109,7 @@ impl Pool {
     pub(crate) fn new(max_idle: usize, connect_timeout: Duration, max_buf: usize) -> Arc<Self> {
         Arc::new(Self {
             idle: Mutex::default(),
+            hosts: Mutex::default(),
             max_idle,
             connect_timeout,
             max_buf: max_buf.max(8192),
@@ -214,6 +222,20 @@ impl Pool {
         if list.len() < self.max_idle {
             list.push((sender, now));
         }
+    }
+
+    /// `to` as a `Host` header's value (`host:port`, an IPv6 address in brackets).
+    pub(crate) fn host(&self, to: &Endpoint) -> Result<HeaderValue, InvalidHeaderValue> {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(host) = hosts.get(to) {
+            return Ok(host.clone());
+        }
+        let host = HeaderValue::from_maybe_shared(Bytes::from(to.to_string()))?;
+        if hosts.len() >= MAX_HOSTS {
+            hosts.clear();
+        }
+        hosts.insert(to.clone(), host.clone());
+        Ok(host)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {

@@ -201,7 +201,7 @@ impl Proxy {
                     });
                 }
             };
-            let out = match outgoing(&head, route, pick.endpoint(), body.attempt()) {
+            let out = match outgoing(&head, route, pick.endpoint(), &self.pool, body.attempt()) {
                 Ok(out) => out,
                 Err(e) => {
                     // Nothing was sent: another instance is tried, as for a refused connection.
@@ -368,6 +368,7 @@ fn outgoing(
     head: &Head,
     route: &Upstream,
     to: &Endpoint,
+    pool: &Pool,
     body: Body,
 ) -> Result<Request<Body>, axum::http::Error> {
     // Origin-form (`/path?query`), as HTTP/1.1 sends to a server; the instance is named by
@@ -379,10 +380,10 @@ fn outgoing(
         .body(body)?;
     *req.headers_mut() = head.headers.clone();
     let host = match &route.host {
-        Host::Instance => HeaderValue::from_maybe_shared(Bytes::from(to.to_string()))?,
+        Host::Instance => pool.host(to)?,
         Host::Preserve => match &head.client_host {
             Some(h) => h.clone(),
-            None => HeaderValue::from_maybe_shared(Bytes::from(to.to_string()))?,
+            None => pool.host(to)?,
         },
         Host::Fixed(name) => HeaderValue::from_str(name)?,
     };
@@ -435,6 +436,17 @@ fn respond(
 /// normalised, as no client of a route needs them.
 pub(crate) fn unsafe_path(path: &str) -> Option<&'static str> {
     let bytes = path.as_bytes();
+    // Most paths have no `%`, `\`, `.` or `//`, without which none of the below can be: one
+    // pass over the bytes.
+    let mut previous = 0;
+    let plain = bytes.iter().all(|&b| {
+        let special = matches!(b, b'%' | b'\\' | b'.') || (b == b'/' && previous == b'/');
+        previous = b;
+        !special
+    });
+    if plain {
+        return None;
+    }
     let encoded_slash = bytes.windows(3).any(|w| {
         w[0] == b'%'
             && matches!(
@@ -530,6 +542,25 @@ fn bad_host<B>(req: &Request<B>) -> Option<&'static str> {
 /// number up to 65,535: what a `Host` header, an absolute-form target's authority and a
 /// route's fixed `host` may be.
 pub(crate) fn is_authority(value: &[u8]) -> bool {
+    // A name or IPv4 address with a port, or none: letters, digits, `.` and `-`, and at most
+    // one `:` followed by the port. Such a name is an authority's host; checked without the
+    // copy `Authority` parses.
+    if let Some((&first, rest)) = value.split_first()
+        && first.is_ascii_alphanumeric()
+    {
+        let (name, port) = match rest.iter().position(|b| *b == b':') {
+            Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+            None => (rest, None),
+        };
+        if name
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+        {
+            return port.is_none_or(|p| {
+                std::str::from_utf8(p).is_ok_and(|d| !d.is_empty() && d.parse::<u16>().is_ok())
+            });
+        }
+    }
     // After an IPv6 literal's `]`, or after the first `:` of a name or IPv4 address.
     let port = match value.first() {
         Some(b'[') => value
@@ -644,6 +675,48 @@ fn too_large(limit: usize) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
+    /// The short way for plain names agrees with the general one (what `Authority` parses).
+    #[test]
+    fn plain_authorities_are_judged_as_in_general() {
+        let general = |v: &str| {
+            let b = v.as_bytes();
+            let port = b
+                .iter()
+                .position(|c| *c == b':')
+                .map_or(&b[b.len()..], |at| &b[at..]);
+            let port_ok = port.is_empty()
+                || port
+                    .strip_prefix(b":")
+                    .and_then(|d| std::str::from_utf8(d).ok())
+                    .is_some_and(|d| !d.is_empty() && d.parse::<u16>().is_ok());
+            port_ok && axum::http::uri::Authority::try_from(b).is_ok()
+        };
+        for v in [
+            "a",
+            "shop.example",
+            "shop.example:8080",
+            "127.0.0.1:65535",
+            "127.0.0.1:65536",
+            "127.0.0.1:",
+            "127.0.0.1:+80",
+            "127.0.0.1:0x50",
+            "a-b.c:1",
+            "a:1:2",
+            "x..y",
+            "9",
+            "a.:80",
+            "a-:00080",
+        ] {
+            assert_eq!(super::is_authority(v.as_bytes()), general(v), "{v}");
+        }
+        for bad in ["", "a b", "a,b", "a@b", ":80", "-a", ".a"] {
+            assert!(
+                !super::is_authority(bad.as_bytes()) || general(bad),
+                "{bad}"
+            );
+        }
+    }
+
     #[test]
     fn dot_segments_and_encoded_slashes_are_refused() {
         for bad in [
