@@ -37,7 +37,8 @@ const RESERVE_FOR_REPLY: Duration = Duration::from_millis(100);
 
 /// What the caller hands the call path, besides the client and the function.
 pub(crate) struct Sent<'a> {
-    pub(crate) args: Result<Encoded, CodecError>,
+    /// The request, made with the call (`request_of`), or why its arguments do not encode.
+    pub(crate) request: Result<Arc<Request>, CodecError>,
     pub(crate) overrides: &'a CallOptions,
     pub(crate) metadata: Metadata,
     pub(crate) request_id: RequestId,
@@ -136,6 +137,22 @@ pub(crate) async fn run(
     attempts(client, function, sent).await
 }
 
+/// A call's request, made when the call is made: its arguments are inline in it (`Encoded`), so
+/// the call's future holds one pointer, not the arguments (a future is moved whole between the
+/// levels of `async fn`s, and every byte in it is copied each time). Its head is written when
+/// the call starts.
+pub(crate) fn request_of(client: &Client, function: usize, args: Encoded) -> Arc<Request> {
+    Arc::new(Request {
+        // Borrowed from the static description: no allocation per call.
+        service: Cow::Borrowed(client.description.name.as_str()),
+        function: Cow::Borrowed(client.description.functions[function].name.as_str()),
+        signature: client.signatures[function],
+        args,
+        head: Head::default(),
+        attempt: Default::default(),
+    })
+}
+
 async fn attempts(
     client: &Client,
     function: usize,
@@ -144,7 +161,7 @@ async fn attempts(
     let wanted = &client.description.functions[function];
     {
         let Sent {
-            args,
+            request,
             overrides,
             metadata,
             request_id,
@@ -168,8 +185,8 @@ async fn attempts(
         ]) {
             return early(RpcErrorKind::InvalidOptions, detail);
         }
-        let args = match args {
-            Ok(args) => args,
+        let mut request = match request {
+            Ok(request) => request,
             Err(e) => {
                 return early(
                     RpcErrorKind::Protocol,
@@ -180,7 +197,7 @@ async fn attempts(
         if let Err(e) = metadata.check() {
             return early(RpcErrorKind::TooLarge, e.to_string());
         }
-        let size = request_size(args.len(), &metadata);
+        let size = request_size(request.args.len(), &metadata);
         if size > client.node.max_frame {
             let detail = format!(
                 "the request is {size} bytes with its metadata; frames are limited to {} bytes",
@@ -191,28 +208,21 @@ async fn attempts(
         let trace = crate::context::of_call(trace.map(|t| *t), parent.as_ref());
         let mut call = Attempts::start(client, function, overrides, parent.as_ref());
         let budget_deadline = call.deadline;
-        let request = Arc::new(Request {
-            // Borrowed from the static description: no allocation per call.
-            service: Cow::Borrowed(client.description.name.as_str()),
-            function: Cow::Borrowed(wanted.name.as_str()),
-            signature: client.signatures[function],
-            args,
-            head: Head {
-                caller: Some(client.node.name.clone()),
-                request_id,
-                reply_limit: Some(client.node.max_frame.saturating_sub(ENVELOPE_OVERHEAD) as u64),
-                budget_deadline: Some(budget_deadline),
-                encoded_metadata: crate::transport::wire::encode_metadata(&metadata),
-                metadata,
-                invalid: None,
-                frame_id: None,
-                // An at-most-once call's own id, under which its provider records it.
-                call_id: wanted.at_most_once.then(|| fastrand::u128(..)),
-                pinned: None,
-                trace: trace.map(Traced::new),
-            },
-            attempt: Default::default(),
-        });
+        // Nothing else holds the request yet: its head is written in place.
+        Arc::make_mut(&mut request).head = Head {
+            caller: Some(client.node.name.clone()),
+            request_id,
+            reply_limit: Some(client.node.max_frame.saturating_sub(ENVELOPE_OVERHEAD) as u64),
+            budget_deadline: Some(budget_deadline),
+            encoded_metadata: crate::transport::wire::encode_metadata(&metadata),
+            metadata,
+            invalid: None,
+            frame_id: None,
+            // An at-most-once call's own id, under which its provider records it.
+            call_id: wanted.at_most_once.then(|| fastrand::u128(..)),
+            pinned: None,
+            trace: trace.map(Traced::new),
+        };
         call.call_id = request.head.call_id;
         let Some(parent) = parent else {
             return call.run(request, size).await;

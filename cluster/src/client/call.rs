@@ -1,6 +1,7 @@
 use std::convert::Infallible;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Client;
@@ -11,6 +12,7 @@ use crate::meters::Outcome as MeteredOutcome;
 use crate::options::CallOptions;
 use crate::server::catching;
 use crate::service::{CodecError, Encoded};
+use crate::transport::Request;
 
 type Decode<T, E> = fn(&[u8]) -> Result<Result<T, E>, CodecError>;
 
@@ -31,7 +33,7 @@ type Decoded<T, E> =
 pub struct Call<T, E> {
     client: Client,
     function: usize,
-    args: Result<Encoded, CodecError>,
+    request: Result<Arc<Request>, CodecError>,
     overrides: CallOptions,
     metadata: Metadata,
     detached: bool,
@@ -51,9 +53,9 @@ impl<T, E> Call<T, E> {
         decode: Decode<T, E>,
     ) -> Self {
         Self {
+            request: args.map(|args| super::attempt::request_of(&client, function, args)),
             client,
             function,
-            args,
             overrides: CallOptions::new(),
             metadata: Metadata::new(),
             detached: false,
@@ -192,7 +194,7 @@ where
             let Call {
                 client,
                 function,
-                args,
+                request,
                 overrides,
                 metadata,
                 detached,
@@ -211,7 +213,7 @@ where
                 .as_ref()
                 .map_or_else(|| client.node.next_request_id(), Context::request_id);
             let sent = super::attempt::Sent {
-                args,
+                request,
                 overrides: &overrides,
                 metadata,
                 request_id,

@@ -69,10 +69,17 @@ impl Encoded {
     }
 
     /// Appends `more`, or says why the buffer cannot grow (the bytes are then unchanged).
+    #[inline]
     pub fn try_extend_from_slice(&mut self, more: &[u8]) -> Result<(), TryReserveError> {
         match &mut self.0 {
             Repr::Inline { len, bytes } => {
                 let (at, end) = (usize::from(*len), usize::from(*len) + more.len());
+                // MessagePack is written a marker byte at a time: no call to `memcpy` for one.
+                if let (&[byte], Some(slot)) = (more, bytes.get_mut(at)) {
+                    *slot = byte;
+                    *len += 1;
+                    return Ok(());
+                }
                 if end <= INLINE {
                     bytes[at..end].copy_from_slice(more);
                     // At most INLINE (94): fits a u8.
