@@ -12,8 +12,8 @@ use std::ops::Deref;
 use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 use serde::{Serialize, Serializer};
 
-/// The longest value kept inline, in bytes: with its length and the variant's tag, 96 bytes.
-const INLINE: usize = 94;
+/// The longest value kept inline, in bytes: with its length and the variant's tag, 64 bytes.
+const INLINE: usize = 62;
 
 /// The bytes of an encoded value: inline up to [`Encoded::INLINE`] bytes, on the heap past that.
 /// Serialized as bytes, as `serde_bytes` serializes a `Vec<u8>`.
