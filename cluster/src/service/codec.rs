@@ -7,48 +7,17 @@ use super::Encoded;
 /// 2.1 provider may add a `#[serde(default)]` field to a struct and a 2.0 peer still reads it
 /// (unknown fields are skipped, missing ones defaulted). bincode cannot.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
-    // Room for a small value from the start: grown from empty, the buffer is reallocated once or
-    // twice for most values.
-    let mut out = Fallible(Vec::with_capacity(ENCODE_CAPACITY));
-    rmp_serde::encode::write_named(&mut out, value).map_err(|e| CodecError(e.to_string()))?;
-    Ok(out.0)
+    encode_value(value).map(Encoded::into_vec)
 }
 
 /// What [`encode`] writes, kept inline when it is short ([`Encoded`]): how the call path encodes
 /// every call's arguments and every return value, so that a small call allocates no buffer for
-/// either.
+/// either. A buffer that cannot grow is an error, not an abort (as `rmp_serde::to_vec_named`'s
+/// own writer would).
 pub fn encode_value<T: Serialize + ?Sized>(value: &T) -> Result<Encoded, CodecError> {
     let mut out = Encoded::new();
     rmp_serde::encode::write_named(&mut out, value).map_err(|e| CodecError(e.to_string()))?;
     Ok(out)
-}
-
-/// The capacity [`encode`] starts with, in bytes.
-const ENCODE_CAPACITY: usize = 128;
-
-/// A buffer that fails with an error, rather than aborting, when it cannot grow (as
-/// `rmp_serde::to_vec_named`'s own writer does).
-struct Fallible(Vec<u8>);
-
-impl std::io::Write for Fallible {
-    #[inline]
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.write_all(buf)?;
-        Ok(buf.len())
-    }
-
-    #[inline]
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.0
-            .try_reserve(buf.len())
-            .map_err(|_| std::io::ErrorKind::OutOfMemory)?;
-        self.0.extend_from_slice(buf);
-        Ok(())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// How deep values may nest in what [`decode`] reads. rmp-serde's own bound (1024) overflows a
@@ -369,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn the_presized_buffer_writes_what_rmp_serde_writes() {
+    fn what_is_kept_inline_or_not_is_what_rmp_serde_writes() {
         let small = (String::from("rust"), 7u32);
         let large = (
             vec![0xa5u8; 1000],
