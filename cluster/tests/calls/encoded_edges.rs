@@ -555,3 +555,62 @@ async fn futures_whose_drop_panics_end_alone_plain_wire1() {
 async fn futures_whose_drop_panics_end_alone_tls_wire2() {
     bombs(Sec::Tls, 2..=2).await;
 }
+
+/// Deadlines that pass during a handler's first step or just after, on every kind of handler,
+/// and the node's describe request on the same connection: typed errors, and the connection
+/// serves on.
+async fn tiny_deadlines(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
+    let (p, c, client, _) = pair(sec, wire.clone(), wire.clone(), None).await;
+    assert_eq!(client.text("open".into(), 0).await.unwrap(), "open");
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..400u32 {
+        let c = client.clone();
+        set.spawn(async move {
+            let t = Duration::from_micros(u64::from(i % 7) * 700);
+            let n = [0u32, 93, 94, 95, 200][(i % 5) as usize];
+            let r = match i % 6 {
+                0 => c.bytes(ByteBuf::from(vec![2; n as usize]), 0).timeout(t).no_retry().await.map(|_| ()),
+                1 => c.bytes(ByteBuf::from(vec![2; n as usize]), 2).timeout(t).no_retry().await.map(|_| ()),
+                2 => c.panics_now(n).timeout(t).no_retry().await.map(|_| ()),
+                3 => c.panics_later(n).timeout(t).no_retry().await.map(|_| ()),
+                4 => c.tripwire(3).timeout(t).no_retry().await.map(|_| ()),
+                _ => c.bomb((i % 3) as u8).timeout(t).no_retry().await.map(|_| ()),
+            };
+            if let Err(e) = r {
+                let (CallError::Service(_) | CallError::Rpc(_)) = &e else {
+                    panic!("{e}")
+                };
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("no test task panics");
+    }
+    if wire.contains(&2) {
+        let described = c
+            .describe_peer(p.addr(), Duration::from_secs(2))
+            .await
+            .expect("described");
+        let text = format!("{described:?}");
+        assert!(text.contains("edges"), "{text}");
+    }
+    for n in [0usize, 94, 95] {
+        let b = client.bytes(ByteBuf::from(vec![5; n]), 0).await.unwrap();
+        assert_eq!(b.len(), n);
+    }
+}
+
+#[tokio::test]
+async fn tiny_deadlines_plain_wire2() {
+    tiny_deadlines(Sec::Plain, 2..=2).await;
+}
+
+#[tokio::test]
+async fn tiny_deadlines_tls_wire2() {
+    tiny_deadlines(Sec::Tls, 2..=2).await;
+}
+
+#[tokio::test]
+async fn tiny_deadlines_plain_wire1() {
+    tiny_deadlines(Sec::Plain, 1..=1).await;
+}
