@@ -313,8 +313,16 @@ async fn near_limit(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
     let (_p, _c, client, _) = pair(sec, wire.clone(), wire, Some(LIMIT)).await;
     let mut largest_ok = 0;
     let mut first_fail = None;
+    let mut slowest = Duration::ZERO;
     for n in (LIMIT - 2048..LIMIT + 16).step_by(16) {
-        match client.bytes(ByteBuf::from(vec![9; n]), 0).await {
+        let started = std::time::Instant::now();
+        let r = client
+            .bytes(ByteBuf::from(vec![9; n]), 0)
+            .timeout(Duration::from_secs(30))
+            .budget(Duration::from_secs(60))
+            .await;
+        slowest = slowest.max(started.elapsed());
+        match r {
             Ok(b) => {
                 assert_eq!(b.len(), n);
                 largest_ok = n;
@@ -333,7 +341,7 @@ async fn near_limit(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
         }
         assert_eq!(client.text("ok".into(), 0).await.unwrap(), "ok");
     }
-    println!("{sec:?}: largest ok {largest_ok}, first failure {first_fail:?}");
+    println!("{sec:?}: largest ok {largest_ok}, first failure {first_fail:?}, slowest {slowest:?}");
     assert!(largest_ok > LIMIT - 2048 && first_fail.is_some());
     // Replies too: a large reply to a small request.
     for n in (LIMIT - 2048..LIMIT + 16).step_by(16) {
@@ -467,7 +475,11 @@ async fn mixed(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
                         .await
                         .expect_err("times out");
                     let CallError::Rpc(r) = &e else { panic!("{e}") };
-                    assert_eq!(r.kind(), RpcErrorKind::Timeout, "{e}");
+                    // On a backlogged connection (uncooperative IO) it may not get sent.
+                    assert!(
+                        matches!(r.kind(), RpcErrorKind::Timeout | RpcErrorKind::NoConnection),
+                        "{e}"
+                    );
                 }
                 7 => {
                     match c.fails(n, 0).no_retry().await {
@@ -613,4 +625,43 @@ async fn tiny_deadlines_tls_wire2() {
 #[tokio::test]
 async fn tiny_deadlines_plain_wire1() {
     tiny_deadlines(Sec::Plain, 1..=1).await;
+}
+
+/// How long echoes of growing sizes take (a probe for uncooperative IO: linear, or a stall?).
+#[tokio::test]
+#[ignore]
+async fn probe_echo_times() {
+    for sec in [Sec::Plain, Sec::Tls] {
+        let (_p, _c, client, _) = pair(sec, 2..=2, 2..=2, None).await;
+        for n in [16usize << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10] {
+            let t = std::time::Instant::now();
+            let r = client
+                .bytes(ByteBuf::from(vec![9; n]), 0)
+                .timeout(Duration::from_secs(60))
+                .budget(Duration::from_secs(60))
+                .no_retry()
+                .await;
+            println!("{sec:?} {n}: {:?} in {:?}", r.map(|b| b.len()).map_err(|e| e.to_string().lines().next().unwrap().to_owned()), t.elapsed());
+        }
+    }
+}
+
+/// Repeated calls just under a 256 KiB frame limit (a probe for uncooperative IO).
+#[tokio::test]
+#[ignore]
+async fn probe_near_limit_times() {
+    const LIMIT: usize = 256 << 10;
+    for sec in [Sec::Plain, Sec::Tls] {
+        let (_p, _c, client, _) = pair(sec, 2..=2, 2..=2, Some(LIMIT)).await;
+        for n in [LIMIT - 2048, LIMIT - 2032, LIMIT - 2048, LIMIT - 4096, 64 << 10, LIMIT - 2048, 200 << 10, 200 << 10] {
+            let t = std::time::Instant::now();
+            let r = client
+                .bytes(ByteBuf::from(vec![9; n]), 0)
+                .timeout(Duration::from_secs(20))
+                .budget(Duration::from_secs(20))
+                .no_retry()
+                .await;
+            println!("{sec:?} {n}: {:?} in {:?}", r.map(|b| b.len()).map_err(|e| e.to_string()), t.elapsed());
+        }
+    }
 }
