@@ -65,12 +65,23 @@ fn check(name: &str, seeds: Vec<Vec<u8>>, read: fn(&[u8]) -> Result<(), String>)
             );
         }
     }
-    println!("{name}: {tried} frames, {refused} refused, largest allocation {}", worst.0);
+    println!(
+        "{name}: {tried} frames, {refused} refused, largest allocation {}",
+        worst.0
+    );
 }
 
 #[test]
 fn lengths_that_lie_are_refused_without_allocating_on_their_word() {
-    check("v2 request", cluster::fuzzing::seed_v2_requests(), cluster::fuzzing::v2_request);
-    check("v2 reply", cluster::fuzzing::seed_v2_replies(), cluster::fuzzing::v2_reply);
+    check(
+        "v2 request",
+        cluster::fuzzing::seed_v2_requests(),
+        cluster::fuzzing::v2_request,
+    );
+    check(
+        "v2 reply",
+        cluster::fuzzing::seed_v2_replies(),
+        cluster::fuzzing::v2_reply,
+    );
     check("v1", cluster::fuzzing::seed_v1(), cluster::fuzzing::v1);
 }

@@ -47,8 +47,12 @@ impl Drop for Tripwire {
     }
 }
 
-#[cluster::service(name = "edges", version = "1.0.0", timeout = "5s",
-                   retry(after = "20ms", budget = "10s", jitter = false))]
+#[cluster::service(
+    name = "edges",
+    version = "1.0.0",
+    timeout = "5s",
+    retry(after = "20ms", budget = "10s", jitter = false)
+)]
 pub trait Edges {
     #[call(idempotent)]
     async fn bytes(&self, bytes: ByteBuf, wait_ms: u64) -> ByteBuf;
@@ -169,9 +173,9 @@ impl std::future::Future for DropBomb {
             0 => {}
             2 => return std::task::Poll::Pending,
             _ => {
-                let sleep = self.sleep.get_or_insert_with(|| {
-                    Box::pin(tokio::time::sleep(Duration::from_millis(20)))
-                });
+                let sleep = self
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(20))));
                 if sleep.as_mut().poll(cx).is_pending() {
                     return std::task::Poll::Pending;
                 }
@@ -243,7 +247,10 @@ async fn pair(
     let registry = MemoryRegistry::new();
     let provider = node(sec, "edges-1", &registry, provider_wire, max_frame).await;
     let imp = Arc::new(Impl::default());
-    let reg = provider.serve(Bombs(EdgesServer::new(imp.clone()))).await.unwrap();
+    let reg = provider
+        .serve(Bombs(EdgesServer::new(imp.clone())))
+        .await
+        .unwrap();
     std::mem::forget(reg);
     let caller = node(sec, "web-1", &registry, caller_wire, max_frame).await;
     let client = EdgesClient::new(&caller);
@@ -255,7 +262,16 @@ async fn pair(
 fn sizes() -> Vec<usize> {
     let mut s: Vec<usize> = (0..=200).collect();
     s.extend([
-        255, 256, 257, 4095, 4096, 65535, 65536, 65537, 64 << 10, (64 << 10) + 94,
+        255,
+        256,
+        257,
+        4095,
+        4096,
+        65535,
+        65536,
+        65537,
+        64 << 10,
+        (64 << 10) + 94,
     ]);
     s
 }
@@ -333,7 +349,10 @@ async fn near_limit(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
                     panic!("{n}: {e}")
                 };
                 assert!(
-                    matches!(r.kind(), RpcErrorKind::TooLarge | RpcErrorKind::ReplyTooLarge),
+                    matches!(
+                        r.kind(),
+                        RpcErrorKind::TooLarge | RpcErrorKind::ReplyTooLarge
+                    ),
                     "{n}: {:?} {e}",
                     r.kind()
                 );
@@ -370,7 +389,9 @@ async fn near_the_frame_limit_plain_wire1() {
 /// Encoded's inline bounds.
 async fn recalled(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
     let (_p, _c, client, imp) = pair(sec, wire.clone(), wire, None).await;
-    for n in [0usize, 1, 19, 20, 21, 22, 23, 24, 90, 91, 92, 93, 94, 95, 96, 188, 4096] {
+    for n in [
+        0usize, 1, 19, 20, 21, 22, 23, 24, 90, 91, 92, 93, 94, 95, 96, 188, 4096,
+    ] {
         let before = imp.once_ran.load(Ordering::SeqCst);
         let (v, report) = client
             .once(n as u32, 500)
@@ -381,10 +402,7 @@ async fn recalled(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
         assert!(v.iter().all(|&b| b == 0x5A));
         assert_eq!(imp.once_ran.load(Ordering::SeqCst), before + 1, "ran once");
         assert!(
-            report
-                .attempts
-                .iter()
-                .any(|a| a.outcome.contains("record")),
+            report.attempts.iter().any(|a| a.outcome.contains("record")),
             "{n}: {:?}",
             report.attempts
         );
@@ -408,7 +426,10 @@ async fn hedged_around_the_bound() {
     let mut keep = vec![];
     for name in ["edges-1", "edges-2"] {
         let p = node(Sec::Plain, name, &registry, 1..=2, None).await;
-        let r = p.serve(EdgesServer::new(Arc::new(Impl::default()))).await.unwrap();
+        let r = p
+            .serve(EdgesServer::new(Arc::new(Impl::default())))
+            .await
+            .unwrap();
         std::mem::forget(r);
         keep.push(p);
     }
@@ -431,11 +452,17 @@ async fn mixed(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
             let n = [0u32, 1, 93, 94, 95, 96, 188, 5000][(i % 8) as usize];
             match i % 9 {
                 0 => {
-                    let b = c.bytes(ByteBuf::from(vec![3; n as usize]), 0).no_retry().await;
+                    let b = c
+                        .bytes(ByteBuf::from(vec![3; n as usize]), 0)
+                        .no_retry()
+                        .await;
                     assert_eq!(b.expect("at once").len(), n as usize);
                 }
                 1 => {
-                    let b = c.bytes(ByteBuf::from(vec![3; n as usize]), 20).no_retry().await;
+                    let b = c
+                        .bytes(ByteBuf::from(vec![3; n as usize]), 20)
+                        .no_retry()
+                        .await;
                     assert_eq!(b.expect("waits").len(), n as usize);
                 }
                 2 => {
@@ -449,19 +476,29 @@ async fn mixed(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
                 4 => {
                     // The drop of the return value panics: answered as a panic or with the
                     // value; anything but silence.
-                    let r = c.grenade(n, 0).no_retry().timeout(Duration::from_secs(3)).await;
+                    let r = c
+                        .grenade(n, 0)
+                        .no_retry()
+                        .timeout(Duration::from_secs(3))
+                        .await;
                     if let Err(e) = &r {
                         assert!(
-                            !e.to_string().contains("timeout") && !e.to_string().contains("timed out"),
+                            !e.to_string().contains("timeout")
+                                && !e.to_string().contains("timed out"),
                             "grenade at once: {e}"
                         );
                     }
                 }
                 5 => {
-                    let r = c.grenade(n, 10).no_retry().timeout(Duration::from_secs(3)).await;
+                    let r = c
+                        .grenade(n, 10)
+                        .no_retry()
+                        .timeout(Duration::from_secs(3))
+                        .await;
                     if let Err(e) = &r {
                         assert!(
-                            !e.to_string().contains("timeout") && !e.to_string().contains("timed out"),
+                            !e.to_string().contains("timeout")
+                                && !e.to_string().contains("timed out"),
                             "grenade later: {e}"
                         );
                     }
@@ -481,12 +518,10 @@ async fn mixed(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
                         "{e}"
                     );
                 }
-                7 => {
-                    match c.fails(n, 0).no_retry().await {
-                        Err(CallError::App { error, .. }) => assert_eq!(error, "e".repeat(n as usize)),
-                        other => panic!("{other:?}"),
-                    }
-                }
+                7 => match c.fails(n, 0).no_retry().await {
+                    Err(CallError::App { error, .. }) => assert_eq!(error, "e".repeat(n as usize)),
+                    other => panic!("{other:?}"),
+                },
                 _ => {
                     assert_eq!(c.tripwire(0).no_retry().await.expect("finishes"), 7);
                 }
@@ -528,7 +563,11 @@ async fn bombs(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
         set.spawn(async move {
             if i % 10 < 3 {
                 let mode = (i % 10) as u8;
-                let r = c.bomb(mode).no_retry().timeout(Duration::from_millis(400)).await;
+                let r = c
+                    .bomb(mode)
+                    .no_retry()
+                    .timeout(Duration::from_millis(400))
+                    .await;
                 (Some(mode), r.map_err(|e| e.to_string()))
             } else {
                 let n = (i as usize * 7) % 200;
@@ -581,12 +620,27 @@ async fn tiny_deadlines(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
             let t = Duration::from_micros(u64::from(i % 7) * 700);
             let n = [0u32, 93, 94, 95, 200][(i % 5) as usize];
             let r = match i % 6 {
-                0 => c.bytes(ByteBuf::from(vec![2; n as usize]), 0).timeout(t).no_retry().await.map(|_| ()),
-                1 => c.bytes(ByteBuf::from(vec![2; n as usize]), 2).timeout(t).no_retry().await.map(|_| ()),
+                0 => c
+                    .bytes(ByteBuf::from(vec![2; n as usize]), 0)
+                    .timeout(t)
+                    .no_retry()
+                    .await
+                    .map(|_| ()),
+                1 => c
+                    .bytes(ByteBuf::from(vec![2; n as usize]), 2)
+                    .timeout(t)
+                    .no_retry()
+                    .await
+                    .map(|_| ()),
                 2 => c.panics_now(n).timeout(t).no_retry().await.map(|_| ()),
                 3 => c.panics_later(n).timeout(t).no_retry().await.map(|_| ()),
                 4 => c.tripwire(3).timeout(t).no_retry().await.map(|_| ()),
-                _ => c.bomb((i % 3) as u8).timeout(t).no_retry().await.map(|_| ()),
+                _ => c
+                    .bomb((i % 3) as u8)
+                    .timeout(t)
+                    .no_retry()
+                    .await
+                    .map(|_| ()),
             };
             if let Err(e) = r {
                 let (CallError::Service(_) | CallError::Rpc(_)) = &e else {
@@ -641,7 +695,12 @@ async fn probe_echo_times() {
                 .budget(Duration::from_secs(60))
                 .no_retry()
                 .await;
-            println!("{sec:?} {n}: {:?} in {:?}", r.map(|b| b.len()).map_err(|e| e.to_string().lines().next().unwrap().to_owned()), t.elapsed());
+            println!(
+                "{sec:?} {n}: {:?} in {:?}",
+                r.map(|b| b.len())
+                    .map_err(|e| e.to_string().lines().next().unwrap().to_owned()),
+                t.elapsed()
+            );
         }
     }
 }
@@ -653,7 +712,16 @@ async fn probe_near_limit_times() {
     const LIMIT: usize = 256 << 10;
     for sec in [Sec::Plain, Sec::Tls] {
         let (_p, _c, client, _) = pair(sec, 2..=2, 2..=2, Some(LIMIT)).await;
-        for n in [LIMIT - 2048, LIMIT - 2032, LIMIT - 2048, LIMIT - 4096, 64 << 10, LIMIT - 2048, 200 << 10, 200 << 10] {
+        for n in [
+            LIMIT - 2048,
+            LIMIT - 2032,
+            LIMIT - 2048,
+            LIMIT - 4096,
+            64 << 10,
+            LIMIT - 2048,
+            200 << 10,
+            200 << 10,
+        ] {
             let t = std::time::Instant::now();
             let r = client
                 .bytes(ByteBuf::from(vec![9; n]), 0)
@@ -661,7 +729,11 @@ async fn probe_near_limit_times() {
                 .budget(Duration::from_secs(20))
                 .no_retry()
                 .await;
-            println!("{sec:?} {n}: {:?} in {:?}", r.map(|b| b.len()).map_err(|e| e.to_string()), t.elapsed());
+            println!(
+                "{sec:?} {n}: {:?} in {:?}",
+                r.map(|b| b.len()).map_err(|e| e.to_string()),
+                t.elapsed()
+            );
         }
     }
 }

@@ -32,11 +32,11 @@ pub(crate) const SILENCE: Duration = Duration::from_secs(8);
 
 #[cfg(test)]
 mod tests {
-    use std::pin::Pin;
-    use std::task::Poll;
     use std::net::SocketAddr;
+    use std::pin::Pin;
     use std::sync::atomic::AtomicU32;
     use std::sync::{Arc, OnceLock};
+    use std::task::Poll;
 
     use tokio::io::{AsyncReadExt, DuplexStream};
     use tokio::task::{AbortHandle, JoinHandle};
@@ -173,9 +173,9 @@ mod tests {
                 1 | 4 => {}
                 3 => return Poll::Pending,
                 _ => {
-                    let sleep = self
-                        .sleep
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(100))));
+                    let sleep = self.sleep.get_or_insert_with(|| {
+                        Box::pin(tokio::time::sleep(Duration::from_millis(100)))
+                    });
                     if sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
                     }
@@ -210,15 +210,15 @@ mod tests {
                 modes.reverse();
             }
             let ended = futures::future::join_all(
-                modes
-                    .iter()
-                    .map(|&m| call_with(&calls, within, vec![m])),
+                modes.iter().map(|&m| call_with(&calls, within, vec![m])),
             )
             .await;
             for (mode, ended) in modes.iter().zip(ended) {
                 match mode {
                     4 | 5 => assert_eq!(
-                        ended.unwrap_or_else(|e| panic!("round {round} {modes:?}, mode {mode}: {e:?}")),
+                        ended.unwrap_or_else(|e| panic!(
+                            "round {round} {modes:?}, mode {mode}: {e:?}"
+                        )),
                         Reply::Done(vec![*mode; 100].into()),
                         "round {round}"
                     ),
