@@ -9,6 +9,7 @@ mod at_most_once;
 mod at_most_once_bounds;
 mod budget;
 mod compat;
+mod encoded_edges;
 mod errors;
 mod hedge;
 mod large_frames;

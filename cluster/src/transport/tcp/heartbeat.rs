@@ -33,8 +33,10 @@ pub(crate) const SILENCE: Duration = Duration::from_secs(8);
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
+    use std::pin::Pin;
     use std::sync::atomic::AtomicU32;
     use std::sync::{Arc, OnceLock};
+    use std::task::Poll;
 
     use tokio::io::{AsyncReadExt, DuplexStream};
     use tokio::task::{AbortHandle, JoinHandle};
@@ -151,6 +153,85 @@ mod tests {
         assert_eq!(
             call(&calls, within).await.unwrap(),
             Reply::Done(vec![7].into())
+        );
+    }
+
+    /// A handler the dispatcher did not wrap (a2a5911's slot): by `mode`, 0 panics at its first
+    /// poll and its drop panics too; 1 answers at its first poll and its drop panics; 2 answers
+    /// after a wait and its drop panics (in its task); 3 never answers and its drop panics when
+    /// its deadline stops it; 4 answers at once; 5 after a wait.
+    struct Hostile {
+        mode: u8,
+        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    }
+
+    impl Future for Hostile {
+        type Output = ReplyFrame;
+        fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<ReplyFrame> {
+            match self.mode {
+                0 => panic!("a handler that panics at its first poll"),
+                1 | 4 => {}
+                3 => return Poll::Pending,
+                _ => {
+                    let sleep = self.sleep.get_or_insert_with(|| {
+                        Box::pin(tokio::time::sleep(Duration::from_millis(100)))
+                    });
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+            }
+            Poll::Ready(ReplyFrame(Reply::Done(vec![self.mode; 100].into())))
+        }
+    }
+
+    impl Drop for Hostile {
+        fn drop(&mut self) {
+            if self.mode < 4 && !std::thread::panicking() {
+                panic!("a handler's drop panics (mode {})", self.mode);
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn handlers_whose_poll_or_drop_panics_end_alone_and_the_slot_serves_on() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let calls = caller(a);
+        let _provider = serving(b, true, |_, request: RequestFrame| Hostile {
+            mode: request.0.args[0],
+            sleep: None,
+        });
+        let within = Duration::from_secs(1);
+        for round in 0..20u8 {
+            // Orders vary, so that a slot left by each kind is met by each other kind.
+            let mut modes = [0u8, 1, 2, 3, 4, 5];
+            modes.rotate_left(usize::from(round % 6));
+            if round % 2 == 1 {
+                modes.reverse();
+            }
+            let ended = futures::future::join_all(
+                modes.iter().map(|&m| call_with(&calls, within, vec![m])),
+            )
+            .await;
+            for (mode, ended) in modes.iter().zip(ended) {
+                match mode {
+                    4 | 5 => assert_eq!(
+                        ended.unwrap_or_else(|e| panic!(
+                            "round {round} {modes:?}, mode {mode}: {e:?}"
+                        )),
+                        Reply::Done(vec![*mode; 100].into()),
+                        "round {round}"
+                    ),
+                    _ => assert!(
+                        matches!(ended, Err(Ended::Timeout)),
+                        "round {round}, mode {mode}: {ended:?}"
+                    ),
+                }
+            }
+        }
+        assert_eq!(
+            call_with(&calls, within, vec![4]).await.unwrap(),
+            Reply::Done(vec![4; 100].into())
         );
     }
 
