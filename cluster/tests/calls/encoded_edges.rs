@@ -373,21 +373,6 @@ async fn near_limit(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
     }
 }
 
-#[tokio::test]
-async fn large_frames_near_the_limit_plain_wire2() {
-    near_limit(Sec::Plain, 2..=2).await;
-}
-
-#[tokio::test]
-async fn large_frames_near_the_limit_tls_wire2() {
-    near_limit(Sec::Tls, 2..=2).await;
-}
-
-#[tokio::test]
-async fn large_frames_near_the_limit_plain_wire1() {
-    near_limit(Sec::Plain, 1..=1).await;
-}
-
 /// At-most-once: the first attempt times out (300 ms) while the handler runs 500 ms; the retry
 /// is answered from the record, with the value intact at every size around the record's and
 /// Encoded's inline bounds.
@@ -411,16 +396,6 @@ async fn recalled(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
             report.attempts
         );
     }
-}
-
-#[tokio::test]
-async fn recalled_replies_plain_wire2() {
-    recalled(Sec::Plain, 2..=2).await;
-}
-
-#[tokio::test]
-async fn recalled_replies_tls_wire2() {
-    recalled(Sec::Tls, 2..=2).await;
 }
 
 /// Hedged calls (two replicas): the same request sent twice, sizes around the bound.
@@ -539,21 +514,6 @@ async fn mixed(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
     assert_eq!(client.text("after".into(), 0).await.unwrap(), "after");
 }
 
-#[tokio::test]
-async fn mixed_handlers_on_one_connection_plain_wire2() {
-    mixed(Sec::Plain, 2..=2).await;
-}
-
-#[tokio::test]
-async fn mixed_handlers_on_one_connection_tls_wire2() {
-    mixed(Sec::Tls, 2..=2).await;
-}
-
-#[tokio::test]
-async fn mixed_handlers_on_one_connection_plain_wire1() {
-    mixed(Sec::Plain, 1..=1).await;
-}
-
 /// Futures whose drop panics outside the dispatcher's catch, at their first poll (the
 /// connection's slot), later (their task) and when stopped by their deadline, among ordinary
 /// calls on one connection: each ends alone, every other call is answered.
@@ -594,21 +554,6 @@ async fn bombs(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
     }
     println!("{sec:?} {outcomes:#?}");
     assert_eq!(client.text("after".into(), 0).await.unwrap(), "after");
-}
-
-#[tokio::test]
-async fn futures_whose_drop_panics_end_alone_plain_wire2() {
-    bombs(Sec::Plain, 2..=2).await;
-}
-
-#[tokio::test]
-async fn futures_whose_drop_panics_end_alone_plain_wire1() {
-    bombs(Sec::Plain, 1..=1).await;
-}
-
-#[tokio::test]
-async fn futures_whose_drop_panics_end_alone_tls_wire2() {
-    bombs(Sec::Tls, 2..=2).await;
 }
 
 /// Deadlines that pass during a handler's first step or just after, on every kind of handler,
@@ -670,17 +615,39 @@ async fn tiny_deadlines(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
     }
 }
 
-#[tokio::test]
-async fn tiny_deadlines_plain_wire2() {
-    tiny_deadlines(Sec::Plain, 2..=2).await;
+/// One test of each scenario per transport: plaintext on wire 1 and 2, mutual TLS on wire 2.
+macro_rules! on_each_transport {
+    ($($scenario:ident => { $($name:ident: $sec:expr, $wire:expr;)* })*) => {$($(
+        #[tokio::test]
+        async fn $name() {
+            $scenario($sec, $wire).await;
+        }
+    )*)*};
 }
 
-#[tokio::test]
-async fn tiny_deadlines_tls_wire2() {
-    tiny_deadlines(Sec::Tls, 2..=2).await;
-}
-
-#[tokio::test]
-async fn tiny_deadlines_plain_wire1() {
-    tiny_deadlines(Sec::Plain, 1..=1).await;
+on_each_transport! {
+    near_limit => {
+        large_frames_near_the_limit_plain_wire2: Sec::Plain, 2..=2;
+        large_frames_near_the_limit_tls_wire2: Sec::Tls, 2..=2;
+        large_frames_near_the_limit_plain_wire1: Sec::Plain, 1..=1;
+    }
+    recalled => {
+        recalled_replies_plain_wire2: Sec::Plain, 2..=2;
+        recalled_replies_tls_wire2: Sec::Tls, 2..=2;
+    }
+    mixed => {
+        mixed_handlers_on_one_connection_plain_wire2: Sec::Plain, 2..=2;
+        mixed_handlers_on_one_connection_tls_wire2: Sec::Tls, 2..=2;
+        mixed_handlers_on_one_connection_plain_wire1: Sec::Plain, 1..=1;
+    }
+    bombs => {
+        futures_whose_drop_panics_end_alone_plain_wire2: Sec::Plain, 2..=2;
+        futures_whose_drop_panics_end_alone_plain_wire1: Sec::Plain, 1..=1;
+        futures_whose_drop_panics_end_alone_tls_wire2: Sec::Tls, 2..=2;
+    }
+    tiny_deadlines => {
+        tiny_deadlines_plain_wire2: Sec::Plain, 2..=2;
+        tiny_deadlines_tls_wire2: Sec::Tls, 2..=2;
+        tiny_deadlines_plain_wire1: Sec::Plain, 1..=1;
+    }
 }
