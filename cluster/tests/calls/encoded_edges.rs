@@ -452,11 +452,12 @@ async fn mixed(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
                     let e = c.panics_later(n).no_retry().await.expect_err("panics");
                     assert!(e.to_string().contains("panic"), "{e}");
                 }
-                4 => {
-                    // The drop of the return value panics: answered as a panic or with the
-                    // value; anything but silence.
+                4 | 5 => {
+                    // The drop of the return value panics, at once or after a wait: answered
+                    // as a panic or with the value; anything but silence.
+                    let wait = if i % 9 == 4 { 0 } else { 10 };
                     let r = c
-                        .grenade(n, 0)
+                        .grenade(n, wait)
                         .no_retry()
                         .timeout(Duration::from_secs(60))
                         .await;
@@ -464,21 +465,7 @@ async fn mixed(sec: Sec, wire: std::ops::RangeInclusive<u32>) {
                         assert!(
                             !e.to_string().contains("timeout")
                                 && !e.to_string().contains("timed out"),
-                            "grenade at once: {e}"
-                        );
-                    }
-                }
-                5 => {
-                    let r = c
-                        .grenade(n, 10)
-                        .no_retry()
-                        .timeout(Duration::from_secs(60))
-                        .await;
-                    if let Err(e) = &r {
-                        assert!(
-                            !e.to_string().contains("timeout")
-                                && !e.to_string().contains("timed out"),
-                            "grenade later: {e}"
+                            "grenade after {wait} ms: {e}"
                         );
                     }
                 }
