@@ -21,9 +21,9 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         return;
     };
     let function = usize::from(pick) % (echo::FUNCTIONS + 1);
-    match block_on(SERVER.dispatch(function, args.to_vec())) {
+    match block_on(SERVER.dispatch(function, args)) {
         Ok(reply) => {
-            let again = block_on(SERVER.dispatch(function, reply.clone()));
+            let again = block_on(SERVER.dispatch(function, &reply));
             assert_eq!(again.as_ref(), Ok(&reply), "function {function}");
         }
         Err(DispatchError::BadArguments(_)) => {}
