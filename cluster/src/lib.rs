@@ -79,6 +79,7 @@ pub mod registry;
 pub mod security;
 mod server;
 pub mod service;
+mod shares;
 mod transport;
 
 #[doc(hidden)]

@@ -6,14 +6,14 @@
 //! the connection) with more than a few calls running is refused, so one caller with slow calls
 //! cannot take every place and lock the others out.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::error::Reason;
-use crate::fast_map::FastMap;
+use crate::shares::Shares;
 
 /// The default bound on calls running at once on one node.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 1024;
@@ -24,14 +24,18 @@ pub(crate) struct Admission {
     running: AtomicUsize,
     draining: AtomicBool,
     idle: Notify,
-    /// Calls running, by caller.
-    by_caller: Mutex<FastMap<Arc<str>, usize>>,
+    /// Calls running, by caller: each caller's count is looked up when its connection opens
+    /// ([`Admission::caller`]), so a request counts itself with atomics alone.
+    by_caller: Shares<Arc<str>>,
 }
+
+/// The calls one caller has running over all its connections.
+pub(crate) type CallerCount = Arc<AtomicUsize>;
 
 /// One admitted call; lets the next in when dropped.
 pub(crate) struct Permit<'a> {
     admission: &'a Admission,
-    caller: Arc<str>,
+    caller: &'a CallerCount,
     /// Handed over to an [`OwnedPermit`], which lets go when it is dropped instead.
     detached: bool,
 }
@@ -43,17 +47,25 @@ impl Admission {
             running: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             idle: Notify::new(),
-            by_caller: Mutex::default(),
+            by_caller: Shares::default(),
         }
     }
 
-    fn callers(&self) -> std::sync::MutexGuard<'_, FastMap<Arc<str>, usize>> {
-        self.by_caller.lock().unwrap_or_else(|p| p.into_inner())
+    /// The count of `caller`'s running calls, for a connection of its to admit its calls
+    /// against; an unnamed caller (a wire 1 connection) counts as one caller, "".
+    pub(crate) fn caller(&self, caller: Option<&Arc<str>>) -> CallerCount {
+        match caller {
+            Some(name) => self.by_caller.of(name),
+            None => self.by_caller.of(&Arc::from("")),
+        }
     }
 
     /// Admits a call of `caller`, or says why not: the node is draining, at its limit, or in its
     /// reserve and the caller has its share running. Never queues.
-    pub(crate) fn admit(&self, caller: Option<&Arc<str>>) -> Result<Permit<'_>, (Reason, String)> {
+    pub(crate) fn admit<'a>(
+        &'a self,
+        caller: &'a CallerCount,
+    ) -> Result<Permit<'a>, (Reason, String)> {
         // Counted first, checked second: a drain that starts in between either sees this call
         // running (and waits for it) or is seen by it (and refuses it).
         let before = self.running.fetch_add(1, Ordering::SeqCst);
@@ -68,28 +80,20 @@ impl Admission {
                 format!("the node runs as many calls as its limit, {}", self.limit),
             ));
         }
-        let caller = caller.cloned().unwrap_or_else(|| Arc::from(""));
         let reserve = self.limit / 8;
         let share = (reserve / 8).max(1);
-        let mut callers = self.callers();
-        let mine = callers.entry(caller.clone()).or_default();
-        if before >= self.limit - reserve && *mine >= share {
-            let mine = *mine;
-            if mine == 0 {
-                callers.remove(&caller);
-            }
-            drop(callers);
+        // Counted first here too: two calls of one caller admitted at once see each other.
+        let mine = caller.fetch_add(1, Ordering::SeqCst);
+        if before >= self.limit - reserve && mine >= share {
+            caller.fetch_sub(1, Ordering::SeqCst);
             self.release();
             return Err((
                 Reason::Overloaded,
                 format!(
-                    "the node runs {before} calls, {} of them this caller's; its last {reserve} places are kept for callers with fewer than {share}",
-                    mine
+                    "the node runs {before} calls, {mine} of them this caller's; its last {reserve} places are kept for callers with fewer than {share}"
                 ),
             ));
         }
-        *mine += 1;
-        drop(callers);
         Ok(Permit {
             admission: self,
             caller,
@@ -149,7 +153,7 @@ impl Permit<'_> {
 /// A [`Permit`] that owns its hold on the node's admission.
 pub(crate) struct OwnedPermit {
     admission: Arc<Admission>,
-    caller: Arc<str>,
+    caller: CallerCount,
 }
 
 impl Drop for Permit<'_> {
@@ -168,16 +172,8 @@ impl Drop for OwnedPermit {
 
 impl Admission {
     /// A call of `caller` has ended.
-    fn let_go(&self, caller: &Arc<str>) {
-        {
-            let mut callers = self.callers();
-            if let Some(n) = callers.get_mut(caller) {
-                *n -= 1;
-                if *n == 0 {
-                    callers.remove(caller);
-                }
-            }
-        }
+    fn let_go(&self, caller: &AtomicUsize) {
+        caller.fetch_sub(1, Ordering::SeqCst);
         self.release();
     }
 }
@@ -189,22 +185,33 @@ mod tests {
     #[test]
     fn the_limit_refuses_before_running_and_never_queues() {
         let admission = Admission::new(2);
-        let a = admission.admit(None).unwrap();
-        let _b = admission.admit(None).unwrap();
-        assert_eq!(admission.admit(None).err().unwrap().0, Reason::Overloaded);
+        let unnamed = admission.caller(None);
+        let a = admission.admit(&unnamed).unwrap();
+        let _b = admission.admit(&unnamed).unwrap();
+        assert_eq!(
+            admission.admit(&unnamed).err().unwrap().0,
+            Reason::Overloaded
+        );
         drop(a);
-        assert!(admission.admit(None).is_ok());
+        assert!(admission.admit(&unnamed).is_ok());
     }
 
     #[test]
     fn past_seven_eighths_a_caller_with_its_share_running_is_refused_and_others_get_in() {
         let admission = Admission::new(64);
-        let hog: Arc<str> = Arc::from("hog");
-        let other: Arc<str> = Arc::from("web-1");
+        // The hog over two connections, each with the count its caller shares.
+        let hog = admission.caller(Some(&Arc::from("hog")));
+        let hog_again = admission.caller(Some(&Arc::from("hog")));
+        let other = admission.caller(Some(&Arc::from("web-1")));
         let mut held: Vec<_> = (0..56)
-            .map(|_| admission.admit(Some(&hog)).unwrap())
+            .map(|n| {
+                admission
+                    .admit(if n % 2 == 0 { &hog } else { &hog_again })
+                    .unwrap()
+            })
             .collect();
-        let refused = admission.admit(Some(&hog)).err().unwrap();
+        assert!(admission.admit(&hog_again).is_err());
+        let refused = admission.admit(&hog).err().unwrap();
         assert_eq!(refused.0, Reason::Overloaded);
         assert!(
             refused.1.contains("56 of them this caller's"),
@@ -212,23 +219,21 @@ mod tests {
             refused.1
         );
         // The reserve of 8 goes one each to callers with none running.
-        let a = admission.admit(Some(&other)).unwrap();
-        assert!(admission.admit(Some(&other)).is_err(), "its share is 1");
+        let a = admission.admit(&other).unwrap();
+        assert!(admission.admit(&other).is_err(), "its share is 1");
         drop(a);
-        assert!(admission.callers().get(&other).is_none());
+        assert_eq!(other.load(Ordering::SeqCst), 0, "refusals leave no count");
         held.pop();
-        assert!(
-            admission.admit(Some(&hog)).is_ok(),
-            "back under seven eighths"
-        );
+        assert!(admission.admit(&hog).is_ok(), "back under seven eighths");
     }
 
     #[tokio::test(start_paused = true)]
     async fn draining_refuses_new_calls_and_waits_for_running_ones() {
         let admission = std::sync::Arc::new(Admission::new(8));
-        let permit = admission.admit(None).unwrap();
+        let unnamed = admission.caller(None);
+        let permit = admission.admit(&unnamed).unwrap();
         admission.drain();
-        assert_eq!(admission.admit(None).err().unwrap().0, Reason::Draining);
+        assert_eq!(admission.admit(&unnamed).err().unwrap().0, Reason::Draining);
         assert!(!admission.idle_within(Duration::from_millis(10)).await);
         drop(permit);
         assert!(admission.idle_within(Duration::from_millis(10)).await);

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::admission::{Admission, Permit};
+use super::admission::{Admission, CallerCount, Permit};
 use super::describe;
 use super::record::{self, Begin, Record};
 use super::{DispatchError, DispatchFuture, Provide};
@@ -163,17 +163,21 @@ impl Dispatcher {
     /// called; the future it returns holds only what running the handler needs. It lives in
     /// every request's task, and a task past about 1 KiB no longer fits the allocator's
     /// per-thread cache.
-    pub(crate) fn handle(
-        &self,
+    ///
+    /// `caller` is the count of calls its caller has running, which its connection holds
+    /// ([`Admission::caller`]).
+    pub(crate) fn handle<'a>(
+        &'a self,
         request: Arc<Request>,
         deadline: Instant,
-    ) -> impl Future<Output = Reply> + Send + '_ {
+        caller: &'a CallerCount,
+    ) -> impl Future<Output = Reply> + Send + 'a {
         let reply_limit = request.head.reply_limit.map_or(self.max_reply, |theirs| {
             usize::try_from(theirs)
                 .unwrap_or(usize::MAX)
                 .min(self.max_reply)
         });
-        let started = self.start(request, deadline);
+        let started = self.start(request, deadline, caller);
         async move {
             let Started {
                 run,
@@ -227,7 +231,12 @@ impl Dispatcher {
 
     /// Checks a request, admits it and builds its handler's future; or refuses it, or finds it
     /// in the record of at-most-once calls.
-    fn start(&self, request: Arc<Request>, deadline: Instant) -> Result<Started<'_>, Early> {
+    fn start<'a>(
+        &'a self,
+        request: Arc<Request>,
+        deadline: Instant,
+        caller: &'a CallerCount,
+    ) -> Result<Started<'a>, Early> {
         let request = Arc::unwrap_or_clone(request);
         // Its caller has given up already (this attempt's time, or the whole call's budget, is
         // over): running it would be work nobody reads.
@@ -329,7 +338,7 @@ impl Dispatcher {
             }
             None => (deadline, None),
         };
-        let permit = match self.admission.admit(request.head.caller.as_ref()) {
+        let permit = match self.admission.admit(caller) {
             Ok(permit) => permit,
             Err((reason, detail)) => {
                 if let Some(meter) = meter {

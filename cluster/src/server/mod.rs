@@ -10,6 +10,7 @@ mod dispatch;
 mod provide;
 pub(crate) mod record;
 
+pub(crate) use admission::CallerCount;
 pub use admission::DEFAULT_MAX_CONCURRENT_CALLS;
 pub(crate) use dispatch::{Dispatcher, catching, panic_message};
 pub use provide::{DispatchError, DispatchFuture, Provide, dispatch_with, unknown_function};

@@ -63,7 +63,9 @@ impl MemoryNetwork {
         };
         // Dropping this future (the caller's timeout) drops the handler, as a real provider
         // does when the deadline that travels with the request passes.
-        tokio::time::timeout_at(deadline, dispatcher.handle(request, deadline))
+        // No connection here to hold the caller's count: looked up per request.
+        let caller = dispatcher.admission.caller(request.head.caller.as_ref());
+        tokio::time::timeout_at(deadline, dispatcher.handle(request, deadline, &caller))
             .await
             .map_err(|_| TransportError::Timeout)
     }

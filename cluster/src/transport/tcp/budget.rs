@@ -19,13 +19,13 @@
 //! are added to it when the handler returns ([`Account::add_reply`]), and the writer keeps what it
 //! has not yet written counted ([`Account::force`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use super::established::Peer;
 use crate::fast_map::FastMap;
+use crate::shares::Shares;
 
 /// The default node-wide budget for bytes held for peers.
 pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 << 20;
@@ -41,14 +41,9 @@ pub(crate) struct Budget {
     /// Connections waiting for bytes, by connection: woken when bytes come back.
     waiting: Mutex<FastMap<u64, Waker>>,
     next_connection: AtomicU64,
-    /// Each peer's bytes of the budget, shared by its connections' accounts; an entry whose
-    /// accounts are all gone is dropped when the map is next pruned.
-    peers: Mutex<HashMap<Peer, Weak<AtomicUsize>>>,
+    /// Each peer's bytes of the budget, shared by its connections' accounts.
+    peers: Shares<Peer>,
 }
-
-/// Peers remembered before the map is pruned of those with no connection left: about the
-/// connections a node holds at once.
-const PEERS_BEFORE_PRUNING: usize = 2048;
 
 impl Budget {
     pub(crate) fn new(limit: usize) -> Arc<Self> {
@@ -57,22 +52,13 @@ impl Budget {
             used: AtomicUsize::new(0),
             waiting: Mutex::default(),
             next_connection: AtomicU64::new(0),
-            peers: Mutex::default(),
+            peers: Shares::default(),
         })
     }
 
     /// `peer`'s share: the bytes of the budget its connections hold together.
     pub(super) fn share(&self, peer: &Peer) -> Arc<AtomicUsize> {
-        let mut peers = lock(&self.peers);
-        if let Some(share) = peers.get(peer).and_then(Weak::upgrade) {
-            return share;
-        }
-        if peers.len() >= PEERS_BEFORE_PRUNING {
-            peers.retain(|_, share| share.strong_count() > 0);
-        }
-        let share = Arc::new(AtomicUsize::new(0));
-        peers.insert(peer.clone(), Arc::downgrade(&share));
-        share
+        self.peers.of(peer)
     }
 
     /// Bytes held now, node-wide (outside the connections' floors).

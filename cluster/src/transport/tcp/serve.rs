@@ -24,6 +24,7 @@ use crate::error::Reason;
 use crate::net::{TcpListener, TcpStream};
 use crate::rate_limited::RateLimited;
 use crate::security::tls::{TLS_HANDSHAKE_RECORD, Tls};
+use crate::server::CallerCount;
 use crate::server::Dispatcher;
 use crate::transport::wire::handshake::{self, Opening};
 use crate::transport::wire::{Reply, v1, v2};
@@ -312,9 +313,11 @@ async fn opened<S>(
                 }
                 return;
             }
+            let name: Arc<str> = Arc::from(verified.unwrap_or(hello.node).as_str());
             let server = V2 {
                 dispatcher: shared.dispatcher.clone(),
-                peer: Arc::from(verified.unwrap_or(hello.node).as_str()),
+                caller: shared.dispatcher.admission.caller(Some(&name)),
+                peer: name,
                 account: account.clone(),
             };
             let mut frames = Frames::new(
@@ -354,6 +357,7 @@ async fn opened<S>(
             };
             let server = V1 {
                 dispatcher: shared.dispatcher.clone(),
+                caller: shared.dispatcher.admission.caller(None),
                 versions: config.versions.clone(),
                 account: account.clone(),
             };
@@ -398,6 +402,8 @@ struct V2 {
     /// The node that opened the connection, as its handshake named it: the caller of every
     /// request on it.
     peer: Arc<str>,
+    /// The calls that caller has running, over all its connections.
+    caller: CallerCount,
     /// The connection's account, which counts each reply until it is written.
     account: Arc<Account>,
 }
@@ -418,9 +424,9 @@ impl V2 {
         }
         let frame = request.head.frame_id;
         // Only what the handler needs goes into every request's task.
-        let (dispatcher, account) = (self.dispatcher, self.account);
+        let (dispatcher, account, caller) = (self.dispatcher, self.account, self.caller);
         async move {
-            let reply = dispatcher.handle(request, deadline).await;
+            let reply = dispatcher.handle(request, deadline, &caller).await;
             if let Some(frame) = frame {
                 account.add_reply(frame, reply.size());
             }
@@ -432,6 +438,8 @@ impl V2 {
 #[derive(Clone)]
 struct V1 {
     dispatcher: Arc<Dispatcher>,
+    /// The calls of this connection's unnamed caller, and of every other wire 1 one.
+    caller: CallerCount,
     versions: RangeInclusive<u32>,
     account: Arc<Account>,
 }
@@ -458,7 +466,11 @@ impl V1 {
         async move {
             let reply = match refusal {
                 Some(refused) => refused,
-                None => self.dispatcher.handle(request.request, deadline).await,
+                None => {
+                    self.dispatcher
+                        .handle(request.request, deadline, &self.caller)
+                        .await
+                }
             };
             if let Some(frame) = frame {
                 self.account.add_reply(frame, reply.size());
