@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 use tracing::Instrument;
 
-use super::Client;
+use super::ClientCore;
 use super::failure::{Failure, Verdict};
 use super::pauses::Pauses;
 use super::peers::{InFlight, Seen};
@@ -69,7 +69,7 @@ pub(crate) struct Answer {
 
 impl Answer {
     /// The call's report, every attempt in the order they started.
-    pub(crate) fn report(mut self, client: &Client, function: usize) -> CallReport {
+    pub(crate) fn report(mut self, client: &ClientCore, function: usize) -> CallReport {
         let (started, kind, recalled) = self.answered;
         let outcome = if recalled {
             "answered from the provider's record (it did not run again)"
@@ -117,7 +117,7 @@ impl Answer {
 
 /// Runs a call to completion: the reply, or why there is none.
 pub(crate) async fn run(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     sent: Sent<'_>,
 ) -> Result<Answer, CallError<Infallible>> {
@@ -141,7 +141,7 @@ pub(crate) async fn run(
 /// the call's future holds one pointer, not the arguments (a future is moved whole between the
 /// levels of `async fn`s, and every byte in it is copied each time). Its head is written when
 /// the call starts.
-pub(crate) fn request_of(client: &Client, function: usize, args: Encoded) -> Arc<Request> {
+pub(crate) fn request_of(client: &ClientCore, function: usize, args: Encoded) -> Arc<Request> {
     Arc::new(Request {
         // Borrowed from the static description: no allocation per call.
         service: Cow::Borrowed(client.description.name.as_str()),
@@ -154,7 +154,7 @@ pub(crate) fn request_of(client: &Client, function: usize, args: Encoded) -> Arc
 }
 
 async fn attempts(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     sent: Sent<'_>,
 ) -> Result<Answer, CallError<Infallible>> {
@@ -251,7 +251,7 @@ fn request_size(args: usize, metadata: &Metadata) -> usize {
 
 /// The state of one call across its attempts.
 pub(super) struct Attempts<'a> {
-    pub(super) client: &'a Client,
+    pub(super) client: &'a ClientCore,
     pub(super) function: usize,
     pub(super) overrides: &'a CallOptions,
     pub(super) start: Instant,
@@ -366,7 +366,7 @@ impl<'a> Attempts<'a> {
     }
 
     fn start(
-        client: &'a Client,
+        client: &'a ClientCore,
         function: usize,
         overrides: &'a CallOptions,
         parent: Option<&Context>,
@@ -781,7 +781,7 @@ impl<'a> Attempts<'a> {
         failure: &Failure,
         entry: &ServiceEntry,
     ) -> Option<CallError<Infallible>> {
-        let client: &'a Client = self.client;
+        let client: &'a ClientCore = self.client;
         if let Some(counted) = client.throttle.may_retry(Instant::now(), &self.retry) {
             self.counted = Some(counted);
             return None;
@@ -1024,7 +1024,7 @@ fn failed(failure: Failure, report: CallReport) -> CallError<Infallible> {
 /// `idempotent`, and neither `at_most_once`: during a rolling deploy the two may disagree (an
 /// old provider still says `idempotent` of a function the client's release found is not), and
 /// the safe side wins. A remote entry may say anything, both flags included.
-pub(super) fn may_run_twice(client: &Client, function: usize, chosen: &Chosen) -> bool {
+pub(super) fn may_run_twice(client: &ClientCore, function: usize, chosen: &Chosen) -> bool {
     let own = &client.description.functions[function];
     let provider = &chosen.entry.description.functions[chosen.function];
     own.idempotent && !own.at_most_once && provider.idempotent && !provider.at_most_once
@@ -1034,7 +1034,11 @@ pub(super) fn may_run_twice(client: &Client, function: usize, chosen: &Chosen) -
 /// registry no longer lists that process (it stalled past `dead_after`, or is leaving), the entry
 /// the call had: the process may still be there, and only it can answer for the call. A newer
 /// generation of the node in the registry means it restarted: `None`, and the call is over.
-fn pinned_choice(client: &Client, function: usize, pinned: &Arc<ServiceEntry>) -> Option<Chosen> {
+fn pinned_choice(
+    client: &ClientCore,
+    function: usize,
+    pinned: &Arc<ServiceEntry>,
+) -> Option<Chosen> {
     let wanted = &client.description.functions[function];
     let entries = client
         .node
@@ -1090,7 +1094,7 @@ fn policy(
 /// no provider known, the service's and function's options as the client's own build declares
 /// them stand in for the provider's.
 pub(super) fn merged(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     chosen: Option<&Chosen>,
     overrides: &CallOptions,

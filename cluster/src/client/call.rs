@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Client;
+use super::ClientCore;
 use crate::context::{Context, Metadata, TraceParent};
 use crate::error::{CallError, CallReport, Reason, RpcError, RpcErrorKind};
 use crate::layer::{CallInfo, Outcome};
@@ -31,7 +31,7 @@ type Decoded<T, E> =
 /// ```
 #[must_use = "a call does nothing until it is awaited"]
 pub struct Call<T, E> {
-    client: Client,
+    client: Arc<ClientCore>,
     function: usize,
     request: Result<Arc<Request>, CodecError>,
     overrides: CallOptions,
@@ -47,7 +47,7 @@ pub type CallFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, CallError<E>>>
 
 impl<T, E> Call<T, E> {
     pub(crate) fn new(
-        client: Client,
+        client: Arc<ClientCore>,
         function: usize,
         args: Result<Encoded, CodecError>,
         decode: Decode<T, E>,
@@ -231,7 +231,7 @@ where
 
 /// [`run`], with the node's client layers told before and after.
 async fn with_layers<T, E>(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     mut sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,
@@ -288,7 +288,7 @@ async fn with_layers<T, E>(
 
 /// Runs the call and decodes its reply: the provider's `Ok` or `Err`, or the framework's error.
 async fn run<T, E>(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     sent: super::attempt::Sent<'_>,
     decode: Decode<T, E>,

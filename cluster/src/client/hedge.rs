@@ -25,7 +25,7 @@ use futures::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
-use super::Client;
+use super::ClientCore;
 use super::attempt::{Answer, Attempts, Plan, may_run_twice};
 use super::failure::Failure;
 use super::peers::{InFlight, Seen};
@@ -185,7 +185,7 @@ impl<'a> Attempts<'a> {
                         continue;
                     };
                     // Counted only now that it is sure to be sent.
-                    let client: &'a Client = self.client;
+                    let client: &'a ClientCore = self.client;
                     let Some(counted) = client.throttle.may_retry(now, &self.retry) else {
                         hedges_left = 0;
                         continue;
@@ -259,7 +259,7 @@ impl<'a> Attempts<'a> {
             u32::try_from(number).unwrap_or(u32::MAX),
             std::sync::atomic::Ordering::Relaxed,
         );
-        let client: &'a Client = self.client;
+        let client: &'a ClientCore = self.client;
         let span = self.attempt_span(&request, number, &chosen.entry);
         Box::pin(async move {
             let entry = chosen.entry;

@@ -29,6 +29,14 @@ use crate::service::{ServiceDescription, encode_value};
 /// The untyped client a generated `XClient` wraps: one service, through one node.
 #[derive(Clone)]
 pub struct Client {
+    /// Behind one `Arc`: every call holds the client, and cloning it is then one count, not
+    /// one per shared part (each a cache line that both workers of a runtime would move).
+    core: Arc<ClientCore>,
+}
+
+/// What a [`Client`] holds.
+#[derive(Clone)]
+pub(crate) struct ClientCore {
     pub(crate) node: Arc<NodeInner>,
     pub(crate) description: &'static ServiceDescription,
     pub(crate) requirement: Arc<VersionReq>,
@@ -50,11 +58,12 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let core = &self.core;
         f.debug_struct("Client")
-            .field("service", &self.description.name)
-            .field("requirement", &self.requirement.to_string())
-            .field("node", &self.node.info.name)
-            .field("defaults", &self.defaults)
+            .field("service", &core.description.name)
+            .field("requirement", &core.requirement.to_string())
+            .field("node", &core.node.info.name)
+            .field("defaults", &core.defaults)
             .finish()
     }
 }
@@ -62,7 +71,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client of the service `description` describes, calling through `node`.
     pub fn new(node: &Node, description: &'static ServiceDescription) -> Self {
-        Self {
+        let core = ClientCore {
             node: node.inner.clone(),
             description,
             requirement: Arc::new(description.requirement()),
@@ -72,22 +81,27 @@ impl Client {
             routes: route::Routes::new(description.functions.len()),
             throttle: node.inner.peers.throttle(&description.name),
             meters: node.inner.meters.as_ref().map(|m| m.client(description)),
+        };
+        Self {
+            core: Arc::new(core),
         }
     }
 
     /// Client-side defaults for every call, over the provider's options and under per-call ones.
     /// Fields `options` sets override those set by earlier `with_options` calls; the others stay.
     pub fn with_options(mut self, options: CallOptions) -> Self {
-        self.defaults = self.defaults.overlay(&options);
-        self.routes = route::Routes::new(self.description.functions.len());
+        let core = Arc::make_mut(&mut self.core);
+        core.defaults = core.defaults.overlay(&options);
+        core.routes = route::Routes::new(core.description.functions.len());
         self
     }
 
     /// Replaces the requirement put on providers' versions (default: the client's major
     /// version, or the `compat` of `#[service]`).
     pub fn require(mut self, requirement: VersionReq) -> Self {
-        self.requirement = Arc::new(requirement);
-        self.routes = route::Routes::new(self.description.functions.len());
+        let core = Arc::make_mut(&mut self.core);
+        core.requirement = Arc::new(requirement);
+        core.routes = route::Routes::new(core.description.functions.len());
         self
     }
 
@@ -98,7 +112,7 @@ impl Client {
         T: DeserializeOwned,
         E: DeserializeOwned,
     {
-        Call::new(self.clone(), function, encode_value(args), |bytes| {
+        Call::new(self.core.clone(), function, encode_value(args), |bytes| {
             crate::service::decode::<Result<T, E>>(bytes)
         })
     }
@@ -109,7 +123,7 @@ impl Client {
         A: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        Call::new(self.clone(), function, encode_value(args), |bytes| {
+        Call::new(self.core.clone(), function, encode_value(args), |bytes| {
             crate::service::decode::<T>(bytes).map(Ok)
         })
     }

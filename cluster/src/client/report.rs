@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::Client;
+use super::ClientCore;
 use crate::error::{
     CallError, CallReport, ProviderRef, Reason, RpcError, RpcErrorKind, ServiceError,
 };
@@ -18,7 +18,7 @@ pub(super) fn provider_ref(entry: &ServiceEntry) -> ProviderRef {
     }
 }
 
-pub(super) fn call_name(client: &Client, function: usize) -> String {
+pub(super) fn call_name(client: &ClientCore, function: usize) -> String {
     let f = &client.description.functions[function];
     format!("{}.{}/{}", client.description.name, f.name, f.arity())
 }
@@ -26,7 +26,7 @@ pub(super) fn call_name(client: &Client, function: usize) -> String {
 /// An error raised outside the attempt loop: arguments that cannot be sent, a reply that cannot
 /// be read.
 pub(crate) fn early_error<E>(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     kind: RpcErrorKind,
     detail: String,
@@ -36,7 +36,7 @@ pub(crate) fn early_error<E>(
 
 /// A refusal raised before the attempt loop (a client layer's).
 pub(crate) fn early_service_error<E>(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     reason: Reason,
     detail: String,
@@ -45,7 +45,7 @@ pub(crate) fn early_service_error<E>(
     CallError::Service(ServiceError::new(reason, detail, vec![], report))
 }
 
-fn empty_report(client: &Client, function: usize) -> CallReport {
+fn empty_report(client: &ClientCore, function: usize) -> CallReport {
     CallReport {
         call: call_name(client, function),
         requirement: client.requirement.to_string(),

@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::Client;
+use super::ClientCore;
 use super::peers::Peer;
 use super::select::Chosen;
 use crate::options::ResolvedOptions;
@@ -55,7 +55,12 @@ impl Routes {
 
     /// The first attempt's provider from the kept route, if its stamps still hold: the next
     /// turn's pair, the one with fewer requests outstanding (as `choose` takes it).
-    pub(crate) fn choose(&self, client: &Client, function: usize, registry: u64) -> Option<Chosen> {
+    pub(crate) fn choose(
+        &self,
+        client: &ClientCore,
+        function: usize,
+        registry: u64,
+    ) -> Option<Chosen> {
         let route = self.slot(function).clone()?;
         if route.registry != registry || route.ejections != client.node.peers.ejections() {
             return None;

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use semver::Version;
 
-use super::Client;
+use super::ClientCore;
 use super::peers::{Load, Peer};
 use super::route::{Route, Routed};
 use crate::error::Reason;
@@ -62,7 +62,7 @@ struct Candidate<'e> {
 /// full choice keeps a new one whenever it finds no replica ejected or failing past the
 /// panic threshold.
 pub(crate) fn choose(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     avoid: &[Arc<ServiceEntry>],
     excluded: &[String],
@@ -157,7 +157,7 @@ pub(crate) fn choose(
 /// Keeps the eligible `candidates` as the client's route for `function`, each with its peer and
 /// its options merged, under the stamps read before they were found.
 fn keep_route(
-    client: &Client,
+    client: &ClientCore,
     function: usize,
     candidates: &[Candidate<'_>],
     registry: u64,
@@ -195,7 +195,7 @@ fn keep_route(
 /// Drops the replicas that fail their health check, unless more than the panic threshold's
 /// share of them do (`NodeBuilder::panic_threshold`, half by default): then keeps them all and
 /// says so (true).
-fn pass_over_failing(client: &Client, candidates: &mut Vec<Candidate<'_>>) -> bool {
+fn pass_over_failing(client: &ClientCore, candidates: &mut Vec<Candidate<'_>>) -> bool {
     let failing = candidates.iter().filter(|c| c.entry.failing).count();
     if failing == 0 {
         return false;
@@ -235,12 +235,12 @@ fn cap_ejections(candidates: &mut [Candidate<'_>]) {
 }
 
 /// Whether the entry's node and this one have a wire version in common.
-fn speaks_with(client: &Client, entry: &ServiceEntry) -> bool {
+fn speaks_with(client: &ClientCore, entry: &ServiceEntry) -> bool {
     crate::transport::wire::common(&client.node.wire, &entry.node.wire_versions()).is_some()
 }
 
 fn miss(
-    client: &Client,
+    client: &ClientCore,
     entries: &[Arc<ServiceEntry>],
     function: usize,
     excluded: &[String],
