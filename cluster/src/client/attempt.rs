@@ -48,6 +48,8 @@ pub(crate) struct Sent<'a> {
     /// call's handler's (a call made in a handler otherwise finds it in `parent`). Boxed: this
     /// travels through every call's futures, and nearly always is `None`.
     pub(crate) trace: Option<Box<TraceParent>>,
+    /// When the call started: its budget's clock and its meter's start.
+    pub(crate) started: Instant,
 }
 
 /// A call's reply, with what its report needs if the reply is the provider's own error.
@@ -167,6 +169,7 @@ async fn attempts(
             request_id,
             parent,
             trace,
+            started,
         } = sent;
         let early = |kind, detail| Err(early_error(client, function, kind, detail));
         if client
@@ -206,7 +209,7 @@ async fn attempts(
             return early(RpcErrorKind::TooLarge, detail);
         }
         let trace = crate::context::of_call(trace.map(|t| *t), parent.as_ref());
-        let mut call = Attempts::start(client, function, overrides, parent.as_ref());
+        let mut call = Attempts::start(client, function, overrides, parent.as_ref(), started);
         let budget_deadline = call.deadline;
         // Nothing else holds the request yet: its head is written in place.
         Arc::make_mut(&mut request).head = Head {
@@ -370,8 +373,8 @@ impl<'a> Attempts<'a> {
         function: usize,
         overrides: &'a CallOptions,
         parent: Option<&Context>,
+        start: Instant,
     ) -> Self {
-        let start = Instant::now();
         // Retry throttling counts every call (`throttle.rs`).
         client.throttle.called(start);
         let seen = client.node.registry.local_copy().generation();

@@ -219,6 +219,7 @@ where
                 request_id,
                 parent,
                 trace,
+                started: tokio::time::Instant::now(),
             };
             if client.node.client_layers.is_empty() {
                 return run(&client, function, sent, decode, report).await;
@@ -247,7 +248,7 @@ async fn with_layers<T, E>(
         options: &options,
         parent: parent.as_ref(),
     };
-    let started = tokio::time::Instant::now();
+    let started = sent.started;
     let mut refused = None;
     for layer in layers.iter() {
         let why = match catching(|| layer.on_call(&info, &mut sent.metadata)) {
@@ -294,7 +295,7 @@ async fn run<T, E>(
     decode: Decode<T, E>,
     report: bool,
 ) -> Decoded<T, E> {
-    let started = tokio::time::Instant::now();
+    let started = sent.started;
     // Counted from here, also if the call is dropped before it ends; the meter keeps no clock
     // of its own (`started` is the call's), so that it adds one pointer to the call's future.
     let meter = client.meters.as_deref().and_then(|m| m.start(function));

@@ -150,8 +150,10 @@ impl RequestBody for crate::transport::wire::v2::WireRequest {
         let ClientMessage::Request(request) = message else {
             return bincode_into(message, out);
         };
-        let left = envelope::left_until(request.context.deadline);
-        write_request(request, left, out);
+        // One reading of the clock for the deadline's and the budget's time left.
+        let now = Instant::now();
+        let left = envelope::left_until(request.context.deadline, now);
+        write_request(request, left, now, out);
         Ok(())
     }
 }
@@ -160,6 +162,7 @@ impl RequestBody for crate::transport::wire::v2::WireRequest {
 fn write_request(
     request: &envelope::Request<crate::transport::wire::v2::WireRequest>,
     left: Duration,
+    now: Instant,
     out: &mut BytesMut,
 ) {
     let crate::transport::wire::v2::WireRequest::Call { request: frame } = &request.message;
@@ -181,7 +184,7 @@ fn write_request(
         out.put_slice(text.as_bytes());
     }
     write_varint(call.signature, out);
-    let (id, attempt, budget, limit) = frame.core();
+    let (id, attempt, budget, limit) = frame.core(now);
     write_varint_u128(id, out);
     write_varint(u64::from(attempt), out);
     write_varint(budget, out);
@@ -930,8 +933,8 @@ mod tests {
             };
             let left = Duration::new(secs, nanos);
             let (mut with_left, mut without) = (BytesMut::new(), BytesMut::new());
-            write_request(&request, left, &mut with_left);
-            write_request(&request, Duration::ZERO, &mut without);
+            write_request(&request, left, Instant::now(), &mut with_left);
+            write_request(&request, Duration::ZERO, Instant::now(), &mut without);
             let mut expected = BytesMut::from(&[0u8][..]);
             bincode_into(&left, &mut expected).unwrap();
             // Without time left, the variant and two zero bytes.

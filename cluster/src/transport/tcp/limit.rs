@@ -86,10 +86,9 @@ impl InFlightLimit {
                 (n < self.limit).then_some(n + 1)
             })
             .ok()
-            .map(|_| {
-                self.touch();
-                Place(self.clone())
-            })
+            // Not touched here: a connection with a request in flight is never idle (see
+            // `close_if_idle`), and the place's drop touches it when the request ends.
+            .map(|_| Place(self.clone()))
     }
 
     /// A place, waiting for one until `deadline`.

@@ -119,9 +119,9 @@ pub(crate) trait Answered {
 
 /// The time left before `deadline` as a request carries it: at most a year (`MAX_DEADLINE`),
 /// which is "no limit" (earlier releases' tarpc panicked on deadlines a couple of years out).
-pub(crate) fn left_until(deadline: Instant) -> Duration {
+pub(crate) fn left_until(deadline: Instant, now: Instant) -> Duration {
     deadline
-        .saturating_duration_since(Instant::now())
+        .saturating_duration_since(now)
         .min(crate::transport::tcp::MAX_DEADLINE)
 }
 
@@ -135,7 +135,7 @@ mod time_left {
     use super::*;
 
     pub(super) fn serialize<S: Serializer>(deadline: &Instant, s: S) -> Result<S::Ok, S::Error> {
-        left_until(*deadline).serialize(s)
+        left_until(*deadline, Instant::now()).serialize(s)
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Instant, D::Error> {

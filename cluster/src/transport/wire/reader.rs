@@ -101,8 +101,30 @@ impl<'a> Bytes<'a> {
         })
     }
 
+    /// A one-byte integer, the usual case, without the wide path.
+    #[inline]
+    fn small(&mut self) -> Option<u8> {
+        match self.0.split_first() {
+            Some((&small, rest)) if small <= 250 => {
+                self.0 = rest;
+                Some(small)
+            }
+            _ => None,
+        }
+    }
+
     fn u64(&mut self) -> io::Result<u64> {
-        Ok(self.varint(false)? as u64)
+        match self.small() {
+            Some(small) => Ok(u64::from(small)),
+            None => Ok(self.varint(false)? as u64),
+        }
+    }
+
+    fn u128(&mut self) -> io::Result<u128> {
+        match self.small() {
+            Some(small) => Ok(u128::from(small)),
+            None => self.varint(true),
+        }
     }
 
     /// Nothing may be left after a message.
@@ -114,7 +136,7 @@ impl<'a> Bytes<'a> {
     }
 
     fn u32(&mut self) -> io::Result<u32> {
-        u32::try_from(self.varint(false)?).map_err(|_| invalid("a u32 out of range"))
+        u32::try_from(self.u64()?).map_err(|_| invalid("a u32 out of range"))
     }
 
     fn byte_string(&mut self) -> io::Result<&'a [u8]> {
@@ -156,7 +178,7 @@ impl<'a> Bytes<'a> {
         let service = self.name()?;
         let function = self.name()?;
         let signature = self.u64()?;
-        let core = (self.varint(true)?, self.u32()?, self.u64()?, self.u64()?);
+        let core = (self.u128()?, self.u32()?, self.u64()?, self.u64()?);
         let mut head = head_of(core, now);
         read_request_headers(&mut head, self.byte_string()?);
         let args = Encoded::from_slice(self.byte_string()?);

@@ -52,12 +52,13 @@ impl From<ReplyFrame> for Reply {
 impl RequestFrame {
     /// The fourth field: the request id, the attempt, the budget left in microseconds and the
     /// reply limit (`u64::MAX` for either of the last two when unset).
-    pub(crate) fn core(&self) -> (u128, u32, u64, u64) {
+    /// `now` is when the frame is written: the budget is sent as the time left then, and the
+    /// receiver counts from when it reads it.
+    pub(crate) fn core(&self, now: Instant) -> (u128, u32, u64, u64) {
         let request = &self.0;
         let head = &request.head;
-        // Time left when the frame is written: the receiver counts from when it reads it.
         let budget = head.budget_deadline.map_or(NONE, |end| {
-            let left = end.saturating_duration_since(Instant::now());
+            let left = end.saturating_duration_since(now);
             u64::try_from(left.as_micros()).unwrap_or(NONE)
         });
         (
@@ -92,7 +93,7 @@ impl Serialize for RequestFrame {
         tuple.serialize_element(&*request.service)?;
         tuple.serialize_element(&*request.function)?;
         tuple.serialize_element(&request.signature)?;
-        tuple.serialize_element(&self.core())?;
+        tuple.serialize_element(&self.core(Instant::now()))?;
         self.with_headers(|headers| tuple.serialize_element(Bytes::new(headers)))?;
         tuple.serialize_element(Bytes::new(&request.args))?;
         tuple.end()
