@@ -159,7 +159,7 @@ pub(crate) struct OwnedPermit {
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
         if !self.detached {
-            self.admission.let_go(&self.caller);
+            self.admission.let_go(self.caller);
         }
     }
 }
