@@ -155,13 +155,25 @@ enum Slot {
     ),
 }
 
-/// One pooled connection: its calls in its wire version (`calling.rs`), its dispatch task (whose
-/// end means the connection is closed), and the bound on requests in flight on it.
+/// One pooled connection, shared by the calls on it: every call takes it from the pool, and
+/// one count is all that costs.
 #[derive(Clone)]
-struct Connection {
+struct Connection(Arc<Parts>);
+
+/// A connection's calls in its wire version (`calling.rs`), its dispatch task (whose end means
+/// the connection is closed), and the bound on requests in flight on it.
+struct Parts {
     client: WireClient,
     dispatch: tokio::task::AbortHandle,
     in_flight: Arc<InFlightLimit>,
+}
+
+impl std::ops::Deref for Connection {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
 }
 
 #[derive(Clone)]
@@ -583,11 +595,11 @@ where
     };
     Ok((
         name,
-        Connection {
+        Connection(Arc::new(Parts {
             client,
             dispatch,
             in_flight,
-        },
+        })),
     ))
 }
 
