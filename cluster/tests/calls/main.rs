@@ -5,6 +5,7 @@
 mod support;
 
 mod accrual;
+mod admission_shares;
 mod at_most_once;
 mod at_most_once_bounds;
 mod budget;
