@@ -55,11 +55,12 @@ async fn named_connection(addr: std::net::SocketAddr, node: &str) {
 /// Bytes still allocated after `connections` connections, each named anew with a name of
 /// `name_len` bytes, opened and closed one after another.
 async fn kept_after(
-    addr: std::net::SocketAddr,
+    provider: &cluster::Node,
     tag: char,
     connections: usize,
     name_len: usize,
 ) -> isize {
+    let addr = provider.addr();
     let region = Region::new(GLOBAL);
     for n in 0..connections {
         let mut name = format!("{tag}{n}-");
@@ -69,8 +70,19 @@ async fn kept_after(
         ));
         named_connection(addr, &name).await;
     }
-    // The provider sees each close and drops the connection.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Until the provider has seen every close and dropped every connection.
+    let closed = async {
+        while !provider
+            .render_metrics()
+            .unwrap_or_default()
+            .contains("cluster_connections{direction=\"in\"} 0")
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), closed)
+        .await
+        .expect("the provider dropped every closed connection");
     let change = region.change();
     // `bytes_allocated` and `bytes_deallocated` count reallocations' growth and shrinking too.
     change.bytes_allocated as isize - change.bytes_deallocated as isize
@@ -86,26 +98,18 @@ async fn names_of_closed_connections_are_not_kept_in_bulk() {
         .start()
         .await
         .unwrap();
-    let addr = provider.addr();
     // Warm up (the node's first connections allocate what it keeps for any).
-    let _ = kept_after(addr, 'w', 50, 8).await;
-    // 2,000 names: under the 2,048 past which `Shares` prunes the names of closed connections.
-    let short = kept_after(addr, 's', 2000, 8).await;
-    let long = kept_after(addr, 'l', 2000, 16_000).await;
+    let _ = kept_after(&provider, 'w', 50, 8).await;
+    // 2,000 names: under the 2,048 past which `Shares` prunes its map.
+    let short = kept_after(&provider, 's', 2000, 8).await;
+    let long = kept_after(&provider, 'l', 2000, 16_000).await;
     println!(
         "kept after 2,000 closed connections: {short} B with 8 B names, {long} B with 16 kB names"
     );
-    // Every connection is gone from the node.
-    let metrics = provider.render_metrics().unwrap_or_default();
-    assert!(
-        metrics.contains("cluster_connections{direction=\"in\"} 0"),
-        "{metrics}"
-    );
     provider.kill().await;
     // 2,000 closed connections of 16 kB names each: were every name kept, 32 MB, as much as
-    // the node's whole budget of bytes buffered for peers (`max_buffered_bytes`). Before
-    // 65445dd nothing was kept (an idle caller had no entry); since, each name is kept until
-    // 2,048 have piled up, and a peer can pile them up again after every pruning.
+    // the node's whole budget of bytes buffered for peers (`max_buffered_bytes`). A caller's
+    // entry goes with its last connection.
     assert!(
         long - short < 4 << 20,
         "a peer gone from every connection left {} bytes more with 16 kB names than with 8 B ones",

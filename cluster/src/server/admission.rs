@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::error::Reason;
-use crate::shares::Shares;
+use crate::shares::{Share, Shares};
 
 /// The default bound on calls running at once on one node.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 1024;
@@ -29,8 +29,8 @@ pub(crate) struct Admission {
     by_caller: Shares<Arc<str>>,
 }
 
-/// The calls one caller has running over all its connections.
-pub(crate) type CallerCount = Arc<AtomicUsize>;
+/// A connection's hold on the count of calls its caller has running over all its connections.
+pub(crate) type CallerCount = Share<Arc<str>>;
 
 /// One admitted call; lets the next in when dropped.
 pub(crate) struct Permit<'a> {
@@ -145,7 +145,7 @@ impl Permit<'_> {
         self.detached = true;
         OwnedPermit {
             admission,
-            caller: self.caller.clone(),
+            caller: self.caller.count().clone(),
         }
     }
 }
@@ -153,7 +153,8 @@ impl Permit<'_> {
 /// A [`Permit`] that owns its hold on the node's admission.
 pub(crate) struct OwnedPermit {
     admission: Arc<Admission>,
-    caller: CallerCount,
+    /// The caller's count, which this permit keeps even when its connections are all gone.
+    caller: Arc<AtomicUsize>,
 }
 
 impl Drop for Permit<'_> {

@@ -25,7 +25,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::established::Peer;
 use crate::fast_map::FastMap;
-use crate::shares::Shares;
+use crate::shares::{Share, Shares};
 
 /// The default node-wide budget for bytes held for peers.
 pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 << 20;
@@ -57,7 +57,7 @@ impl Budget {
     }
 
     /// `peer`'s share: the bytes of the budget its connections hold together.
-    pub(super) fn share(&self, peer: &Peer) -> Arc<AtomicUsize> {
+    pub(super) fn share(&self, peer: &Peer) -> Share<Peer> {
         self.peers.of(peer)
     }
 
@@ -105,7 +105,7 @@ pub(crate) struct ConnectionLimits {
 pub(super) struct Account {
     budget: Arc<Budget>,
     /// Its peer's bytes of the budget, over all the peer's connections.
-    peer: Arc<AtomicUsize>,
+    peer: Share<Peer>,
     limits: ConnectionLimits,
     id: u64,
     state: Mutex<State>,

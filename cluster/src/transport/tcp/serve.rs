@@ -316,7 +316,7 @@ async fn opened<S>(
             let name: Arc<str> = Arc::from(verified.unwrap_or(hello.node).as_str());
             let server = V2 {
                 dispatcher: shared.dispatcher.clone(),
-                caller: shared.dispatcher.admission.caller(Some(&name)),
+                caller: Arc::new(shared.dispatcher.admission.caller(Some(&name))),
                 peer: name,
                 account: account.clone(),
             };
@@ -357,7 +357,7 @@ async fn opened<S>(
             };
             let server = V1 {
                 dispatcher: shared.dispatcher.clone(),
-                caller: shared.dispatcher.admission.caller(None),
+                caller: Arc::new(shared.dispatcher.admission.caller(None)),
                 versions: config.versions.clone(),
                 account: account.clone(),
             };
@@ -403,7 +403,7 @@ struct V2 {
     /// request on it.
     peer: Arc<str>,
     /// The calls that caller has running, over all its connections.
-    caller: CallerCount,
+    caller: Arc<CallerCount>,
     /// The connection's account, which counts each reply until it is written.
     account: Arc<Account>,
 }
@@ -439,7 +439,7 @@ impl V2 {
 struct V1 {
     dispatcher: Arc<Dispatcher>,
     /// The calls of this connection's unnamed caller, and of every other wire 1 one.
-    caller: CallerCount,
+    caller: Arc<CallerCount>,
     versions: RangeInclusive<u32>,
     account: Arc<Account>,
 }
