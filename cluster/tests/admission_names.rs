@@ -8,49 +8,12 @@ use std::alloc::System;
 use std::time::Duration;
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[path = "support/raw_peer.rs"]
+mod raw_peer;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-/// Opens a plaintext connection whose hello names `node`, waits for its welcome, closes it.
-async fn named_connection(addr: std::net::SocketAddr, node: &str) {
-    fn string(out: &mut Vec<u8>, s: &str) {
-        if s.len() < 32 {
-            out.push(0xa0 | s.len() as u8);
-        } else {
-            out.push(0xda);
-            out.extend((s.len() as u16).to_be_bytes());
-        }
-        out.extend_from_slice(s.as_bytes());
-    }
-    // `Hello` as MessagePack with named fields (docs/wire.md).
-    let mut hello = vec![0x84];
-    string(&mut hello, "versions");
-    hello.extend([0x92, 2, 2]);
-    string(&mut hello, "features");
-    hello.push(0x90);
-    string(&mut hello, "node");
-    string(&mut hello, node);
-    string(&mut hello, "max_frame");
-    hello.push(0xce);
-    hello.extend((8u32 << 20).to_be_bytes());
-    assert!(hello.len() <= 16 << 10);
-    let mut out = b"cluster\0".to_vec();
-    out.extend((hello.len() as u32).to_be_bytes());
-    out.extend(hello);
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(&out).await.unwrap();
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).await.unwrap();
-    let mut welcome = vec![0; u32::from_be_bytes(len) as usize];
-    stream.read_exact(&mut welcome).await.unwrap();
-    assert!(
-        welcome.windows(9).any(|w| w == b"\xa7version\x02"),
-        "not welcomed: {}",
-        String::from_utf8_lossy(&welcome)
-    );
-}
 
 /// Bytes still allocated after `connections` connections, each named anew with a name of
 /// `name_len` bytes, opened and closed one after another.
@@ -68,7 +31,7 @@ async fn kept_after(
             'x',
             name_len.saturating_sub(name.len()),
         ));
-        named_connection(addr, &name).await;
+        drop(raw_peer::named_connection(addr, &name).await);
     }
     // Until the provider has seen every close and dropped every connection.
     let closed = async {

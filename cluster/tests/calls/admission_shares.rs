@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster::{CallOptions, MemoryRegistry, Node, NodeBuilder, Reason};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
 type CallError = cluster::CallError<std::convert::Infallible>;
@@ -575,46 +574,6 @@ async fn a_caller_whose_connections_all_closed_still_counts_its_detached_handler
     setup.teardown().await;
 }
 
-/// Opens a plaintext connection whose hello names `node`, and waits for its welcome.
-async fn named_connection(addr: std::net::SocketAddr, node: &str) -> tokio::net::TcpStream {
-    fn string(out: &mut Vec<u8>, s: &str) {
-        assert!(s.len() < 256);
-        if s.len() < 32 {
-            out.push(0xa0 | s.len() as u8);
-        } else {
-            out.extend([0xd9, s.len() as u8]);
-        }
-        out.extend_from_slice(s.as_bytes());
-    }
-    // `Hello` as MessagePack with named fields (docs/wire.md).
-    let mut hello = vec![0x84];
-    string(&mut hello, "versions");
-    hello.extend([0x92, 2, 2]);
-    string(&mut hello, "features");
-    hello.push(0x90);
-    string(&mut hello, "node");
-    string(&mut hello, node);
-    string(&mut hello, "max_frame");
-    hello.push(0xce);
-    hello.extend((8u32 << 20).to_be_bytes());
-    let mut out = b"cluster\0".to_vec();
-    out.extend((hello.len() as u32).to_be_bytes());
-    out.extend(hello);
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(&out).await.unwrap();
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).await.unwrap();
-    let mut welcome = vec![0; u32::from_be_bytes(len) as usize];
-    stream.read_exact(&mut welcome).await.unwrap();
-    let agreed = welcome.windows(9).any(|w| w == b"\xa7version\x02");
-    assert!(
-        agreed,
-        "not welcomed: {}",
-        String::from_utf8_lossy(&welcome)
-    );
-    stream
-}
-
 #[tokio::test]
 async fn a_peer_naming_itself_anew_on_every_connection_does_not_reset_a_live_callers_count() {
     let mut setup = Setup::new(false).await;
@@ -626,7 +585,7 @@ async fn a_peer_naming_itself_anew_on_every_connection_does_not_reset_a_live_cal
     let addr = setup.provider.addr();
     let mut open = std::collections::VecDeque::new();
     for n in 0..2600 {
-        open.push_back(named_connection(addr, &format!("mallory-{n}")).await);
+        open.push_back(crate::raw_peer::named_connection(addr, &format!("mallory-{n}")).await);
         if open.len() > 8 {
             drop(open.pop_front());
         }

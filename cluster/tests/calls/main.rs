@@ -1,6 +1,8 @@
 //! The call path, step by step (docs/calls.md).
 #![allow(unreachable_pub)]
 
+#[path = "../support/raw_peer.rs"]
+mod raw_peer;
 #[path = "../support/mod.rs"]
 mod support;
 
