@@ -24,7 +24,8 @@ pub use callers::{Callers, Guarded};
 pub use identity::{Identity, IdentityError};
 pub use keyring::{GossipKey, KeyId, Keyring};
 
-/// The cluster and node a certificate (DER) names, as an [`Authority`] issues them
+/// The cluster and node a certificate (DER) names, as `cluster init` and `issue` (or
+/// `Authority`, with the `authority` feature) issue them
 /// (`spiffe://<cluster>/node/<node>`), or why it names none: for a server outside the node
 /// that verifies such certificates itself, as the discovery gateway does its HTTPS clients'.
 /// Whether the certificate is valid and issued by a CA one trusts is the caller's to check.
