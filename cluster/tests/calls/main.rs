@@ -19,5 +19,6 @@ mod large_frames;
 mod lookup;
 mod outcomes;
 mod resolve;
+mod shared_parts;
 mod stalled;
 mod throttle;
