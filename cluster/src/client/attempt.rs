@@ -50,6 +50,9 @@ pub(crate) struct Sent<'a> {
     pub(crate) trace: Option<Box<TraceParent>>,
     /// When the call started: its budget's clock and its meter's start.
     pub(crate) started: Instant,
+    /// When its attempts may begin: `started`, or later when client layers ran first (their
+    /// time is the budget's, not the first attempt's).
+    pub(crate) attempts_from: Instant,
 }
 
 /// A call's reply, with what its report needs if the reply is the provider's own error.
@@ -170,6 +173,7 @@ async fn attempts(
             parent,
             trace,
             started,
+            attempts_from,
         } = sent;
         let early = |kind, detail| Err(early_error(client, function, kind, detail));
         if client
@@ -209,7 +213,13 @@ async fn attempts(
             return early(RpcErrorKind::TooLarge, detail);
         }
         let trace = crate::context::of_call(trace.map(|t| *t), parent.as_ref());
-        let mut call = Attempts::start(client, function, overrides, parent.as_ref(), started);
+        let mut call = Attempts::start(
+            client,
+            function,
+            overrides,
+            parent.as_ref(),
+            (started, attempts_from),
+        );
         let budget_deadline = call.deadline;
         // Nothing else holds the request yet: its head is written in place.
         Arc::make_mut(&mut request).head = Head {
@@ -258,6 +268,8 @@ pub(super) struct Attempts<'a> {
     pub(super) function: usize,
     pub(super) overrides: &'a CallOptions,
     pub(super) start: Instant,
+    // When the first attempt may start: the call's start, or later if client layers ran first.
+    first_at: Instant,
     // One clock for the whole call: no attempt starts at or after it.
     pub(super) deadline: Instant,
     pub(super) retry: RetryPolicy,
@@ -373,7 +385,7 @@ impl<'a> Attempts<'a> {
         function: usize,
         overrides: &'a CallOptions,
         parent: Option<&Context>,
-        start: Instant,
+        (start, first_at): (Instant, Instant),
     ) -> Self {
         // Retry throttling counts every call (`throttle.rs`).
         client.throttle.called(start);
@@ -403,6 +415,7 @@ impl<'a> Attempts<'a> {
             function,
             overrides,
             start,
+            first_at,
             deadline,
             retry,
             budget,
@@ -472,9 +485,9 @@ impl<'a> Attempts<'a> {
                 }
             };
             // The first attempt of a call that found its provider at once starts when the call
-            // did: one clock read less per call.
+            // did (after its client layers): one clock read less per call.
             let now = if self.first_options.is_some() {
-                self.start
+                self.first_at
             } else {
                 Instant::now()
             };

@@ -209,6 +209,7 @@ where
             } else {
                 current
             };
+            let started = tokio::time::Instant::now();
             let request_id = parent
                 .as_ref()
                 .map_or_else(|| client.node.next_request_id(), Context::request_id);
@@ -219,7 +220,8 @@ where
                 request_id,
                 parent,
                 trace,
-                started: tokio::time::Instant::now(),
+                started,
+                attempts_from: started,
             };
             if client.node.client_layers.is_empty() {
                 return run(&client, function, sent, decode, report).await;
@@ -271,7 +273,11 @@ async fn with_layers<T, E>(
             }
             Err(e)
         }
-        None => run(client, function, sent, decode, report).await,
+        None => {
+            // The layers' time is the budget's; the first attempt's timeout starts now.
+            sent.attempts_from = tokio::time::Instant::now();
+            run(client, function, sent, decode, report).await
+        }
     };
     let outcome = match &result {
         Ok(Ok(_)) => Outcome::Ok,

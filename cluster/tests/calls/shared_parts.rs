@@ -323,31 +323,35 @@ async fn calls_that_keep_arriving_around_the_idle_close_never_fail_for_it() {
     let (provider, engine, proxy, caller) = behind_a_proxy(&cluster, Mode::Answer).await;
     let client = SearchClient::new(&caller);
 
-    // Each caller waits between its calls for about as long as the connection may idle
-    // (two thirds to four thirds of it), so that some calls arrive just before the close,
-    // some just after, some while it happens. `reindex` is never sent twice: a call that
-    // lost its request to the close would fail.
-    let mut callers = JoinSet::new();
-    for seed in 0..CALLERS as u64 {
-        let client = client.clone();
-        callers.spawn(async move {
-            let mut rng = fastrand::Rng::with_seed(seed);
-            let mut failed = Vec::new();
-            for _ in 0..CALLS {
-                let ms = CLOSES_AFTER.as_millis() as u64;
-                let pause = Duration::from_millis(rng.u64(ms * 2 / 3..=ms * 4 / 3));
-                tokio::time::sleep(pause).await;
-                match client.reindex(false).no_retry().await {
-                    Ok(42) => {}
-                    other => failed.push(format!("{other:?}")),
-                }
-            }
-            failed
-        });
-    }
+    // Rounds of a call from each caller, a millisecond apart, after a pause of about as long
+    // as the connection may idle (two thirds to four thirds of it; every fourth round twice
+    // it, so that it surely closes): some calls arrive just before the close, some just
+    // after, some while it happens. `reindex` is never sent twice: a call that lost its
+    // request to the close would fail.
+    let mut rng = fastrand::Rng::with_seed(7);
     let mut failed = Vec::new();
-    while let Some(done) = callers.join_next().await {
-        failed.extend(done.unwrap());
+    for round in 0..CALLS {
+        let ms = CLOSES_AFTER.as_millis() as u64;
+        let pause = if round % 4 == 3 {
+            2 * ms
+        } else {
+            rng.u64(ms * 2 / 3..=ms * 4 / 3)
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let mut callers = JoinSet::new();
+        for n in 0..CALLERS as u64 {
+            let client = client.clone();
+            callers.spawn(async move {
+                tokio::time::sleep(Duration::from_millis(n)).await;
+                client.reindex(false).no_retry().await
+            });
+        }
+        while let Some(done) = callers.join_next().await {
+            match done.unwrap() {
+                Ok(42) => {}
+                other => failed.push(format!("round {round}: {other:?}")),
+            }
+        }
     }
     assert!(failed.is_empty(), "calls failed: {failed:?}");
     assert_eq!(engine.counters.started(), CALLERS * CALLS, "each ran once");
