@@ -858,7 +858,7 @@ fn print_report(plan: &Plan, rows: &[Row], lookup: &Lookup) {
                 ],
                 floor_target: Target::None,
                 target: Target::AtLeast(1.2),
-                tls_target: Target::AtLeast(0.90),
+                tls_target: Target::AtLeast(0.85),
             },
             Figure {
                 name: "CPU time per call, 64 in flight (µs)",

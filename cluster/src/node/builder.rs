@@ -244,8 +244,8 @@ impl NodeBuilder {
     }
 
     /// How long a connection with nothing in flight and nothing received stays open. The
-    /// caller's side closes its connections sooner (at its own `idle_timeout` if shorter, else
-    /// three quarters of the provider's), and opens a new one for the next call.
+    /// caller's side closes its connections sooner, after three quarters of the shorter of its
+    /// own `idle_timeout` and the provider's, and opens a new one for the next call.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = Some(timeout);
         self
