@@ -38,6 +38,18 @@ async fn budget(client: &SearchClient) -> (Duration, Source) {
 }
 
 /// The reason a `search` fails for, which must be its client's requirement.
+/// One call through `client`: the budget it ran with, or `None` if it was refused for its
+/// version requirement, as `expected` (`None`) says it must be.
+async fn budget_or_refusal(client: &SearchClient, expected: Option<Duration>) -> Option<Duration> {
+    match expected {
+        Some(_) => Some(budget(client).await.0),
+        None => {
+            assert_eq!(refused(client).await, Reason::NoVersion);
+            None
+        }
+    }
+}
+
 async fn refused(client: &SearchClient) -> Reason {
     match client.search("q".into()).await {
         Err(CallError::Service(e)) => e.reason(),
@@ -98,13 +110,7 @@ async fn a_clone_given_other_options_or_requirement_leaves_the_original_alone() 
     for round in 0..50 {
         for (client, expected) in clients.iter().cloned() {
             calls.spawn(async move {
-                let got = match expected {
-                    Some(_) => Some(budget(&client).await.0),
-                    None => {
-                        assert_eq!(refused(&client).await, Reason::NoVersion);
-                        None
-                    }
-                };
+                let got = budget_or_refusal(&client, expected).await;
                 assert_eq!(got, expected, "round {round}");
             });
         }
@@ -151,13 +157,7 @@ async fn many_clients_of_one_service_on_one_node_call_with_their_own() {
     for call in 0..CALLS {
         for (i, (client, expected)) in clients.iter().cloned().enumerate() {
             calls.spawn(async move {
-                let got = match expected {
-                    Some(_) => Some(budget(&client).await.0),
-                    None => {
-                        assert_eq!(refused(&client).await, Reason::NoVersion);
-                        None
-                    }
-                };
+                let got = budget_or_refusal(&client, expected).await;
                 assert_eq!(got, expected, "client {i}, call {call}");
             });
         }
