@@ -222,6 +222,18 @@ async fn started_or_answered(gate: &Held, call: Call) -> Result<Call, CallError>
     }
 }
 
+/// Requests `node` answered from its record of at-most-once calls, by its metrics.
+fn recalled(node: &Node) -> u64 {
+    let metrics = node.render_metrics().expect("the node keeps metrics");
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("cluster_requests_total{") && line.contains("outcome=\"recalled\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 /// The refusal's detail; panics unless the call was refused as overloaded.
 fn overloaded(refused: Result<Call, CallError>) -> String {
     match refused {
@@ -381,7 +393,10 @@ async fn a_burst_of_one_callers_calls_on_several_connections_never_takes_the_res
 
 #[tokio::test]
 async fn every_way_a_call_ends_gives_its_place_back_to_the_caller_and_the_node() {
-    let mut setup = Setup::new(true).await;
+    // Metrics on the provider: a retry answered from its record is the event the at-most-once
+    // cases below wait for.
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut setup = Setup::with(true, |b| b.metrics(loopback)).await;
     let gate = setup.gate.clone();
     let engine = setup.engine.clone();
     let (_h1, hog) = setup.caller("hog").await;
@@ -464,7 +479,12 @@ async fn every_way_a_call_ends_gives_its_place_back_to_the_caller_and_the_node()
                 "an at-most-once call",
             ));
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // Each first attempt given up (its 100 ms), its retry waits on the record.
+        let before = recalled(&setup.provider);
+        until("every call's retry reached the record", || {
+            recalled(&setup.provider) >= before + 3
+        })
+        .await;
         for call in &calls {
             call.abort();
         }
@@ -490,7 +510,11 @@ async fn every_way_a_call_ends_gives_its_place_back_to_the_caller_and_the_node()
             started_or_answered(&gate, call).await,
             "an at-most-once call",
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        let before = recalled(&setup.provider);
+        until("the call's retry reached the record", || {
+            recalled(&setup.provider) > before
+        })
+        .await;
         gate.release();
         assert_eq!(call.await.unwrap().unwrap(), 7);
         // The connection dropped mid-call: a node of the hog's name killed with calls

@@ -288,6 +288,8 @@ async fn a_pooled_connection_busy_with_long_calls_is_never_closed_for_idling() {
         engine.counters.started() == 2
     })
     .await;
+    // A stretch of the first call's run, so that the second outlasts it by more than the idle
+    // timeout: the duration is the subject, not a wait for an event.
     tokio::time::sleep(5 * IDLE).await;
     let second = tokio::spawn({
         let client = client.clone();
@@ -484,6 +486,8 @@ async fn a_call_made_early_counts_its_budget_from_its_await_not_from_when_it_was
     client.left().await.unwrap();
 
     let made = client.left().budget(S);
+    // Time between making the call and awaiting it is what this test is about: no event to
+    // wait for instead.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let ((budget, _), report) = made.reported().await.unwrap();
     let budget = budget.expect("the budget travels with the request");
