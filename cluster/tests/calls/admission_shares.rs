@@ -222,6 +222,28 @@ async fn started_or_answered(gate: &Held, call: Call) -> Result<Call, CallError>
     }
 }
 
+/// With one call of the caller `hog` running (in `calls`, or detached): a new caller fills the
+/// node up to its reserve, and a new connection of `hog` is refused there, its one call counted
+/// as its own. The calls running, and the new connection's client.
+async fn hog_refused_in_the_reserve(
+    setup: &mut Setup,
+    mut calls: Vec<Call>,
+) -> (Vec<Call>, GateClient) {
+    let gate = setup.gate.clone();
+    let (_f, filler) = setup.caller("filler").await;
+    for _ in 0..RESERVE_FROM - 1 {
+        calls.push(admitted(try_hold(&filler, &gate).await, "a filler call"));
+    }
+    assert_eq!(gate.running(), RESERVE_FROM);
+    let (_h, hog) = setup.caller("hog").await;
+    let detail = overloaded(try_hold(&hog, &gate).await);
+    assert!(
+        detail.contains("14 calls, 1 of them this caller's"),
+        "{detail}"
+    );
+    (calls, hog)
+}
+
 /// Requests `node` answered from its record of at-most-once calls, by its metrics.
 fn recalled(node: &Node) -> u64 {
     let metrics = node.render_metrics().expect("the node keeps metrics");
@@ -577,19 +599,8 @@ async fn a_caller_whose_connections_all_closed_still_counts_its_detached_handler
     call.abort();
     let _ = call.await;
     assert_eq!(gate.running(), 1);
-    let (_f, filler) = setup.caller("filler").await;
-    let mut calls = Vec::new();
-    for _ in 0..RESERVE_FROM - 1 {
-        calls.push(admitted(try_hold(&filler, &gate).await, "a filler call"));
-    }
-    assert_eq!(gate.running(), RESERVE_FROM);
     // The hog comes back on a new connection: its detached handler still counts as its own.
-    let (_again, hog) = setup.caller("hog").await;
-    let detail = overloaded(try_hold(&hog, &gate).await);
-    assert!(
-        detail.contains("14 calls, 1 of them this caller's"),
-        "{detail}"
-    );
+    let (calls, hog) = hog_refused_in_the_reserve(&mut setup, Vec::new()).await;
     // Once it ends, the hog's place in the reserve is its again.
     give_up(&gate, calls).await;
     gate.release();
@@ -616,17 +627,7 @@ async fn a_peer_naming_itself_anew_on_every_connection_does_not_reset_a_live_cal
     }
     drop(open);
     // The hog's count survived the pruning: a new connection of its shares its one call.
-    let (_f, filler) = setup.caller("filler").await;
-    let mut calls = vec![hog_call];
-    for _ in 0..RESERVE_FROM - 1 {
-        calls.push(admitted(try_hold(&filler, &gate).await, "a filler call"));
-    }
-    let (_h2, hog_again) = setup.caller("hog").await;
-    let detail = overloaded(try_hold(&hog_again, &gate).await);
-    assert!(
-        detail.contains("14 calls, 1 of them this caller's"),
-        "{detail}"
-    );
+    let (mut calls, _hog_again) = hog_refused_in_the_reserve(&mut setup, vec![hog_call]).await;
     // A name the peer used and dropped is a fresh caller.
     let (_m, mallory) = setup.caller("mallory-7").await;
     calls.push(admitted(try_hold(&mallory, &gate).await, "a pruned name"));
