@@ -544,10 +544,10 @@ async fn retries_stop_at_the_budget_counted_from_the_await() {
 }
 
 /// The per-attempt timeout is the attempt's own: a client layer that takes 300 ms before the
-/// call's first attempt leaves that attempt its whole 200 ms, and the report says when it
-/// started. Counted from the call's start (`Sent::started`, read before the layers run), the
-/// first attempt's deadline has passed when it is sent: it fails as a timeout at once, and a
-/// retry (counted by retry throttling) answers.
+/// call's first attempt leaves that attempt its whole 200 ms (it counts from when the attempt is
+/// sent, `Sent::attempts_from`, while the budget counts from the await), and the report says
+/// when it started. Were it counted from the await, the attempt would be sent with its time
+/// gone, fail as a timeout at once, and a retry would answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_client_layer_leaves_the_first_attempt_its_whole_timeout() {
     const TIMEOUT: Duration = Duration::from_millis(200);
