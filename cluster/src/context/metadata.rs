@@ -24,16 +24,25 @@ pub struct Metadata {
 }
 
 /// Metadata over its bounds.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the call's metadata has {entries} entries in {bytes} bytes; at most {MAX_METADATA_ENTRIES} entries in {MAX_METADATA_BYTES} bytes are allowed"
-)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataTooLarge {
     /// Its entries.
     pub entries: usize,
     /// Its bytes, keys and values.
     pub bytes: usize,
 }
+
+impl std::fmt::Display for MetadataTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the call's metadata has {} entries in {} bytes; at most {MAX_METADATA_ENTRIES} entries in {MAX_METADATA_BYTES} bytes are allowed",
+            self.entries, self.bytes
+        )
+    }
+}
+
+impl std::error::Error for MetadataTooLarge {}
 
 impl Metadata {
     /// No entries.

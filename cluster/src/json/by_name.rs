@@ -67,11 +67,10 @@ pub struct Found {
 }
 
 /// Why [`Functions::find`] found no function to call.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FindError {
     /// No entry of the service in the registry.
-    #[error("no service `{service}` in the registry{}", near.as_ref().map_or_else(String::new, |n| format!("; did you mean \"{n}\"?")))]
     NoService {
         /// The service asked for.
         service: String,
@@ -79,7 +78,6 @@ pub enum FindError {
         near: Option<String>,
     },
     /// Providers exist, none within the requirement.
-    #[error("no provider of `{service}` in a version within {requirement}: the registry has {}", versions.join(", "))]
     NoVersion {
         /// The service asked for.
         service: String,
@@ -89,7 +87,6 @@ pub enum FindError {
         versions: Vec<String>,
     },
     /// Providers of versions that cannot serve each other's clients, and no requirement.
-    #[error("`{service}` has providers of versions that cannot serve each other's clients ({})", versions.join(", "))]
     Incompatible {
         /// The service asked for.
         service: String,
@@ -97,7 +94,6 @@ pub enum FindError {
         versions: Vec<String>,
     },
     /// No such function in the newest description.
-    #[error("`{service}` {version} has no function `{function}`; it has: {}", functions.join(", "))]
     NoFunction {
         /// The service asked for.
         service: String,
@@ -109,9 +105,43 @@ pub enum FindError {
         functions: Vec<String>,
     },
     /// [`MAX_DESCRIPTIONS`] are kept already.
-    #[error("{MAX_DESCRIPTIONS} descriptions are kept already; no client for another")]
     TooManyDescriptions,
 }
+
+impl fmt::Display for FindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoService { service, near } => {
+                write!(f, "no service `{service}` in the registry")?;
+                match near {
+                    Some(near) => write!(f, "; did you mean \"{near}\"?"),
+                    None => Ok(()),
+                }
+            }
+            Self::NoVersion { service, requirement, versions } => write!(
+                f,
+                "no provider of `{service}` in a version within {requirement}: the registry has {}",
+                versions.join(", ")
+            ),
+            Self::Incompatible { service, versions } => write!(
+                f,
+                "`{service}` has providers of versions that cannot serve each other's clients ({})",
+                versions.join(", ")
+            ),
+            Self::NoFunction { service, version, function, functions } => write!(
+                f,
+                "`{service}` {version} has no function `{function}`; it has: {}",
+                functions.join(", ")
+            ),
+            Self::TooManyDescriptions => write!(
+                f,
+                "{MAX_DESCRIPTIONS} descriptions are kept already; no client for another"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FindError {}
 
 impl Functions {
     /// Functions of the services in `node`'s registry, called through `node`.

@@ -1,3 +1,4 @@
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -101,24 +102,46 @@ pub struct NodeBuilder {
 }
 
 /// A node could not start.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum StartError {
     /// The listener could not be bound.
-    #[error("cannot listen on {addr}")]
     Listen {
         /// The address.
         addr: SocketAddr,
         /// Why.
-        #[source]
         source: std::io::Error,
     },
     /// The registry refused the node.
-    #[error("the registry refused the node: {0}")]
-    Registry(#[from] RegistryError),
+    Registry(RegistryError),
     /// A setting is out of its range.
-    #[error("invalid setting: {0}")]
     Setting(String),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Listen { addr, .. } => write!(f, "cannot listen on {addr}"),
+            Self::Registry(e) => write!(f, "the registry refused the node: {e}"),
+            Self::Setting(why) => write!(f, "invalid setting: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Listen { source, .. } => Some(source),
+            Self::Registry(e) => Some(e),
+            Self::Setting(_) => None,
+        }
+    }
+}
+
+impl From<RegistryError> for StartError {
+    fn from(e: RegistryError) -> Self {
+        Self::Registry(e)
+    }
 }
 
 impl NodeBuilder {

@@ -15,11 +15,10 @@ use crate::transport::{Head, Reply, Request, TransportError};
 pub use crate::server::describe::Described;
 
 /// A peer could not be described.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DescribeError {
     /// Nothing answered in time, or the connection failed or was refused (TLS, wire version).
-    #[error("{addr} did not answer: {why}")]
     Unreachable {
         /// Where it was asked.
         addr: SocketAddr,
@@ -28,7 +27,6 @@ pub enum DescribeError {
     },
     /// The peer answered something other than a description (a refusal, a reply too large for
     /// the frame limit, bytes that do not decode).
-    #[error("{addr} gave no description: {why}")]
     BadAnswer {
         /// Where it was asked.
         addr: SocketAddr,
@@ -37,7 +35,6 @@ pub enum DescribeError {
     },
     /// The peer's description names another node than its connection proved (its certificate
     /// under TLS, its handshake in plaintext): it is not believed.
-    #[error("{addr} says it is node `{claimed}`, but its connection is of node `{proved}`")]
     WrongPeer {
         /// Where it was asked.
         addr: SocketAddr,
@@ -47,9 +44,24 @@ pub enum DescribeError {
         proved: String,
     },
     /// The node that would ask has stopped.
-    #[error("the node has stopped")]
     Stopped,
 }
+
+impl std::fmt::Display for DescribeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unreachable { addr, why } => write!(f, "{addr} did not answer: {why}"),
+            Self::BadAnswer { addr, why } => write!(f, "{addr} gave no description: {why}"),
+            Self::WrongPeer { addr, claimed, proved } => write!(
+                f,
+                "{addr} says it is node `{claimed}`, but its connection is of node `{proved}`"
+            ),
+            Self::Stopped => write!(f, "the node has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for DescribeError {}
 
 /// Describes peers on behalf of a node without keeping it alive (a registry backend holds
 /// one; the node holds the backend). Cheap to clone.

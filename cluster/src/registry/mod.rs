@@ -11,6 +11,7 @@ mod index;
 mod memory;
 mod summary;
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -159,13 +160,10 @@ pub trait Registry: Send + Sync + 'static {
 }
 
 /// A registry refused or failed an operation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RegistryError {
     /// The entry is larger than this backend can replicate.
-    #[error(
-        "the entry of service `{service}` is {size} bytes, more than the registry's limit of {limit}"
-    )]
     TooLarge {
         /// The service.
         service: String,
@@ -177,9 +175,6 @@ pub enum RegistryError {
     /// The node's own entries would pass a limit its peers hold every node's state to (a
     /// gossip registry's `GossipConfig::max_keys_per_node` or `max_bytes_per_node`): they would
     /// drop the entry, so it is refused here.
-    #[error(
-        "registering service `{service}` would take the node's gossip state to {size}, past GossipConfig::{setting} = {limit}"
-    )]
     NodeFull {
         /// The service.
         service: String,
@@ -191,10 +186,8 @@ pub enum RegistryError {
         limit: usize,
     },
     /// The backend has stopped, or has not started (a node joins it when it starts).
-    #[error("the registry is not running")]
     Stopped,
     /// This backend holds only the entries of its own node.
-    #[error("this registry replicates the entries of node `{own}`, not of node `{node}`")]
     NotLocal {
         /// The node the entry names.
         node: String,
@@ -202,15 +195,12 @@ pub enum RegistryError {
         own: String,
     },
     /// The replication engine could not start.
-    #[error("gossip could not start: {0}")]
     Gossip(String),
     /// The store behind the registry (an etcd cluster) refused a request or did not answer, or
     /// its settings cannot reach it. The local copy still answers lookups.
-    #[error("the registry's store (etcd): {0}")]
     Unavailable(String),
     /// Another live process holds the node's name: the node does not start, and calls keep
     /// going to the holder.
-    #[error("node `{name}` is already up at {holder}: a name belongs to one live process")]
     NameTaken {
         /// The name.
         name: String,
@@ -218,3 +208,31 @@ pub enum RegistryError {
         holder: std::net::SocketAddr,
     },
 }
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLarge { service, size, limit } => write!(
+                f,
+                "the entry of service `{service}` is {size} bytes, more than the registry's limit of {limit}"
+            ),
+            Self::NodeFull { service, setting, size, limit } => write!(
+                f,
+                "registering service `{service}` would take the node's gossip state to {size}, past GossipConfig::{setting} = {limit}"
+            ),
+            Self::Stopped => write!(f, "the registry is not running"),
+            Self::NotLocal { node, own } => write!(
+                f,
+                "this registry replicates the entries of node `{own}`, not of node `{node}`"
+            ),
+            Self::Gossip(why) => write!(f, "gossip could not start: {why}"),
+            Self::Unavailable(why) => write!(f, "the registry's store (etcd): {why}"),
+            Self::NameTaken { name, holder } => write!(
+                f,
+                "node `{name}` is already up at {holder}: a name belongs to one live process"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RegistryError {}

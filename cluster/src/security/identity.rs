@@ -43,21 +43,38 @@ impl std::fmt::Debug for Identity {
 }
 
 /// An identity or a key could not be loaded or made.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum IdentityError {
     /// A file could not be read or written.
-    #[error("cannot read or write {path}: {source}")]
     Io {
         /// The file.
         path: PathBuf,
         /// Why.
-        #[source]
         source: std::io::Error,
     },
     /// The PEM, the certificate or the key is not what a node needs; the text says why.
-    #[error("{0}")]
     Invalid(String),
+}
+
+impl std::fmt::Display for IdentityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Io { path, source } => {
+                write!(f, "cannot read or write {}: {source}", path.display())
+            }
+            Self::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for IdentityError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            Self::Invalid(_) => None,
+        }
+    }
 }
 
 impl Identity {

@@ -25,19 +25,28 @@ pub trait Provide: Send + Sync + 'static {
 }
 
 /// Why a dispatched call has no return value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DispatchError {
     /// The arguments could not be decoded; the function did not run.
-    #[error("cannot decode the arguments: {0}")]
     BadArguments(String),
     /// The return value could not be encoded; the function ran.
-    #[error("cannot encode the return value: {0}")]
     Unencodable(String),
     /// No function has this index; the function did not run.
-    #[error("no function number {0}")]
     UnknownFunction(usize),
 }
+
+impl std::fmt::Display for DispatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::BadArguments(why) => write!(f, "cannot decode the arguments: {why}"),
+            Self::Unencodable(why) => write!(f, "cannot encode the return value: {why}"),
+            Self::UnknownFunction(index) => write!(f, "no function number {index}"),
+        }
+    }
+}
+
+impl std::error::Error for DispatchError {}
 
 /// Decodes the argument tuple, runs `f` and encodes its return value. Decoding happens before
 /// the future is built, so a bad request never starts the function.
