@@ -68,6 +68,7 @@ mod fast_map;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(feature = "json")]
 pub mod json;
 pub mod layer;
 mod meters;
