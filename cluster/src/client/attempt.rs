@@ -364,7 +364,7 @@ impl<'a> Attempts<'a> {
         number: usize,
         entry: &'s ServiceEntry,
         deadline: Instant,
-    ) -> futures::future::BoxFuture<'s, Result<Reply, crate::transport::TransportError>> {
+    ) -> futures_core::future::BoxFuture<'s, Result<Reply, crate::transport::TransportError>> {
         let send = self
             .client
             .node

@@ -28,7 +28,8 @@ use std::io;
 use std::pin::Pin;
 use std::task::Poll;
 
-use futures::{FutureExt, Sink, Stream};
+use futures_core::Stream;
+use futures_sink::Sink;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -269,14 +270,20 @@ where
                                 // future pinned where it is; the next request gets another.
                                 let mut handler = std::mem::replace(&mut slot, Box::pin(None));
                                 let replies = replies.clone();
-                                let waits =
-                                    poll_fn(move |cx| match handler.as_mut().as_pin_mut() {
-                                        Some(handler) => handler.poll(cx),
-                                        None => Poll::Pending,
-                                    });
-                                let task = tokio::spawn(waits.map(move |reply| {
+                                // As it ends, the handler is dropped and its reply handed
+                                // over, in that order and in the same poll.
+                                let waits = poll_fn(move |cx| {
+                                    let Some(running) = handler.as_mut().as_pin_mut() else {
+                                        return Poll::Pending;
+                                    };
+                                    let Poll::Ready(reply) = running.poll(cx) else {
+                                        return Poll::Pending;
+                                    };
+                                    handler.set(None);
                                     let _ = replies.send((id, number, reply));
-                                }));
+                                    Poll::Ready(())
+                                });
+                                let task = tokio::spawn(waits);
                                 running.start(id, Some(task.abort_handle()), deadline, number);
                             }
                         }

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures::task::AtomicWaker;
-use futures::{Sink, Stream};
+use atomic_waker::AtomicWaker;
+use futures_core::Stream;
+use futures_sink::Sink;
 use tokio::time::{Instant, Sleep};
 
 use super::caller_frames::CallerFrames;

@@ -8,7 +8,8 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use crate::transport::wire::envelope::ClientMessage;
-use futures::{Sink, Stream};
+use futures_core::Stream;
+use futures_sink::Sink;
 use tokio::task::AbortHandle;
 
 /// A transport that, when its read side ends, aborts the task that serves it (dropping the serving

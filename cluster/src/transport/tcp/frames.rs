@@ -30,7 +30,8 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use futures::{Sink, Stream};
+use futures_core::Stream;
+use futures_sink::Sink;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, Sleep};
