@@ -60,6 +60,7 @@
 
 #[cfg(feature = "admin")]
 mod admin;
+mod catch_unwind;
 mod client;
 pub mod context;
 mod deadline;

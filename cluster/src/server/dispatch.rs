@@ -3,7 +3,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use futures::FutureExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -13,6 +12,7 @@ use super::describe;
 use super::record::{self, Begin, Record};
 use super::{DispatchError, DispatchFuture, Provide};
 
+use crate::catch_unwind::CatchUnwind;
 use crate::context::{Context, Received};
 use crate::error::Reason;
 use crate::fast_map::FastMap;
@@ -558,9 +558,7 @@ async fn served(
     // per-thread cache (`docs/benchmarks.md`).
     let outcome = match run {
         Ok(future) => {
-            AssertUnwindSafe(context.clone().run(future))
-                .catch_unwind()
-                .await
+            CatchUnwind::new(AssertUnwindSafe(context.clone().run(future))).await
         }
         Err(panic) => Err(panic),
     };
