@@ -11,19 +11,20 @@ use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::caller_frames::CallerFrames;
 use super::calling::{Calls, Ended};
 use super::limit::{InFlightLimit, NoPlace};
+use crate::catch_unwind::CatchUnwind;
 use crate::fast_map::FastMap;
 use crate::net::TcpStream;
 use crate::rate_limited::RateLimited;
@@ -148,12 +149,13 @@ impl Eq for Peer {}
 
 enum Slot {
     Open(Connection),
-    /// One connection attempt under way; every call that needs the peer waits for it.
-    Connecting(
-        u64,
-        Shared<BoxFuture<'static, Result<Connection, TransportError>>>,
-    ),
+    /// One connection attempt under way, numbered, in a task of its own ([`open`]); every call
+    /// that needs the peer waits for its outcome here, `None` until it has one.
+    Connecting(u64, watch::Receiver<Option<Opened>>),
 }
+
+/// How a connection attempt ended: every call that waited for it is told the same.
+type Opened = Result<Connection, TransportError>;
 
 /// One pooled connection, shared by the calls on it: every call takes it from the pool, and
 /// one count is all that costs.
@@ -236,35 +238,42 @@ impl TcpConnector {
         version: u32,
         deadline: Instant,
     ) -> Result<Connection, TransportError> {
-        let pending = {
+        let mut pending = {
             let mut pool = self.pool();
             match pool.get(keyed(to)) {
                 Some(Slot::Open(conn)) if conn.is_open() => return Ok(conn.clone()),
                 Some(Slot::Connecting(_, pending)) => pending.clone(),
                 _ => {
                     let id = self.attempts.fetch_add(1, Ordering::Relaxed);
+                    let (outcome, pending) = watch::channel(None);
                     // A task of its own: the attempt goes on (and settles the pool) even if
                     // every call waiting for it gives up first.
-                    let task = tokio::spawn(open(
+                    tokio::spawn(open(
                         self.config.clone(),
                         to.clone(),
                         version,
                         Arc::clone(&self.pool),
                         id,
+                        outcome,
                     ));
-                    let pending = async move {
-                        task.await.unwrap_or_else(|e| {
-                            Err(TransportError::NotSent(format!("connecting failed: {e}")))
-                        })
-                    }
-                    .boxed()
-                    .shared();
                     pool.insert(Peer::of(to), Slot::Connecting(id, pending.clone()));
                     pending
                 }
             }
         };
-        match tokio::time::timeout_at(deadline, pending).await {
+        let opened = async {
+            match pending.wait_for(Option::is_some).await {
+                Ok(outcome) => Option::clone(&outcome),
+                Err(_) => None,
+            }
+            // The attempt's task ended with no outcome: its runtime is shutting down.
+            .unwrap_or_else(|| {
+                Err(TransportError::NotSent(format!(
+                    "connecting to {to} failed: the attempt was stopped"
+                )))
+            })
+        };
+        match tokio::time::timeout_at(deadline, opened).await {
             Ok(result) => result,
             Err(_) => Err(TransportError::NoAnswer(format!(
                 "the connection to {to} was still being opened when the attempt's time ran out"
@@ -384,38 +393,49 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// One connection attempt: TCP, the handshake (wire 2 and later), the connection's task. Puts its
-/// outcome in the pool (the connection, or no entry so that the next call tries again).
+/// outcome in the pool (the connection, or no entry so that the next call tries again), then
+/// tells it to the calls that wait for it (`outcome`). A panic in the attempt is its error.
 async fn open(
     config: ConnectConfig,
     to: NodeInfo,
     version: u32,
     pool: Arc<Mutex<Pool>>,
     id: u64,
-) -> Result<Connection, TransportError> {
-    let result =
-        match tokio::time::timeout(config.connect_timeout, connect(&config, &to, version)).await {
-            Ok(result) => result,
-            Err(_) => Err(TransportError::NoAnswer(format!(
-                "connecting to {to} took longer than the connect timeout ({:?})",
-                config.connect_timeout
-            ))),
-        };
-    let mut pool = lock(&pool);
-    if matches!(pool.get(keyed(&to)), Some(Slot::Connecting(current, _)) if *current == id) {
-        match &result {
+    outcome: watch::Sender<Option<Opened>>,
+) {
+    let attempt = tokio::time::timeout(config.connect_timeout, connect(&config, &to, version));
+    let result = match CatchUnwind::new(AssertUnwindSafe(attempt)).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(TransportError::NoAnswer(format!(
+            "connecting to {to} took longer than the connect timeout ({:?})",
+            config.connect_timeout
+        ))),
+        Err(panic) => Err(TransportError::NotSent(format!(
+            "connecting to {to} failed: it panicked: {}",
+            crate::server::panic_message(&*panic)
+        ))),
+    };
+    settle(&pool, &to, id, &result);
+    outcome.send_replace(Some(result));
+}
+
+/// The pool after attempt `id` to `to` ended with `result`, unless another has replaced it.
+fn settle(pool: &Mutex<Pool>, to: &NodeInfo, id: u64, result: &Opened) {
+    let mut pool = lock(pool);
+    if matches!(pool.get(keyed(to)), Some(Slot::Connecting(current, _)) if *current == id) {
+        match result {
             Ok(conn) => {
                 // Connections that have closed (peers gone after a deploy, a node's earlier
                 // generation), under any key, are dropped here, so the pool does not grow with
                 // history.
                 pool.retain(|_, slot| !matches!(slot, Slot::Open(c) if !c.is_open()));
-                pool.insert(Peer::of(&to), Slot::Open(conn.clone()));
+                pool.insert(Peer::of(to), Slot::Open(conn.clone()));
             }
             Err(_) => {
-                pool.remove(keyed(&to));
+                pool.remove(keyed(to));
             }
         }
     }
-    result
 }
 
 async fn connect(
