@@ -16,12 +16,11 @@
 //!    `Overloaded` refusal only `overloaded_retries` times; within the one budget clock.
 
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
@@ -51,6 +50,38 @@ struct Ended {
 
 type Out<'a> = Pin<Box<dyn Future<Output = Ended> + Send + 'a>>;
 
+/// The attempts out, raced: a few at most (`hedge.max` copies and the first), so each wake-up
+/// of the call polls them all. Dropping it drops every attempt still out, which cancels it.
+#[derive(Default)]
+struct Racing<'a>(Vec<Out<'a>>);
+
+impl<'a> Racing<'a> {
+    fn push(&mut self, attempt: Out<'a>) {
+        self.0.push(attempt);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The next attempt to end, taken out of the race; `None` at once if none is out.
+    fn next(&mut self) -> impl Future<Output = Option<Ended>> + '_ {
+        poll_fn(|cx| {
+            if self.0.is_empty() {
+                return Poll::Ready(None);
+            }
+            for i in 0..self.0.len() {
+                if let Poll::Ready(ended) = self.0[i].as_mut().poll(cx) {
+                    // The order of those left does not matter: each says its slot.
+                    drop(self.0.swap_remove(i));
+                    return Poll::Ready(Some(ended));
+                }
+            }
+            Poll::Pending
+        })
+    }
+}
+
 impl<'a> Attempts<'a> {
     /// Runs a hedged call from its first attempt, to `first` until `first_deadline`.
     pub(super) async fn run_hedged(
@@ -61,7 +92,7 @@ impl<'a> Attempts<'a> {
         size: usize,
         hedge: HedgePolicy,
     ) -> Result<Answer, CallError<Infallible>> {
-        let mut out: FuturesUnordered<Out<'a>> = FuturesUnordered::new();
+        let mut out = Racing::default();
         // Each attempt sent, numbered after the attempts made before this one.
         let mut slots: Vec<Slot> = Vec::new();
         let numbered = self.attempts.len() + self.attempts_left_out;
