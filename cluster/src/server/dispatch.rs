@@ -557,9 +557,7 @@ async fn served(
     // instructions and the room in the request's task that kept it within the allocator's
     // per-thread cache (`docs/benchmarks.md`).
     let outcome = match run {
-        Ok(future) => {
-            CatchUnwind::new(AssertUnwindSafe(context.clone().run(future))).await
-        }
+        Ok(future) => CatchUnwind::new(AssertUnwindSafe(context.clone().run(future))).await,
         Err(panic) => Err(panic),
     };
     let (reply, served) = match outcome {
