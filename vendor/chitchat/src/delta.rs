@@ -680,7 +680,7 @@ mod tests {
                 status: DeletionStatus::Set,
             },
         ));
-        test_aux_delta_writer(delta_writer, 98);
+        test_aux_delta_writer(delta_writer, 115);
     }
 
     #[test]
@@ -716,7 +716,7 @@ mod tests {
         let node2 = ChitchatId::for_local_test(10_002);
         // +37 bytes = 8 bytes (last gc version) + 2 bytes (empty node delta) + 27 bytes (node).
         assert!(delta_writer.try_add_node(node2, 0, 0u64));
-        test_aux_delta_writer(delta_writer, 80);
+        test_aux_delta_writer(delta_writer, 96);
     }
 
     #[track_caller]
@@ -765,7 +765,7 @@ mod tests {
         // = 155
         assert!(delta_writer.try_add_node(node2, 0u64, 0));
         // The block got compressed.
-        test_aux_delta_writer(delta_writer, 80);
+        test_aux_delta_writer(delta_writer, 96);
     }
 
     #[test]
@@ -801,7 +801,7 @@ mod tests {
         assert!(!delta_writer.try_add_node(node2, 0u64, 1u64));
 
         // The block got compressed.
-        test_aux_delta_writer(delta_writer, 72);
+        test_aux_delta_writer(delta_writer, 88);
     }
 
     #[test]
@@ -884,5 +884,285 @@ mod tests {
             }
         }
         assert_eq!(num_valid_tags, 4);
+    }
+}
+
+/// Not upstream's: blocks written by `ruzstd` and by libzstd (nodes before it, or with the
+/// `libzstd` feature) are read by both, within the same bound; and what the codec costs in
+/// size on gossip-like deltas.
+#[cfg(test)]
+mod codec_tests {
+    use std::net::SocketAddr;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::serialize::{CompressedStreamWriter, compress_block, decompress_block};
+
+    fn libzstd_compress(block: &[u8], compressed: &mut Vec<u8>) {
+        *compressed = zstd::bulk::compress(block, 0).unwrap();
+    }
+
+    use compress_block as ruzstd_compress;
+
+    /// A deterministic generator (splitmix64): the same state on every run.
+    struct Bytes(u64);
+
+    impl Bytes {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn take(&mut self, len: usize) -> Vec<u8> {
+            (0..len).map(|_| self.next() as u8).collect()
+        }
+    }
+
+    fn base64(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut text = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+            for i in 0..=chunk.len() {
+                text.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+            for _ in chunk.len()..3 {
+                text.push('=');
+            }
+        }
+        text
+    }
+
+    fn function(name: &str, arg: &str, ok: &str) -> String {
+        format!(
+            r#"{{"name":"{name}","signature":"{name}({arg}) -> Result<Vec<{ok}>, ServiceError>","shape":{{"args":[{{"Struct":{{"name":"{arg}","fields":[{{"name":"text","shape":"Str","optional":false}},{{"name":"limit","shape":{{"Uint":32}},"optional":false}},{{"name":"filters","shape":{{"Map":["Str","Str"]}},"optional":true}},{{"name":"deadline_ms","shape":{{"Option":{{"Uint":64}}}},"optional":true}}]}}}}],"output":{{"Enum":{{"name":"Result","variants":[{{"name":"Ok","content":{{"Newtype":{{"Seq":{{"Struct":{{"name":"{ok}","fields":[{{"name":"id","shape":"Str","optional":false}},{{"name":"score","shape":{{"Float":32}},"optional":false}},{{"name":"tags","shape":{{"Seq":"Str"}},"optional":false}}]}}}}}}}}}},{{"name":"Err","content":{{"Newtype":{{"Enum":{{"name":"ServiceError","variants":[{{"name":"BadRequest","content":{{"Newtype":"Str"}}}},{{"name":"Unavailable","content":"Unit"}},{{"name":"Timeout","content":{{"Struct":[{{"name":"after_ms","shape":{{"Uint":64}},"optional":false}}]}}}}]}}}}}}}}]}}}}}},"idempotent":true,"options":{{}},"params":["request"]}}"#
+        )
+    }
+
+    fn service(name: &str) -> String {
+        let functions: Vec<String> = ["get", "list", "search", "update"]
+            .iter()
+            .map(|f| function(&format!("{f}_{name}"), &format!("{}Request", name), &format!("{}Item", name)))
+            .collect();
+        format!(
+            r#"{{"name":"{name}","version":"2.3.1","compat":"^2","options":{{"timeout":{{"secs":5,"nanos":0}}}},"functions":[{}],"wire":2}}"#,
+            functions.join(",")
+        )
+    }
+
+    /// What `cluster` gossips for `nodes` nodes, each with 3 services of a pool of 6: its
+    /// address keys, status and revision, a certificate (base64 DER, a template shared by all
+    /// and its own key, serial and signature), the services' descriptions (JSON with traced
+    /// shapes), a load, each key signed (an ECDSA P-256 signature in DER, 71 bytes) if `signed`.
+    fn gossip_like_ops(nodes: usize, signed: bool) -> Vec<DeltaOp> {
+        let mut bytes = Bytes(7);
+        let pool = ["search", "index", "billing", "accounts", "media", "audit"].map(service);
+        let names = ["search", "index", "billing", "accounts", "media", "audit"];
+        let template = bytes.take(330);
+        let mut ops = Vec::new();
+        for i in 0..nodes {
+            let chitchat_id = ChitchatId::new(
+                format!("node-{i:03}.eu-west.prod"),
+                1_765_000_000_000 + i as u64,
+                SocketAddr::from(([10, 0, (i / 200) as u8, (i % 200) as u8], 7280)),
+            );
+            ops.push(DeltaOp::Node {
+                chitchat_id,
+                last_gc_version: 0,
+                from_version_excluded: 0,
+            });
+            let mut der = template.clone();
+            der.splice(40..40, bytes.take(16)); // serial
+            der.splice(180..180, bytes.take(65)); // public key
+            der.extend(bytes.take(72)); // the CA's signature
+            let mut keys = vec![
+                ("rpc".to_owned(), format!("10.0.{}.{}:7000", i / 200, i % 200)),
+                ("frame".to_owned(), "16777216".to_owned()),
+                ("wire".to_owned(), "1-2".to_owned()),
+                ("status".to_owned(), "up".to_owned()),
+                ("cert".to_owned(), base64(&der)),
+            ];
+            for s in 0..3 {
+                let k = (i + s * 2) % pool.len();
+                keys.push((format!("svc:{}", names[k]), pool[k].clone()));
+            }
+            keys.push(("load".to_owned(), format!("0.{}", bytes.next() % 100)));
+            keys.push(("rev".to_owned(), "9".to_owned()));
+            for (version, (key, value)) in keys.into_iter().enumerate() {
+                let mutation = KeyValueMutation {
+                    key,
+                    value,
+                    version: version as u64 + 1,
+                    status: DeletionStatusMutation::Set,
+                };
+                let signature = bytes.take(71);
+                ops.push(if signed {
+                    DeltaOp::SignedKeyValue(mutation, signature.into())
+                } else {
+                    DeltaOp::KeyValue(mutation)
+                });
+            }
+        }
+        ops
+    }
+
+    /// The ops' bytes, and their stream as a delta writes it (blocks of 16 KiB) with `compress`.
+    fn stream(ops: &[DeltaOp], compress: fn(&[u8], &mut Vec<u8>)) -> (usize, Vec<u8>) {
+        let mut writer = CompressedStreamWriter::with_compressor(BLOCK_THRESHOLD, compress);
+        for op in ops {
+            writer.append(op);
+        }
+        (ops.iter().map(|op| op.serialized_len()).sum(), writer.finish())
+    }
+
+    fn libzstd_decompress_stream(mut buf: &[u8]) -> Vec<u8> {
+        let mut data = Vec::new();
+        loop {
+            let (tag, rest) = buf.split_first().unwrap();
+            if *tag == 0 {
+                return data;
+            }
+            let len = u16::from_le_bytes([rest[0], rest[1]]) as usize;
+            let block = &rest[2..2 + len];
+            if *tag == 1 {
+                data.extend(zstd::bulk::decompress(block, u16::MAX as usize).unwrap());
+            } else {
+                data.extend(block);
+            }
+            buf = &rest[2 + len..];
+        }
+    }
+
+    #[test]
+    fn gossip_like_deltas_read_across_codecs_and_their_sizes() {
+        for (nodes, signed) in [(10, true), (50, true), (50, false)] {
+            let ops = gossip_like_ops(nodes, signed);
+            let mut plain = Vec::new();
+            for op in &ops {
+                op.serialize(&mut plain);
+            }
+            let (len, ruzstd) = stream(&ops, ruzstd_compress);
+            let (_, libzstd) = stream(&ops, libzstd_compress);
+            // Each reads the other's.
+            for stream in [&libzstd, &ruzstd] {
+                let read: Vec<DeltaOp> = deserialize_stream(&mut &stream[..]).unwrap();
+                assert_eq!(read.len(), ops.len());
+                let mut again = Vec::new();
+                for op in &read {
+                    op.serialize(&mut again);
+                }
+                assert_eq!(again, plain);
+            }
+            assert_eq!(libzstd_decompress_stream(&ruzstd), plain);
+            println!(
+                "{nodes} nodes, signed: {signed}, {len} bytes of ops: ruzstd Fastest {} bytes, libzstd level 3 {} bytes ({:.2}x)",
+                ruzstd.len(),
+                libzstd.len(),
+                ruzstd.len() as f64 / libzstd.len() as f64
+            );
+        }
+    }
+
+    #[test]
+    fn a_block_decompresses_into_its_room_exactly_and_no_further() {
+        let ops = gossip_like_ops(3, true);
+        let mut plain = Vec::new();
+        for op in &ops {
+            op.serialize(&mut plain);
+        }
+        let block = &plain[..plain.len().min(16_384)];
+        for compress in [ruzstd_compress, libzstd_compress] {
+            let mut frame = Vec::new();
+            compress(block, &mut frame);
+            assert!(frame.len() < block.len() / 2);
+            let mut output = vec![0; block.len()];
+            assert_eq!(decompress_block(&frame, &mut output).unwrap(), block.len());
+            assert_eq!(output, block);
+            // Refused from the header: it declares its content's size.
+            assert!(decompress_block(&frame, &mut output[..block.len() - 1]).is_err());
+        }
+    }
+
+    /// 60 KiB in a frame that declares no content size and a window of 1 KiB, in RLE blocks of
+    /// 1 KiB: refused once past the room.
+    #[test]
+    fn a_frame_of_many_small_blocks_is_refused_past_the_room() {
+        let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0, 0];
+        for i in 0..60u32 {
+            let block = u32::from(i == 59) | (1 << 1) | (1024 << 3);
+            frame.extend(&block.to_le_bytes()[..3]);
+            frame.push(b'x');
+        }
+        let mut output = vec![0; 65_535];
+        assert_eq!(decompress_block(&frame, &mut output).unwrap(), 61_440);
+        let err = decompress_block(&frame, &mut output[..10_000]).unwrap_err();
+        assert!(format!("{err:#}").contains("more than 10000 bytes"), "{err:#}");
+        assert_eq!(zstd::bulk::decompress(&frame, 65_536).unwrap().len(), 61_440);
+    }
+
+    fn compressible() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..3_000),
+            proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), any::<u8>()], 0..20_000),
+            (proptest::collection::vec(any::<u8>(), 1..200), 1..200usize)
+                .prop_map(|(pattern, times)| pattern.repeat(times)),
+        ]
+    }
+
+    proptest! {
+        // Failing cases are kept in proptest-regressions/, and printed with their seed.
+        #[test]
+        fn blocks_read_across_codecs(data in compressible()) {
+            let mut ours = Vec::new();
+            ruzstd_compress(&data, &mut ours);
+            if !data.is_empty() {
+                prop_assert_eq!(zstd::bulk::decompress(&ours, data.len()).unwrap(), data.clone());
+                let mut output = vec![0; data.len()];
+                prop_assert_eq!(decompress_block(&ours, &mut output).unwrap(), data.len());
+                prop_assert_eq!(&output, &data);
+                prop_assert!(decompress_block(&ours, &mut output[..data.len() - 1]).is_err());
+            }
+            let theirs = zstd::bulk::compress(&data, 0).unwrap();
+            let mut output = vec![0; data.len()];
+            prop_assert_eq!(decompress_block(&theirs, &mut output).unwrap(), data.len());
+            prop_assert_eq!(&output, &data);
+        }
+
+        #[test]
+        fn damaged_blocks_are_errors_or_bounded(
+            data in compressible(),
+            damage in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            room in 0..70_000usize,
+        ) {
+            let mut frame = Vec::new();
+            ruzstd_compress(&data, &mut frame);
+            if frame.is_empty() {
+                frame = zstd::bulk::compress(&data, 0).unwrap();
+            }
+            for (at, byte) in damage {
+                let at = at.index(frame.len());
+                frame[at] = byte;
+            }
+            let mut output = vec![0; room.min(u16::MAX as usize)];
+            if let Ok(len) = decompress_block(&frame, &mut output) {
+                prop_assert!(len <= output.len());
+            }
+        }
+
+        #[test]
+        fn random_bytes_are_errors_or_bounded(frame in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let mut with_magic = vec![0x28, 0xB5, 0x2F, 0xFD];
+            with_magic.extend(&frame);
+            let mut output = vec![0; 4_096];
+            for frame in [&frame, &with_magic] {
+                if let Ok(len) = decompress_block(frame, &mut output) {
+                    prop_assert!(len <= output.len());
+                }
+            }
+        }
     }
 }

@@ -319,6 +319,8 @@ pub struct CompressedStreamWriter {
     // ongoing block being serialized.
     compressed_block: Vec<u8>,
     block_threshold: usize,
+    // Not upstream's: what writes a block's zstd frame (another codec in tests).
+    compress: fn(&[u8], &mut Vec<u8>),
 }
 
 impl CompressedStreamWriter {
@@ -330,24 +332,34 @@ impl CompressedStreamWriter {
             uncompressed_block: Vec::with_capacity(block_threshold * 2),
             compressed_block: Vec::with_capacity(block_threshold),
             block_threshold,
+            compress: compress_block,
+        }
+    }
+
+    /// Not upstream's: a writer whose blocks `compress` writes (libzstd's, in tests).
+    #[cfg(test)]
+    pub(crate) fn with_compressor(
+        block_threshold: u16,
+        compress: fn(&[u8], &mut Vec<u8>),
+    ) -> CompressedStreamWriter {
+        CompressedStreamWriter {
+            compress,
+            ..Self::with_block_threshold(block_threshold)
         }
     }
 
     /// Returns an upperbound of the serialized len after appending `s`
+    ///
+    /// Not upstream's: each block the pending bytes fill is counted (upstream counted at most
+    /// two, which held only while every block compressed by at least its header's 3 bytes; an
+    /// item spanning more blocks, stored uncompressed, passed the bound).
     pub fn serialized_len_upperbound_after<S: Serializable + ?Sized>(&self, item: &S) -> usize {
         let new_item_serialized_len = item.serialized_len();
         assert!(new_item_serialized_len > 0);
         const BLOCK_META_LEN: usize = 3;
-        let new_block_needed =
-            self.uncompressed_block.len() + new_item_serialized_len > self.block_threshold;
-        if new_block_needed {
-            BLOCK_META_LEN + self.output.len() + self.uncompressed_block.len() + // current block
-                BLOCK_META_LEN + new_item_serialized_len // new block
-                + 1 // No more blocks tag.
-        } else {
-            BLOCK_META_LEN + self.output.len() + self.uncompressed_block.len() + new_item_serialized_len // current block
-                + 1 // No more blocks tag.
-        }
+        let pending = self.uncompressed_block.len() + new_item_serialized_len;
+        let blocks = pending.div_ceil(self.block_threshold);
+        self.output.len() + blocks * BLOCK_META_LEN + pending + 1 // No more blocks tag.
     }
 
     /// Appends a new item to the stream. Items must be at most `u16::MAX` bytes long.
@@ -372,28 +384,22 @@ impl CompressedStreamWriter {
         }
         let num_bytes_to_compress = self.uncompressed_block.len().min(self.block_threshold);
 
-        self.compressed_block.resize(num_bytes_to_compress, 0u8);
-        match zstd::bulk::compress_to_buffer(
-            &self.uncompressed_block[..num_bytes_to_compress],
-            &mut self.compressed_block[..],
-            0, // default compression level
-        ) {
-            Ok(compressed_len) => {
-                BlockType::Compressed.serialize(&mut self.output);
-                let compressed_len_u16 = u16::try_from(compressed_len).unwrap();
-                compressed_len_u16.serialize(&mut self.output);
-                self.output.extend(&self.compressed_block[..compressed_len]);
-            }
-            // The compressed version was actually longer than the decompressed one.
-            // Let's keep the block uncomopressed
-            Err(_) => {
-                BlockType::Uncompressed.serialize(&mut self.output);
-                let num_bytes_to_compress_u16 =
-                    u16::try_from(num_bytes_to_compress).expect("uncompressed block too big");
-                num_bytes_to_compress_u16.serialize(&mut self.output);
-                self.output
-                    .extend(&self.uncompressed_block[..num_bytes_to_compress]);
-            }
+        let block = &self.uncompressed_block[..num_bytes_to_compress];
+        self.compressed_block.clear();
+        (self.compress)(block, &mut self.compressed_block);
+        if !self.compressed_block.is_empty() && self.compressed_block.len() < block.len() {
+            BlockType::Compressed.serialize(&mut self.output);
+            let compressed_len_u16 = u16::try_from(self.compressed_block.len()).unwrap();
+            compressed_len_u16.serialize(&mut self.output);
+            self.output.extend(&self.compressed_block);
+        } else {
+            // The compressed version was not smaller than the decompressed one.
+            // Let's keep the block uncompressed
+            BlockType::Uncompressed.serialize(&mut self.output);
+            let num_bytes_to_compress_u16 =
+                u16::try_from(num_bytes_to_compress).expect("uncompressed block too big");
+            num_bytes_to_compress_u16.serialize(&mut self.output);
+            self.output.extend(block);
         }
         self.uncompressed_block.drain(..num_bytes_to_compress);
     }
@@ -403,6 +409,79 @@ impl CompressedStreamWriter {
         BlockType::NoMoreBlocks.serialize(&mut self.output);
         self.output
     }
+}
+
+/// Not upstream's: a block is one standard zstd frame, written and read by `ruzstd`, a pure-Rust
+/// codec, so that users build no C (upstream uses libzstd, at its default level). `ruzstd`
+/// compresses at one level, `Fastest`; see ../README.md for what that costs in size. Appends
+/// nothing if the block cannot be written as expected (it is then sent uncompressed).
+pub(crate) fn compress_block(block: &[u8], compressed: &mut Vec<u8>) {
+    let frame = ruzstd::encoding::compress_to_vec(block, ruzstd::encoding::CompressionLevel::Fastest);
+    // `ruzstd` declares a window of 128 KiB and no content size: magic number, a descriptor of 0
+    // (no checksum, no dictionary, no content size), a window byte. The header is rewritten as
+    // libzstd writes it for a block: "single segment", its window the content size, so that a
+    // reader needs (and allows) no window larger than the block.
+    const MAGIC: [u8; 4] = 0xFD2F_B528u32.to_le_bytes();
+    if frame.len() < 6 || frame[..4] != MAGIC || frame[4] != 0 {
+        return;
+    }
+    compressed.extend_from_slice(&MAGIC);
+    match u8::try_from(block.len()) {
+        // Single segment, content size in 1 byte.
+        Ok(len) => compressed.extend([0b0010_0000, len]),
+        // Single segment, content size in 2 bytes, minus 256.
+        Err(_) => {
+            let Ok(len) = u16::try_from(block.len() - 256) else {
+                compressed.clear();
+                return;
+            };
+            compressed.push(0b0110_0000);
+            compressed.extend(len.to_le_bytes());
+        }
+    }
+    compressed.extend_from_slice(&frame[6..]);
+}
+
+/// Not upstream's: decompresses the zstd frames of one block into `output`, and fails (never
+/// panics) if they are malformed or decompress to more than `output.len()` bytes. A frame whose
+/// window (for a "single segment" frame, its content size) is larger than `output` is refused
+/// from its header, before anything is allocated for it; otherwise the decoder holds at most its
+/// window and one block of at most that window, both at most `output.len()`.
+pub(crate) fn decompress_block(mut frames: &[u8], output: &mut [u8]) -> anyhow::Result<usize> {
+    use std::io::Read;
+
+    use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
+    use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
+
+    let mut decoder = FrameDecoder::new();
+    decoder.set_max_window_size(output.len() as u64);
+    let mut written = 0;
+    while !frames.is_empty() {
+        match decoder.reset(&mut frames) {
+            Ok(()) => {}
+            Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
+                length,
+                ..
+            })) => {
+                frames = frames
+                    .get(length as usize..)
+                    .context("skippable frame past the block's end")?;
+                continue;
+            }
+            Err(error) => return Err(error.into()),
+        }
+        loop {
+            let finished = decoder.decode_blocks(&mut frames, BlockDecodingStrategy::UptoBlocks(1))?;
+            written += decoder.read(&mut output[written..])?;
+            if decoder.can_collect() > 0 {
+                bail!("block decompresses to more than {} bytes", output.len());
+            }
+            if finished {
+                break;
+            }
+        }
+    }
+    Ok(written)
 }
 
 /// Not upstream's: the stream is refused once it decompresses past `MAX_DECOMPRESSED_LEN`
@@ -424,12 +503,10 @@ pub fn deserialize_stream<D: Deserializable>(buf: &mut &[u8]) -> anyhow::Result<
                     "failed to download compressed stream (compressed block): buffer too short",
                 )?;
                 let capacity = room.min(u16::MAX as usize);
-                let uncompressed_len = zstd::bulk::decompress_to_buffer(
-                    compressed_block_bytes,
-                    &mut decompressed_buffer[..capacity],
-                )
-                .map_err(|error| {
-                    let error = anyhow::Error::new(error).context("failed to decompress block");
+                let uncompressed_len =
+                    decompress_block(compressed_block_bytes, &mut decompressed_buffer[..capacity])
+                        .map_err(|error| {
+                    let error = error.context("failed to decompress block");
                     if capacity < u16::MAX as usize {
                         error.context(too_large())
                     } else {
@@ -583,7 +660,9 @@ mod tests {
         }
         let buf = compressed_stream_writer.finish();
         let mut cursor = &buf[..];
-        assert!(buf.len() * 3 < uncompressed_len);
+        // Not upstream's: twice, not three times (`ruzstd` Hufman-codes no block of 1,024 bytes
+        // or less: 886 bytes from 2,350).
+        assert!(buf.len() * 2 < uncompressed_len);
         let vals: Vec<String> = super::deserialize_stream(&mut cursor).unwrap();
         assert_eq!(vals.len(), 100);
         for i in 0..100 {
