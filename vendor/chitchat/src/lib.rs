@@ -41,6 +41,7 @@ pub use limits::{
 pub use listener::ListenerHandle;
 pub use serialize::{Deserializable, Serializable};
 use tokio::sync::watch;
+#[cfg(test)]
 use tokio_stream::wrappers::WatchStream;
 use tracing::{error, info, warn};
 
@@ -691,6 +692,10 @@ impl Chitchat {
     /// - updates its max version
     ///
     /// Heartbeats are not notified.
+    ///
+    /// Not upstream's: for tests only, so that `tokio-stream` is a dev-dependency;
+    /// [`Self::live_nodes_watcher`] gives the same changes as a `watch::Receiver`.
+    #[cfg(test)]
     pub fn live_nodes_watch_stream(&self) -> WatchStream<BTreeMap<ChitchatId, NodeState>> {
         WatchStream::new(self.live_nodes_watcher_rx.clone())
     }

@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::prelude::*;
 use tokio::net::lookup_host;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{Mutex, watch};
@@ -252,7 +251,7 @@ struct Server {
     command_rx: UnboundedReceiver<Command>,
     chitchat: Arc<Mutex<Chitchat>>,
     transport: Box<dyn Socket>,
-    rng: SmallRng,
+    rng: fastrand::Rng,
     /// Not upstream's: which part of the digest the next single-part exchange carries.
     next_part: usize,
 }
@@ -263,8 +262,8 @@ impl Server {
         chitchat: Arc<Mutex<Chitchat>>,
         transport: Box<dyn Socket>,
     ) -> Self {
-        // Not upstream's: seeded from the OS, without `thread_rng`.
-        let rng = rand::make_rng::<SmallRng>();
+        // Not upstream's: `fastrand`, seeded by it, for picking peers (not a secret).
+        let rng = fastrand::Rng::new();
         Self {
             chitchat,
             command_rx,
@@ -472,12 +471,14 @@ enum Command {
 /// in one datagram, lost with any of its IP fragments, and a node that heard only part of the
 /// cluster reaches the rest by second-hand news, a second later (`sim.rs`). Not every seed:
 /// seeds given as a name that resolves to every pod (a headless service) would each answer.
-pub(crate) fn first_seeds<R, S>(rng: &mut R, seed_nodes: &HashSet<SocketAddr, S>) -> Vec<SocketAddr>
+pub(crate) fn first_seeds<S>(
+    rng: &mut fastrand::Rng,
+    seed_nodes: &HashSet<SocketAddr, S>,
+) -> Vec<SocketAddr>
 where
-    R: Rng + ?Sized,
     S: BuildHasher,
 {
-    seed_nodes.iter().copied().sample(rng, FIRST_SEEDS)
+    rng.choose_multiple(seed_nodes.iter().copied(), FIRST_SEEDS)
 }
 
 /// How many seeds a node that knows no other asks at once ([`first_seeds`]).
@@ -486,15 +487,14 @@ pub(crate) const FIRST_SEEDS: usize = 3;
 /// Not upstream's: `pub(crate)` and generic over the sets' hasher `S` (the server passes std's
 /// `RandomState`), so that the simulation (`sim.rs`) picks peers with this very code and still
 /// repeats itself for a seed: a std `HashSet`'s order, which the picks follow, differs per process.
-pub(crate) fn select_nodes_for_gossip<R, S>(
-    rng: &mut R,
+pub(crate) fn select_nodes_for_gossip<S>(
+    rng: &mut fastrand::Rng,
     peer_nodes: HashSet<SocketAddr, S>,
     live_nodes: HashSet<SocketAddr, S>,
     dead_nodes: HashSet<SocketAddr, S>,
     seed_nodes: HashSet<SocketAddr, S>,
 ) -> (Vec<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>)
 where
-    R: Rng + ?Sized,
     S: BuildHasher,
 {
     let live_nodes_count = live_nodes.len();
@@ -502,14 +502,14 @@ where
 
     // Select `GOSSIP_COUNT` number of live nodes.
     // On startup, select from cluster nodes since we don't know any live node yet.
-    let nodes = if live_nodes_count == 0 {
-        peer_nodes
-    } else {
-        live_nodes
-    }
-    .iter()
-    .cloned()
-    .sample(rng, GOSSIP_COUNT);
+    let nodes = rng.choose_multiple(
+        if live_nodes_count == 0 {
+            peer_nodes
+        } else {
+            live_nodes
+        },
+        GOSSIP_COUNT,
+    );
 
     let mut has_gossiped_with_a_seed_node = false;
     for chitchat_id in &nodes {
@@ -537,36 +537,32 @@ where
 }
 
 /// Selects a dead node to gossip with, with some probability.
-fn select_dead_node_to_gossip_with<R, S>(
-    rng: &mut R,
+fn select_dead_node_to_gossip_with<S>(
+    rng: &mut fastrand::Rng,
     dead_nodes: &HashSet<SocketAddr, S>,
     live_nodes_count: usize,
     dead_nodes_count: usize,
 ) -> Option<SocketAddr>
-where
-    R: Rng + ?Sized,
 {
     let selection_probability = dead_nodes_count as f64 / (live_nodes_count + 1) as f64;
-    if selection_probability > rng.random::<f64>() {
-        return dead_nodes.iter().choose(rng).cloned();
+    if selection_probability > rng.f64() {
+        return rng.choice(dead_nodes.iter()).cloned();
     }
     None
 }
 
 /// Selects a seed node to gossip with, with some probability.
-fn select_seed_node_to_gossip_with<R, S>(
-    rng: &mut R,
+fn select_seed_node_to_gossip_with<S>(
+    rng: &mut fastrand::Rng,
     seed_nodes: &HashSet<SocketAddr, S>,
     live_nodes_count: usize,
     dead_nodes_count: usize,
 ) -> Option<SocketAddr>
-where
-    R: Rng + ?Sized,
 {
     let selection_probability =
         seed_nodes.len() as f64 / (live_nodes_count + dead_nodes_count) as f64;
-    if live_nodes_count == 0 || rng.random::<f64>() <= selection_probability {
-        return seed_nodes.iter().choose(rng).cloned();
+    if live_nodes_count == 0 || rng.f64() <= selection_probability {
+        return rng.choice(seed_nodes.iter()).cloned();
     }
     None
 }
@@ -584,27 +580,9 @@ mod tests {
     use crate::transport::{ChannelTransport, Transport};
     use crate::{Heartbeat, MAX_UDP_DATAGRAM_PAYLOAD_SIZE, NodeState};
 
-    #[derive(Debug, Default)]
-    struct RngForTest {
-        value: u32,
-    }
-
-    impl rand::TryRng for RngForTest {
-        type Error = std::convert::Infallible;
-
-        fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
-            self.value += 1;
-            Ok(self.value - 1)
-        }
-
-        fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
-            self.value += 1;
-            Ok((self.value - 1) as u64)
-        }
-
-        fn try_fill_bytes(&mut self, _dest: &mut [u8]) -> Result<(), Self::Error> {
-            unimplemented!();
-        }
+    /// Not upstream's: a seeded `fastrand::Rng` (upstream's counted up from 0).
+    fn rng_for_test() -> fastrand::Rng {
+        fastrand::Rng::with_seed(0)
     }
 
     fn to_hash_set<T: Eq + std::hash::Hash>(chitchat_ids: Vec<T>) -> std::collections::HashSet<T> {
@@ -909,27 +887,36 @@ mod tests {
         let node1 = ChitchatId::for_local_test(10_001);
         let node2 = ChitchatId::for_local_test(10_002);
         let node3 = ChitchatId::for_local_test(10_003);
-        let mut rng = RngForTest::default();
-        let (nodes, dead_node, seed_node) = select_nodes_for_gossip(
-            &mut rng,
-            to_hash_set(vec![
-                node1.gossip_advertise_addr,
-                node2.gossip_advertise_addr,
-                node3.gossip_advertise_addr,
-            ]),
-            to_hash_set(vec![
-                node1.gossip_advertise_addr,
-                node2.gossip_advertise_addr,
-            ]),
-            to_hash_set(vec![node3.gossip_advertise_addr]),
-            to_hash_set(vec![node2.gossip_advertise_addr]),
-        );
-        assert_eq!(nodes.len(), 2);
-        assert_eq!(dead_node, Some(node3.gossip_advertise_addr));
-        assert_eq!(
-            seed_node, None,
-            "Should have already gossiped with a seed node."
-        );
+        let mut rng = rng_for_test();
+        // Not upstream's: the dead node is picked with a probability of 1/3, so the test draws
+        // until it is (upstream's generator made it certain).
+        let mut picked_dead = 0;
+        for _ in 0..30 {
+            let (nodes, dead_node, seed_node) = select_nodes_for_gossip(
+                &mut rng,
+                to_hash_set(vec![
+                    node1.gossip_advertise_addr,
+                    node2.gossip_advertise_addr,
+                    node3.gossip_advertise_addr,
+                ]),
+                to_hash_set(vec![
+                    node1.gossip_advertise_addr,
+                    node2.gossip_advertise_addr,
+                ]),
+                to_hash_set(vec![node3.gossip_advertise_addr]),
+                to_hash_set(vec![node2.gossip_advertise_addr]),
+            );
+            assert_eq!(nodes.len(), 2);
+            if let Some(dead_node) = dead_node {
+                assert_eq!(dead_node, node3.gossip_advertise_addr);
+                picked_dead += 1;
+            }
+            assert_eq!(
+                seed_node, None,
+                "Should have already gossiped with a seed node."
+            );
+        }
+        assert!(picked_dead > 0);
     }
 
     #[test]
@@ -938,7 +925,7 @@ mod tests {
             .map(ChitchatId::for_local_test)
             .map(|chitchat_id| chitchat_id.gossip_advertise_addr)
             .collect();
-        let mut rng = RngForTest::default();
+        let mut rng = rng_for_test();
         let (nodes, dead_node, seed_node) = select_nodes_for_gossip(
             &mut rng,
             nodes.clone(),
@@ -958,7 +945,7 @@ mod tests {
             .map(|chitchat_id| chitchat_id.gossip_advertise_addr)
             .collect();
         let seeds: HashSet<SocketAddr> = nodes[3..5].iter().cloned().collect();
-        let mut rng = RngForTest::default();
+        let mut rng = rng_for_test();
         let (gossip_nodes, gossip_dead_node, gossip_seed_node) = select_nodes_for_gossip(
             &mut rng,
             to_hash_set(nodes.clone()),

@@ -345,7 +345,7 @@ struct SimNode {
     /// Running: it has started and has not crashed.
     up: bool,
     /// Its server's random choices (peers), and its pusher's.
-    rng: SmallRng,
+    rng: fastrand::Rng,
     /// Which digest part the next pushed exchange carries (`Server::next_part`).
     next_part: usize,
     /// The targets its pusher has pushed its last change to.
@@ -370,7 +370,7 @@ fn det_set(addrs: impl Iterator<Item = SocketAddr>) -> DetSet {
 
 /// The pusher's targets (`push.rs`, `targets`), each group in a random order of the node's rng
 /// (sorted first, so that it does not depend on a hash set's order).
-fn push_targets(cc: &Chitchat, fanout: usize, rng: &mut SmallRng) -> Vec<SocketAddr> {
+fn push_targets(cc: &Chitchat, fanout: usize, rng: &mut fastrand::Rng) -> Vec<SocketAddr> {
     let own = cc.self_chitchat_id();
     let mut live: Vec<SocketAddr> = cc
         .live_nodes()
@@ -390,7 +390,7 @@ fn push_targets(cc: &Chitchat, fanout: usize, rng: &mut SmallRng) -> Vec<SocketA
     };
     for group in [&mut live, &mut others, &mut seeds] {
         group.sort_unstable();
-        group.shuffle(rng);
+        rng.shuffle(group);
     }
     let mut seen = HashSet::from([own.gossip_advertise_addr]);
     live.into_iter()
@@ -635,7 +635,7 @@ impl Sim {
         )
         .with_limits(LIMITS);
         let slot = self.nodes.len();
-        let rng = SmallRng::seed_from_u64(
+        let rng = fastrand::Rng::with_seed(
             self.p.seed ^ (slot as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
         );
         let watcher = cc.live_nodes_watcher();

@@ -8,8 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lru::LruCache;
-use rand::Rng;
-use rand::prelude::SliceRandom;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -1318,7 +1316,7 @@ impl<'a> SortedStaleNodes<'a> {
             .into_values()
             .rev()
             .flat_map(move |mut stale_nodes| {
-                stale_nodes.shuffle(&mut rng);
+                rng.shuffle(&mut stale_nodes);
                 stale_nodes.into_iter()
             })
     }
@@ -1366,22 +1364,20 @@ fn pick_at_random<'a>(ids: impl Iterator<Item = &'a ChitchatId>) -> Option<Chitc
     if ids.is_empty() {
         return None;
     }
-    let pick = rand::RngExt::random_range(&mut random_generator(), 0..ids.len());
+    let pick = random_generator().usize(0..ids.len());
     Some(ids[pick].clone())
 }
 
-/// Not upstream's: seeded from the OS on each use (a pick is rare), without `thread_rng`.
+/// Not upstream's: `fastrand`, seeded by it on each use.
 #[cfg(not(test))]
-fn random_generator() -> impl Rng {
-    rand::make_rng::<rand::rngs::SmallRng>()
+fn random_generator() -> fastrand::Rng {
+    fastrand::Rng::new()
 }
 
 // We use a deterministic random generator in tests.
 #[cfg(test)]
-fn random_generator() -> impl Rng {
-    use rand::SeedableRng;
-    use rand::prelude::StdRng;
-    StdRng::seed_from_u64(9u64)
+fn random_generator() -> fastrand::Rng {
+    fastrand::Rng::with_seed(9)
 }
 
 #[cfg(test)]

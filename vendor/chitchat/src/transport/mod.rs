@@ -6,10 +6,13 @@ use crate::message::ChitchatEnvelope;
 
 mod channel;
 mod udp;
+// Not upstream's: test-only (delays and drops drawn with `rand`, a dev-dependency); no user had it.
+#[cfg(test)]
 mod utils;
 
 pub use channel::{ChannelTransport, Statistics};
 pub use udp::{UdpSocket, UdpTransport};
+#[cfg(test)]
 pub use utils::TransportExt;
 
 #[derive(Debug, Clone, Copy, Eq, PartialEq)]
