@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use chitchat::transport::{ChannelTransport, RecvOutcome, SendOutcome, Socket, Transport};
+use chitchat::transport::{BoxFuture, ChannelTransport, RecvOutcome, SendOutcome, Socket, Transport};
 use chitchat::{ChitchatConfig, ChitchatEnvelope, ChitchatId, FailureDetectorConfig};
 use cluster::fuzzing;
 use cluster::service::encode;
@@ -122,33 +121,37 @@ struct RecordingSocket {
     sent: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
-#[async_trait]
 impl Transport for Recording {
-    async fn open(&self, listen: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        Ok(Box::new(RecordingSocket {
-            inner: self.inner.open(listen).await?,
-            sent: self.sent.clone(),
-        }))
+    fn open(&self, listen: SocketAddr) -> BoxFuture<'_, anyhow::Result<Box<dyn Socket>>> {
+        Box::pin(async move {
+            Ok::<Box<dyn Socket>, anyhow::Error>(Box::new(RecordingSocket {
+                inner: self.inner.open(listen).await?,
+                sent: self.sent.clone(),
+            }))
+        })
     }
 }
 
-#[async_trait]
 impl Socket for RecordingSocket {
     fn local_addr(&self) -> anyhow::Result<SocketAddr> {
         self.inner.local_addr()
     }
 
-    async fn send(
+    fn send(
         &mut self,
         to: SocketAddr,
         envelope: ChitchatEnvelope,
-    ) -> anyhow::Result<SendOutcome> {
-        self.sent.lock().unwrap().push(envelope.serialize_to_vec());
-        self.inner.send(to, envelope).await
+    ) -> BoxFuture<'_, anyhow::Result<SendOutcome>> {
+        Box::pin(async move {
+            self.sent.lock().unwrap().push(envelope.serialize_to_vec());
+            self.inner.send(to, envelope).await
+        })
     }
 
-    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
-        self.inner.recv().await
+    fn recv(&mut self) -> BoxFuture<'_, anyhow::Result<RecvOutcome>> {
+        Box::pin(async move {
+            self.inner.recv().await
+        })
     }
 }
 

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport};
+use chitchat::transport::{BoxFuture, RecvOutcome, SendOutcome, Socket, Transport};
 use chitchat::{ChitchatEnvelope, ProtocolVersion};
 
 use crate::security::seal::{self, Sealer};
@@ -89,24 +88,25 @@ impl GossipTransport {
     }
 }
 
-#[async_trait]
 impl Transport for GossipTransport {
-    async fn open(&self, listen: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let socket = crate::net::bind_udp(listen, crate::net::GOSSIP_RECV_BUFFER)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot bind {listen}/UDP for gossip: {e}"))?;
-        Ok(Box::new(GossipSocket {
-            socket,
-            sealer: self.sealer.clone(),
-            max_datagram: self.max_datagram,
-            dropped: self.dropped.clone(),
-            traffic: self.traffic.clone(),
-            buf: vec![0; MAX_DATAGRAM + 1].into_boxed_slice(),
-            pending: VecDeque::new(),
-            next_id: rand_u64(),
-            lateness: Default::default(),
-            formats: Formats::default(),
-        }))
+    fn open(&self, listen: SocketAddr) -> BoxFuture<'_, anyhow::Result<Box<dyn Socket>>> {
+        Box::pin(async move {
+            let socket = crate::net::bind_udp(listen, crate::net::GOSSIP_RECV_BUFFER)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot bind {listen}/UDP for gossip: {e}"))?;
+            Ok::<Box<dyn Socket>, anyhow::Error>(Box::new(GossipSocket {
+                socket,
+                sealer: self.sealer.clone(),
+                max_datagram: self.max_datagram,
+                dropped: self.dropped.clone(),
+                traffic: self.traffic.clone(),
+                buf: vec![0; MAX_DATAGRAM + 1].into_boxed_slice(),
+                pending: VecDeque::new(),
+                next_id: rand_u64(),
+                lateness: Default::default(),
+                formats: Formats::default(),
+            }))
+        })
     }
 }
 
@@ -172,146 +172,151 @@ impl Formats {
     }
 }
 
-#[async_trait]
 impl Socket for GossipSocket {
     fn local_addr(&self) -> anyhow::Result<SocketAddr> {
         Ok(self.socket.local_addr()?)
     }
 
-    async fn send(
+    fn send(
         &mut self,
         to: SocketAddr,
         envelope: ChitchatEnvelope,
-    ) -> anyhow::Result<SendOutcome> {
-        let plain = envelope.serialize_to_vec();
-        let bytes = match &self.sealer {
-            Some(sealer) => sealer.seal_as(self.formats.for_peer(to), &plain, seal::now_micros()),
-            None => plain,
-        };
-        // A failed send costs that datagram (gossip sends again next round), never the
-        // transport: chitchat would stop on an error.
-        if bytes.len() <= MAX_DATAGRAM {
-            self.traffic.sent(bytes.len(), self.max_datagram);
-            if let Err(e) = self.socket.send_to(&bytes, to).await {
-                tracing::debug!("a gossip datagram to {to} was not sent: {e}");
-            }
-        } else {
-            self.next_id = self.next_id.wrapping_add(1);
-            let half = bytes.len().div_ceil(2);
-            for (index, chunk) in bytes.chunks(half).enumerate() {
-                let mut part = Vec::with_capacity(PART_HEADER + chunk.len());
-                part.extend_from_slice(&PART);
-                part.extend_from_slice(&self.next_id.to_be_bytes());
-                part.push(index as u8);
-                part.extend_from_slice(chunk);
-                self.traffic.sent(part.len(), self.max_datagram);
-                if let Err(e) = self.socket.send_to(&part, to).await {
+    ) -> BoxFuture<'_, anyhow::Result<SendOutcome>> {
+        Box::pin(async move {
+            let plain = envelope.serialize_to_vec();
+            let bytes = match &self.sealer {
+                Some(sealer) => {
+                    sealer.seal_as(self.formats.for_peer(to), &plain, seal::now_micros())
+                }
+                None => plain,
+            };
+            // A failed send costs that datagram (gossip sends again next round), never the
+            // transport: chitchat would stop on an error.
+            if bytes.len() <= MAX_DATAGRAM {
+                self.traffic.sent(bytes.len(), self.max_datagram);
+                if let Err(e) = self.socket.send_to(&bytes, to).await {
                     tracing::debug!("a gossip datagram to {to} was not sent: {e}");
                 }
+            } else {
+                self.next_id = self.next_id.wrapping_add(1);
+                let half = bytes.len().div_ceil(2);
+                for (index, chunk) in bytes.chunks(half).enumerate() {
+                    let mut part = Vec::with_capacity(PART_HEADER + chunk.len());
+                    part.extend_from_slice(&PART);
+                    part.extend_from_slice(&self.next_id.to_be_bytes());
+                    part.push(index as u8);
+                    part.extend_from_slice(chunk);
+                    self.traffic.sent(part.len(), self.max_datagram);
+                    if let Err(e) = self.socket.send_to(&part, to).await {
+                        tracing::debug!("a gossip datagram to {to} was not sent: {e}");
+                    }
+                }
             }
-        }
-        Ok(SendOutcome {
-            num_bytes_sent: bytes.len(),
+            Ok(SendOutcome {
+                num_bytes_sent: bytes.len(),
+            })
         })
     }
 
-    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
-        loop {
-            // Found empty, the queue holds nothing older than now: what is read from here on
-            // waited at most since (`lateness.rs`).
-            let received = match self.socket.try_recv_from(&mut self.buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let received = self.socket.recv_from(&mut self.buf).await;
-                    // The queue was empty while this node waited: what it read arrived during
-                    // the wait, and a wait that lasted seconds is no backlog.
-                    self.lateness.idle();
-                    received
-                }
-                received => received,
-            };
-            let (len, from) = match received {
-                Ok(received) => received,
-                // An ICMP error from an earlier send, surfacing here: not this socket's end.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionReset
-                            | std::io::ErrorKind::ConnectionRefused
-                            | std::io::ErrorKind::OutOfMemory
-                    ) =>
-                {
-                    tracing::debug!("gossip receive: {e}");
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            self.traffic.received(len);
-            let datagram = self.buf[..len].to_vec();
-            let whole = if datagram.starts_with(&PART) {
-                match self.join(from, datagram) {
-                    Some(whole) => whole,
-                    None => continue,
-                }
-            } else {
-                datagram
-            };
-            let plain = match (&self.sealer, seal::Format::of(&whole).is_some()) {
-                (Some(sealer), _) => match sealer.open_timed(&whole) {
-                    Ok(seal::Opened {
-                        plain,
-                        sent,
-                        format,
-                    }) => {
-                        self.formats.heard(from, format);
-                        // Waited too long in the queue: newer news is behind it (`lateness.rs`).
-                        if let Some(waited) = self.lateness.late(from, sent) {
-                            self.traffic.late_datagrams.fetch_add(1, Ordering::Relaxed);
-                            self.dropped.note(
-                                from,
-                                &format!(
-                                    "read {} ms later than that node's quickest: this node is behind on its gossip, and drops what waited over {} ms",
-                                    waited.as_millis(),
-                                    super::lateness::MAX_WAIT.as_millis()
-                                ),
-                            );
-                            continue;
-                        }
-                        plain
+    fn recv(&mut self) -> BoxFuture<'_, anyhow::Result<RecvOutcome>> {
+        Box::pin(async move {
+            loop {
+                // Found empty, the queue holds nothing older than now: what is read from here on
+                // waited at most since (`lateness.rs`).
+                let received = match self.socket.try_recv_from(&mut self.buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        let received = self.socket.recv_from(&mut self.buf).await;
+                        // The queue was empty while this node waited: what it read arrived during
+                        // the wait, and a wait that lasted seconds is no backlog.
+                        self.lateness.idle();
+                        received
                     }
-                    Err(why) => {
-                        self.dropped.note(from, &why.to_string());
+                    received => received,
+                };
+                let (len, from) = match received {
+                    Ok(received) => received,
+                    // An ICMP error from an earlier send, surfacing here: not this socket's end.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::ConnectionReset
+                                | std::io::ErrorKind::ConnectionRefused
+                                | std::io::ErrorKind::OutOfMemory
+                        ) =>
+                    {
+                        tracing::debug!("gossip receive: {e}");
                         continue;
                     }
-                },
-                (None, true) => {
-                    self.dropped.note(
-                        from,
-                        "sealed: that node gossips with the cluster's key, this registry was configured insecure()",
-                    );
+                    Err(e) => return Err(e.into()),
+                };
+                self.traffic.received(len);
+                let datagram = self.buf[..len].to_vec();
+                let whole = if datagram.starts_with(&PART) {
+                    match self.join(from, datagram) {
+                        Some(whole) => whole,
+                        None => continue,
+                    }
+                } else {
+                    datagram
+                };
+                let plain = match (&self.sealer, seal::Format::of(&whole).is_some()) {
+                    (Some(sealer), _) => match sealer.open_timed(&whole) {
+                        Ok(seal::Opened {
+                            plain,
+                            sent,
+                            format,
+                        }) => {
+                            self.formats.heard(from, format);
+                            // Waited too long in the queue: newer news is behind it (`lateness.rs`).
+                            if let Some(waited) = self.lateness.late(from, sent) {
+                                self.traffic.late_datagrams.fetch_add(1, Ordering::Relaxed);
+                                self.dropped.note(
+                                    from,
+                                    &format!(
+                                        "read {} ms later than that node's quickest: this node is behind on its gossip, and drops what waited over {} ms",
+                                        waited.as_millis(),
+                                        super::lateness::MAX_WAIT.as_millis()
+                                    ),
+                                );
+                                continue;
+                            }
+                            plain
+                        }
+                        Err(why) => {
+                            self.dropped.note(from, &why.to_string());
+                            continue;
+                        }
+                    },
+                    (None, true) => {
+                        self.dropped.note(
+                            from,
+                            "sealed: that node gossips with the cluster's key, this registry was configured insecure()",
+                        );
+                        continue;
+                    }
+                    (None, false) => whole,
+                };
+                // A newer protocol version is refused before its body is read, and so is V1,
+                // upstream's compressed digest, which no node of ours sends.
+                if plain.get(2) == Some(&ProtocolVersion::V1.to_code()) {
+                    self.dropped
+                        .note(from, "gossip protocol V1, which this node does not speak");
                     continue;
                 }
-                (None, false) => whole,
-            };
-            // A newer protocol version is refused before its body is read, and so is V1,
-            // upstream's compressed digest, which no node of ours sends.
-            if plain.get(2) == Some(&ProtocolVersion::V1.to_code()) {
-                self.dropped
-                    .note(from, "gossip protocol V1, which this node does not speak");
-                continue;
-            }
-            match ChitchatEnvelope::deserialize_up_to(&mut &plain[..], PROTOCOL) {
-                Ok(envelope) => {
-                    return Ok(RecvOutcome {
-                        from_addr: from,
-                        envelope,
-                        num_bytes_received: len,
-                    });
+                match ChitchatEnvelope::deserialize_up_to(&mut &plain[..], PROTOCOL) {
+                    Ok(envelope) => {
+                        return Ok(RecvOutcome {
+                            from_addr: from,
+                            envelope,
+                            num_bytes_received: len,
+                        });
+                    }
+                    Err(e) => self
+                        .dropped
+                        .note(from, &format!("not a gossip message: {e}")),
                 }
-                Err(e) => self
-                    .dropped
-                    .note(from, &format!("not a gossip message: {e}")),
             }
-        }
+        })
     }
 }
 

@@ -3,12 +3,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
-use async_trait::async_trait;
 use tokio::sync::mpsc::{Receiver, Sender};
 use tracing::info;
 
 use crate::message::ChitchatEnvelope;
-use crate::transport::{RecvOutcome, SendOutcome, Socket, Transport};
+use crate::transport::{BoxFuture, RecvOutcome, SendOutcome, Socket, Transport};
 
 const MAX_MESSAGE_PER_CHANNEL: usize = 100;
 
@@ -38,30 +37,31 @@ pub struct ChannelTransport {
     mtu_opt: Option<usize>,
 }
 
-#[async_trait]
 impl Transport for ChannelTransport {
-    async fn open(&self, mut listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let mut inner_lock = self.inner.lock().unwrap();
-        let (envelope_tx, envelope_rx) = tokio::sync::mpsc::channel(MAX_MESSAGE_PER_CHANNEL);
-        if listen_addr.port() == 0 {
-            // Find an available "logical" port.
-            let available_port = (1..=u16::MAX)
-                .find(|port| {
-                    listen_addr.set_port(*port);
-                    !inner_lock.send_channels.contains_key(&listen_addr)
-                })
-                .context("could not find available port")?;
-            listen_addr.set_port(available_port);
-        }
-        if inner_lock.send_channels.contains_key(&listen_addr) {
-            bail!("Address not available `{listen_addr}`");
-        }
-        inner_lock.send_channels.insert(listen_addr, envelope_tx);
-        Ok(Box::new(InProcessSocket {
-            listen_addr,
-            broker: self.clone(),
-            envelope_rx,
-        }))
+    fn open(&self, mut listen_addr: SocketAddr) -> BoxFuture<'_, anyhow::Result<Box<dyn Socket>>> {
+        Box::pin(async move {
+            let mut inner_lock = self.inner.lock().unwrap();
+            let (envelope_tx, envelope_rx) = tokio::sync::mpsc::channel(MAX_MESSAGE_PER_CHANNEL);
+            if listen_addr.port() == 0 {
+                // Find an available "logical" port.
+                let available_port = (1..=u16::MAX)
+                    .find(|port| {
+                        listen_addr.set_port(*port);
+                        !inner_lock.send_channels.contains_key(&listen_addr)
+                    })
+                    .context("could not find available port")?;
+                listen_addr.set_port(available_port);
+            }
+            if inner_lock.send_channels.contains_key(&listen_addr) {
+                bail!("Address not available `{listen_addr}`");
+            }
+            inner_lock.send_channels.insert(listen_addr, envelope_tx);
+            Ok::<Box<dyn Socket>, anyhow::Error>(Box::new(InProcessSocket {
+                listen_addr,
+                broker: self.clone(),
+                envelope_rx,
+            }))
+        })
     }
 }
 
@@ -152,23 +152,26 @@ struct InProcessSocket {
     envelope_rx: Receiver<RecvOutcome>,
 }
 
-#[async_trait]
 impl Socket for InProcessSocket {
     fn local_addr(&self) -> anyhow::Result<SocketAddr> {
         Ok(self.listen_addr)
     }
 
-    async fn send(
+    fn send(
         &mut self,
         to_addr: SocketAddr,
         envelope: ChitchatEnvelope,
-    ) -> anyhow::Result<SendOutcome> {
-        self.broker.send(self.listen_addr, to_addr, envelope).await
+    ) -> BoxFuture<'_, anyhow::Result<SendOutcome>> {
+        Box::pin(async move {
+            self.broker.send(self.listen_addr, to_addr, envelope).await
+        })
     }
 
     /// Recv needs to be cancellable.
-    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
-        self.envelope_rx.recv().await.context("Channel closed")
+    fn recv(&mut self) -> BoxFuture<'_, anyhow::Result<RecvOutcome>> {
+        Box::pin(async move {
+            self.envelope_rx.recv().await.context("Channel closed")
+        })
     }
 }
 

@@ -1,6 +1,7 @@
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 
-use async_trait::async_trait;
 
 use crate::message::ChitchatEnvelope;
 
@@ -31,12 +32,15 @@ pub struct RecvOutcome {
     pub num_bytes_received: usize,
 }
 
-#[async_trait]
+/// Not upstream's: what `Transport` and `Socket` methods return, a boxed future, as upstream's
+/// `#[async_trait]` made them, written out so that users do not build the `async-trait` proc
+/// macro. An implementation wraps its body in `Box::pin(async move { … })`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 pub trait Transport: Send + Sync + 'static {
-    async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>>;
+    fn open(&self, listen_addr: SocketAddr) -> BoxFuture<'_, anyhow::Result<Box<dyn Socket>>>;
 }
 
-#[async_trait]
 pub trait Socket: Send + Sync + 'static {
     /// Returns the address this socket is bound to.
     fn local_addr(&self) -> anyhow::Result<SocketAddr>;
@@ -46,11 +50,11 @@ pub trait Socket: Send + Sync + 'static {
     //
     // Returns the number of bytes sent to the transport layer by Chitchat. Only returns an
     // error if the transport is broken and may not emit messages in the future.
-    async fn send(
+    fn send(
         &mut self,
         to: SocketAddr,
         envelope: ChitchatEnvelope,
-    ) -> anyhow::Result<SendOutcome>;
+    ) -> BoxFuture<'_, anyhow::Result<SendOutcome>>;
 
     // Returns the envelope containing the message and its protocol version, the peer address, and
     // the number of bytes received from the transport layer by Chitchat. A responder can echo the
@@ -58,7 +62,7 @@ pub trait Socket: Send + Sync + 'static {
     //
     // Only returns an error if the transport is broken and may not receive message
     // in the future.
-    async fn recv(&mut self) -> anyhow::Result<RecvOutcome>;
+    fn recv(&mut self) -> BoxFuture<'_, anyhow::Result<RecvOutcome>>;
 }
 
 #[cfg(test)]

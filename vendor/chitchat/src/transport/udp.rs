@@ -2,20 +2,20 @@ use std::io;
 use std::net::SocketAddr;
 
 use anyhow::Context;
-use async_trait::async_trait;
 use tracing::warn;
 
 use crate::MAX_UDP_DATAGRAM_PAYLOAD_SIZE;
 use crate::message::ChitchatEnvelope;
-use crate::transport::{RecvOutcome, SendOutcome, Socket, Transport};
+use crate::transport::{BoxFuture, RecvOutcome, SendOutcome, Socket, Transport};
 
 pub struct UdpTransport;
 
-#[async_trait]
 impl Transport for UdpTransport {
-    async fn open(&self, bind_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let udp_socket = UdpSocket::open(bind_addr).await?;
-        Ok(Box::new(udp_socket))
+    fn open(&self, bind_addr: SocketAddr) -> BoxFuture<'_, anyhow::Result<Box<dyn Socket>>> {
+        Box::pin(async move {
+            let udp_socket = UdpSocket::open(bind_addr).await?;
+            Ok::<Box<dyn Socket>, anyhow::Error>(Box::new(udp_socket))
+        })
     }
 }
 
@@ -49,7 +49,6 @@ fn is_transient_io_error(err: &io::Error) -> bool {
     )
 }
 
-#[async_trait]
 impl Socket for UdpSocket {
     fn local_addr(&self) -> anyhow::Result<SocketAddr> {
         self.socket
@@ -57,24 +56,28 @@ impl Socket for UdpSocket {
             .context("failed to get UDP socket address")
     }
 
-    async fn send(
+    fn send(
         &mut self,
         to_addr: SocketAddr,
         envelope: ChitchatEnvelope,
-    ) -> anyhow::Result<SendOutcome> {
-        self.buf_send.clear();
-        envelope.serialize(&mut self.buf_send);
-        let num_bytes_sent = self.send_bytes(to_addr, &self.buf_send).await?;
-        Ok(SendOutcome { num_bytes_sent })
+    ) -> BoxFuture<'_, anyhow::Result<SendOutcome>> {
+        Box::pin(async move {
+            self.buf_send.clear();
+            envelope.serialize(&mut self.buf_send);
+            let num_bytes_sent = self.send_bytes(to_addr, &self.buf_send).await?;
+            Ok(SendOutcome { num_bytes_sent })
+        })
     }
 
     /// Recv needs to be cancellable.
-    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
-        loop {
-            if let Some(envelope) = self.receive_one().await? {
-                return Ok(envelope);
+    fn recv(&mut self) -> BoxFuture<'_, anyhow::Result<RecvOutcome>> {
+        Box::pin(async move {
+            loop {
+                if let Some(envelope) = self.receive_one().await? {
+                    return Ok(envelope);
+                }
             }
-        }
+        })
     }
 }
 

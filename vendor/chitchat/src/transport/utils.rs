@@ -2,14 +2,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rand::distr::Bernoulli;
 use rand::prelude::{Distribution, SmallRng};
 use rand::SeedableRng;
 use tokio::sync::RwLock;
 
 use crate::message::ChitchatEnvelope;
-use crate::transport::{RecvOutcome, SendOutcome, Socket, Transport};
+use crate::transport::{BoxFuture, RecvOutcome, SendOutcome, Socket, Transport};
 
 struct TransportWithDelay<D: Distribution<f32> + Send + Sync + 'static> {
     delay_secs: D,
@@ -18,18 +17,19 @@ struct TransportWithDelay<D: Distribution<f32> + Send + Sync + 'static> {
 
 pub trait DelayMillisDist: Distribution<f32> + Send + Sync + Clone + 'static {}
 
-#[async_trait]
 impl<D: DelayMillisDist> Transport for TransportWithDelay<D> {
-    async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let rng = rand::make_rng::<SmallRng>();
-        let socket = self.transport.open(listen_addr).await?;
-        let local_addr = socket.local_addr()?;
-        Ok(Box::new(SocketWithDelay {
-            delay_secs: self.delay_secs.clone(),
-            socket: Arc::new(RwLock::new(socket)),
-            local_addr,
-            rng,
-        }))
+    fn open(&self, listen_addr: SocketAddr) -> BoxFuture<'_, anyhow::Result<Box<dyn Socket>>> {
+        Box::pin(async move {
+            let rng = rand::make_rng::<SmallRng>();
+            let socket = self.transport.open(listen_addr).await?;
+            let local_addr = socket.local_addr()?;
+            Ok::<Box<dyn Socket>, anyhow::Error>(Box::new(SocketWithDelay {
+                delay_secs: self.delay_secs.clone(),
+                socket: Arc::new(RwLock::new(socket)),
+                local_addr,
+                rng,
+            }))
+        })
     }
 }
 
@@ -40,31 +40,34 @@ struct SocketWithDelay<D: Distribution<f32> + Send + Sync + 'static> {
     rng: SmallRng,
 }
 
-#[async_trait]
 impl<D: DelayMillisDist> Socket for SocketWithDelay<D> {
     fn local_addr(&self) -> anyhow::Result<SocketAddr> {
         Ok(self.local_addr)
     }
 
-    async fn send(
+    fn send(
         &mut self,
         to: SocketAddr,
         envelope: ChitchatEnvelope,
-    ) -> anyhow::Result<SendOutcome> {
-        let num_bytes_sent = envelope.serialize_to_vec().len();
-        let send_outcome = SendOutcome { num_bytes_sent };
-        let socket_clone = self.socket.clone();
-        let delay_secs = self.delay_secs.sample(&mut self.rng);
-        let delay = Duration::from_secs_f32(delay_secs);
-        tokio::task::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let _ = socket_clone.write().await.send(to, envelope).await;
-        });
-        Ok(send_outcome)
+    ) -> BoxFuture<'_, anyhow::Result<SendOutcome>> {
+        Box::pin(async move {
+            let num_bytes_sent = envelope.serialize_to_vec().len();
+            let send_outcome = SendOutcome { num_bytes_sent };
+            let socket_clone = self.socket.clone();
+            let delay_secs = self.delay_secs.sample(&mut self.rng);
+            let delay = Duration::from_secs_f32(delay_secs);
+            tokio::task::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = socket_clone.write().await.send(to, envelope).await;
+            });
+            Ok(send_outcome)
+        })
     }
 
-    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
-        self.socket.write().await.recv().await
+    fn recv(&mut self) -> BoxFuture<'_, anyhow::Result<RecvOutcome>> {
+        Box::pin(async move {
+            self.socket.write().await.recv().await
+        })
     }
 }
 
@@ -94,16 +97,17 @@ struct TransportWithMessageDrop {
     transport: Box<dyn Transport>,
 }
 
-#[async_trait]
 impl Transport for TransportWithMessageDrop {
-    async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let rng = rand::make_rng::<SmallRng>();
-        let socket = self.transport.open(listen_addr).await?;
-        Ok(Box::new(SocketWithMessageDrop {
-            drop_probability: self.drop_probability,
-            socket,
-            rng,
-        }))
+    fn open(&self, listen_addr: SocketAddr) -> BoxFuture<'_, anyhow::Result<Box<dyn Socket>>> {
+        Box::pin(async move {
+            let rng = rand::make_rng::<SmallRng>();
+            let socket = self.transport.open(listen_addr).await?;
+            Ok::<Box<dyn Socket>, anyhow::Error>(Box::new(SocketWithMessageDrop {
+                drop_probability: self.drop_probability,
+                socket,
+                rng,
+            }))
+        })
     }
 }
 
@@ -113,26 +117,29 @@ struct SocketWithMessageDrop {
     rng: SmallRng,
 }
 
-#[async_trait]
 impl Socket for SocketWithMessageDrop {
     fn local_addr(&self) -> anyhow::Result<SocketAddr> {
         self.socket.local_addr()
     }
 
-    async fn send(
+    fn send(
         &mut self,
         to: SocketAddr,
         envelope: ChitchatEnvelope,
-    ) -> anyhow::Result<SendOutcome> {
-        let should_drop = self.drop_probability.sample(&mut self.rng);
-        if should_drop {
-            let num_bytes_sent = envelope.serialize_to_vec().len();
-            return Ok(SendOutcome { num_bytes_sent });
-        }
-        self.socket.send(to, envelope).await
+    ) -> BoxFuture<'_, anyhow::Result<SendOutcome>> {
+        Box::pin(async move {
+            let should_drop = self.drop_probability.sample(&mut self.rng);
+            if should_drop {
+                let num_bytes_sent = envelope.serialize_to_vec().len();
+                return Ok(SendOutcome { num_bytes_sent });
+            }
+            self.socket.send(to, envelope).await
+        })
     }
 
-    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
-        self.socket.recv().await
+    fn recv(&mut self) -> BoxFuture<'_, anyhow::Result<RecvOutcome>> {
+        Box::pin(async move {
+            self.socket.recv().await
+        })
     }
 }
