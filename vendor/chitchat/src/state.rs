@@ -7,7 +7,6 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lru::LruCache;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -839,7 +838,7 @@ pub(crate) struct ClusterState {
     pub(crate) listeners: Listeners,
     // Memory of the recently garbage collected nodes to avoid recreating them
     // if some other node is still sharing them.
-    garbage_collected_nodes: LruCache<ChitchatId, Heartbeat>,
+    garbage_collected_nodes: GcHistory,
     // Not upstream's: what peers may make this node hold, what was refused, and the length of
     // the V0 digest of every node state (`compute_whole_digest` keeps what it sends under
     // `MAX_DIGEST_LEN`).
@@ -874,7 +873,7 @@ impl Default for ClusterState {
             node_states: Default::default(),
             seed_addrs: seed_addrs_rx,
             listeners: Default::default(),
-            garbage_collected_nodes: LruCache::new(GARBAGE_COLLECTED_NODE_HISTORY_SIZE),
+            garbage_collected_nodes: GcHistory::new(GARBAGE_COLLECTED_NODE_HISTORY_SIZE.get()),
             limits: ChitchatLimits::default(),
             refusals: Arc::default(),
             digest_len: 2,
@@ -890,7 +889,7 @@ impl ClusterState {
             seed_addrs,
             node_states: BTreeMap::new(),
             listeners: Default::default(),
-            garbage_collected_nodes: LruCache::new(GARBAGE_COLLECTED_NODE_HISTORY_SIZE),
+            garbage_collected_nodes: GcHistory::new(GARBAGE_COLLECTED_NODE_HISTORY_SIZE.get()),
             limits: ChitchatLimits::default(),
             refusals: Arc::default(),
             // The node count (u16).
@@ -1204,7 +1203,7 @@ impl ClusterState {
 
     /// Returns the last heartbeat if the node was deleted and already garbage collected.
     pub fn last_heartbeat_if_deleted(&self, chitchat_id: &ChitchatId) -> Option<Heartbeat> {
-        self.garbage_collected_nodes.peek(chitchat_id).copied()
+        self.garbage_collected_nodes.peek(chitchat_id)
     }
 }
 
@@ -1322,6 +1321,54 @@ impl<'a> SortedStaleNodes<'a> {
     }
 }
 
+/// Not upstream's (upstream used `lru::LruCache`, a dependency for three calls): the last
+/// heartbeats of the nodes most recently garbage collected, at most `capacity` of them. A node
+/// pushed again becomes the most recent; past the capacity, the least recent goes. Nothing
+/// else changes the order (there is no `get`), so this is the LRU cache upstream had.
+#[derive(Debug)]
+struct GcHistory {
+    capacity: usize,
+    next: u64,
+    by_node: HashMap<ChitchatId, (Heartbeat, u64)>,
+    by_age: BTreeMap<u64, ChitchatId>,
+}
+
+impl GcHistory {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            next: 0,
+            by_node: HashMap::new(),
+            by_age: BTreeMap::new(),
+        }
+    }
+
+    fn push(&mut self, chitchat_id: ChitchatId, heartbeat: Heartbeat) {
+        let age = self.next;
+        self.next += 1;
+        if let Some((_, previous)) = self.by_node.insert(chitchat_id.clone(), (heartbeat, age)) {
+            self.by_age.remove(&previous);
+        }
+        self.by_age.insert(age, chitchat_id);
+        while self.by_node.len() > self.capacity {
+            let Some((_, oldest)) = self.by_age.pop_first() else {
+                break;
+            };
+            self.by_node.remove(&oldest);
+        }
+    }
+
+    fn pop(&mut self, chitchat_id: &ChitchatId) -> Option<Heartbeat> {
+        let (heartbeat, age) = self.by_node.remove(chitchat_id)?;
+        self.by_age.remove(&age);
+        Some(heartbeat)
+    }
+
+    fn peek(&self, chitchat_id: &ChitchatId) -> Option<Heartbeat> {
+        self.by_node.get(chitchat_id).map(|(heartbeat, _)| *heartbeat)
+    }
+}
+
 /// A stale node, i.e. a node with a stale heartbeat or at least one stale key-value pair.
 #[derive(Debug)]
 struct StaleNode<'a> {
@@ -1384,6 +1431,30 @@ fn random_generator() -> fastrand::Rng {
 mod tests {
     use super::*;
     use crate::MAX_UDP_DATAGRAM_PAYLOAD_SIZE;
+
+    #[test]
+    fn the_gc_history_keeps_the_most_recently_pushed_and_forgets_what_is_popped() {
+        let id = |i: u16| ChitchatId::for_local_test(i);
+        let mut history = GcHistory::new(3);
+        for i in 1..=3 {
+            history.push(id(i), Heartbeat(u64::from(i)));
+        }
+        // Pushed again: now the most recent, with its new heartbeat.
+        history.push(id(1), Heartbeat(10));
+        // Peeking does not change the order.
+        assert_eq!(history.peek(&id(2)), Some(Heartbeat(2)));
+        history.push(id(4), Heartbeat(4));
+        assert_eq!(history.peek(&id(2)), None, "the least recently pushed goes");
+        assert_eq!(history.peek(&id(1)), Some(Heartbeat(10)));
+        assert_eq!(history.pop(&id(3)), Some(Heartbeat(3)));
+        assert_eq!(history.pop(&id(3)), None);
+        history.push(id(5), Heartbeat(5));
+        history.push(id(6), Heartbeat(6));
+        assert_eq!(history.peek(&id(1)), None);
+        assert_eq!(history.peek(&id(4)), Some(Heartbeat(4)));
+        assert_eq!(history.by_node.len(), 3);
+        assert_eq!(history.by_age.len(), 3);
+    }
     use crate::serialize::Serializable;
     use crate::types::{DeletionStatusMutation, KeyValueMutation};
 
