@@ -660,7 +660,7 @@ mod tests {
         }
         let buf = compressed_stream_writer.finish();
         let mut cursor = &buf[..];
-        // Not upstream's: twice, not three times (`ruzstd` Hufman-codes no block of 1,024 bytes
+        // Not upstream's: twice, not three times (`ruzstd` Huffman-codes no block of 1,024 bytes
         // or less: 886 bytes from 2,350).
         assert!(buf.len() * 2 < uncompressed_len);
         let vals: Vec<String> = super::deserialize_stream(&mut cursor).unwrap();
