@@ -60,6 +60,7 @@
 
 #[cfg(feature = "admin")]
 mod admin;
+mod background;
 mod catch_unwind;
 mod client;
 pub mod context;

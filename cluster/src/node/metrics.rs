@@ -171,7 +171,7 @@ impl Started {
             // The dashboard's recent events, for as long as the registry copy sends them.
             let mut events = node.inner.registry.events();
             let dashboard = dashboard.clone();
-            tokio::spawn(async move {
+            crate::background::spawn(async move {
                 loop {
                     match events.recv().await {
                         Ok(event) => dashboard.event(event),
@@ -182,7 +182,7 @@ impl Started {
             });
         }
         let dashboard = self.dashboard.clone();
-        tokio::spawn(async move {
+        crate::background::spawn(async move {
             let mut every = tokio::time::interval(UPKEEP_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -112,11 +112,11 @@ impl Summary {
             _ => return counts.take_line(now),
         };
         if !counts.timer
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            && tokio::runtime::Handle::try_current().is_ok()
         {
             counts.timer = true;
             let summary = self.clone();
-            runtime.spawn(async move {
+            crate::background::spawn(async move {
                 tokio::time::sleep_until(next).await;
                 let line = {
                     let mut counts = summary.counts();

@@ -225,7 +225,7 @@ impl GossipRegistry {
             let listener = cc.subscribe_event("", move |_| wake.notify_one());
             (cc.live_nodes_watcher(), listener)
         };
-        let watcher = tokio::spawn(watch_gossip(
+        let watcher = crate::background::spawn(watch_gossip(
             self.inner.clone(),
             chitchat.clone(),
             live,
@@ -245,7 +245,7 @@ impl GossipRegistry {
             pusher: OnceLock::new(),
         });
         let config = &self.inner.config;
-        let _ = running.pusher.set(tokio::spawn(push::push_changes(
+        let _ = running.pusher.set(crate::background::spawn(push::push_changes(
             Arc::downgrade(&running),
             running.push.clone(),
             config.push_fanout,
@@ -254,7 +254,7 @@ impl GossipRegistry {
         *self.inner.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.clone());
         *self.inner.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // Published first: an end seen before `running` is in place would go unnoticed.
-        let _ = running.ended.set(tokio::spawn(watch_end(
+        let _ = running.ended.set(crate::background::spawn(watch_end(
             self.inner.clone(),
             Arc::downgrade(&running),
             ended,

@@ -248,7 +248,7 @@ impl TcpConnector {
                     let (outcome, pending) = watch::channel(None);
                     // A task of its own: the attempt goes on (and settles the pool) even if
                     // every call waiting for it gives up first.
-                    tokio::spawn(open(
+                    crate::background::spawn(open(
                         self.config.clone(),
                         to.clone(),
                         version,
@@ -657,7 +657,7 @@ where
     E: std::fmt::Display,
 {
     let to = to.clone();
-    tokio::spawn(async move {
+    crate::background::spawn(async move {
         tokio::select! {
             ended = dispatch => if let Err(e) = ended {
                 tracing::debug!("the connection to {to} closed: {e}");

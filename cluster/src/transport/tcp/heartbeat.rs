@@ -99,7 +99,7 @@ mod tests {
             frames = frames.beating();
         }
         let guarded = super::super::channel::guard(frames, serving.clone());
-        let task = tokio::spawn(super::super::answering::serve(guarded, handler));
+        let task = crate::background::spawn(super::super::answering::serve(guarded, handler));
         serving.set(task.abort_handle()).unwrap();
         task
     }

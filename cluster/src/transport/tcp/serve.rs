@@ -89,7 +89,7 @@ pub(crate) async fn serve(
         config,
     });
     let incoming = Incoming(shared.established.clone());
-    let task = tokio::spawn(async move {
+    let task = crate::background::spawn(async move {
         // Bound but not accepting until told (`node/builder.rs`: once the node has claimed its
         // name); connections wait in the kernel's backlog meanwhile.
         tokio::select! {
