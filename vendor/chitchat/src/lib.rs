@@ -18,6 +18,8 @@ mod parts;
 mod sim;
 #[cfg(test)]
 mod tests_v2;
+#[cfg(test)]
+mod hostile_blocks;
 pub(crate) mod serialize;
 mod server;
 mod state;
