@@ -118,7 +118,11 @@ impl fmt::Display for FindError {
                     None => Ok(()),
                 }
             }
-            Self::NoVersion { service, requirement, versions } => write!(
+            Self::NoVersion {
+                service,
+                requirement,
+                versions,
+            } => write!(
                 f,
                 "no provider of `{service}` in a version within {requirement}: the registry has {}",
                 versions.join(", ")
@@ -128,7 +132,12 @@ impl fmt::Display for FindError {
                 "`{service}` has providers of versions that cannot serve each other's clients ({})",
                 versions.join(", ")
             ),
-            Self::NoFunction { service, version, function, functions } => write!(
+            Self::NoFunction {
+                service,
+                version,
+                function,
+                functions,
+            } => write!(
                 f,
                 "`{service}` {version} has no function `{function}`; it has: {}",
                 functions.join(", ")

@@ -52,7 +52,11 @@ impl std::fmt::Display for DescribeError {
         match self {
             Self::Unreachable { addr, why } => write!(f, "{addr} did not answer: {why}"),
             Self::BadAnswer { addr, why } => write!(f, "{addr} gave no description: {why}"),
-            Self::WrongPeer { addr, claimed, proved } => write!(
+            Self::WrongPeer {
+                addr,
+                claimed,
+                proved,
+            } => write!(
                 f,
                 "{addr} says it is node `{claimed}`, but its connection is of node `{proved}`"
             ),

@@ -97,7 +97,8 @@ impl Node {
         let (service, entry) = self.host(provider);
         let (status_tx, status) = watch::channel(ServiceStatus::Starting);
         let task =
-            crate::background::spawn(supervise(self.inner.clone(), entry, health, status_tx)).abort_handle();
+            crate::background::spawn(supervise(self.inner.clone(), entry, health, status_tx))
+                .abort_handle();
         let supervisor = Supervisor {
             task,
             status: status.clone(),

@@ -212,11 +212,20 @@ pub enum RegistryError {
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::TooLarge { service, size, limit } => write!(
+            Self::TooLarge {
+                service,
+                size,
+                limit,
+            } => write!(
                 f,
                 "the entry of service `{service}` is {size} bytes, more than the registry's limit of {limit}"
             ),
-            Self::NodeFull { service, setting, size, limit } => write!(
+            Self::NodeFull {
+                service,
+                setting,
+                size,
+                limit,
+            } => write!(
                 f,
                 "registering service `{service}` would take the node's gossip state to {size}, past GossipConfig::{setting} = {limit}"
             ),

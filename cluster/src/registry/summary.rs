@@ -111,9 +111,7 @@ impl Summary {
             Some(last) if now < last + EVERY => last + EVERY,
             _ => return counts.take_line(now),
         };
-        if !counts.timer
-            && tokio::runtime::Handle::try_current().is_ok()
-        {
+        if !counts.timer && tokio::runtime::Handle::try_current().is_ok() {
             counts.timer = true;
             let summary = self.clone();
             crate::background::spawn(async move {

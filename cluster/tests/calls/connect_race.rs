@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cluster::Node;
-use cluster::registry::ServiceEntry;
 use cluster::Registry;
+use cluster::registry::ServiceEntry;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -185,7 +185,10 @@ async fn storm(client: &BankClient, waiters: usize, cancelled: usize, timeout: D
     }
     for call in calls {
         let (result, took) = call.await.unwrap();
-        assert!(result.is_err(), "answered through a hostile peer: {result:?}");
+        assert!(
+            result.is_err(),
+            "answered through a hostile peer: {result:?}"
+        );
         assert!(
             took <= timeout + Duration::from_millis(300),
             "a waiter answered {took:?} after its start, its timeout {timeout:?}: {result:?}"
@@ -195,7 +198,7 @@ async fn storm(client: &BankClient, waiters: usize, cancelled: usize, timeout: D
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_on_a_handshake_that_never_completes_answer_by_their_deadline_and_the_pool_recovers()
-{
+ {
     let (_cluster, _provider, hostile, client, _node) = setup(HOLD).await;
     let fds_before = open_fds();
     storm(&client, 60, 30, Duration::from_millis(300)).await;

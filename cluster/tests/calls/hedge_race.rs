@@ -39,11 +39,17 @@ fn set_all(vaults: &[Arc<Vault>], takes: Duration) {
 }
 
 fn started(vaults: &[Arc<Vault>]) -> usize {
-    vaults.iter().map(|v| v.balances.load(Ordering::SeqCst)).sum()
+    vaults
+        .iter()
+        .map(|v| v.balances.load(Ordering::SeqCst))
+        .sum()
 }
 
 fn dropped(vaults: &[Arc<Vault>]) -> usize {
-    vaults.iter().map(|v| v.balances_dropped.load(Ordering::SeqCst)).sum()
+    vaults
+        .iter()
+        .map(|v| v.balances_dropped.load(Ordering::SeqCst))
+        .sum()
 }
 
 #[tokio::test(start_paused = true)]
@@ -75,7 +81,11 @@ async fn only_the_last_hedge_answers() {
     assert_eq!(report.attempts.len(), 4, "{:?}", report.attempts);
     assert_eq!(report.attempts[0].kind, AttemptKind::First);
     for attempt in &report.attempts[..3] {
-        assert!(attempt.outcome.starts_with("cancelled"), "{:?}", report.attempts);
+        assert!(
+            attempt.outcome.starts_with("cancelled"),
+            "{:?}",
+            report.attempts
+        );
     }
     tokio::time::sleep(MS).await;
     assert_eq!(started(&vaults), 4);

@@ -245,12 +245,14 @@ impl GossipRegistry {
             pusher: OnceLock::new(),
         });
         let config = &self.inner.config;
-        let _ = running.pusher.set(crate::background::spawn(push::push_changes(
-            Arc::downgrade(&running),
-            running.push.clone(),
-            config.push_fanout,
-            push::spacing(config.gossip_interval),
-        )));
+        let _ = running
+            .pusher
+            .set(crate::background::spawn(push::push_changes(
+                Arc::downgrade(&running),
+                running.push.clone(),
+                config.push_fanout,
+                push::spacing(config.gossip_interval),
+            )));
         *self.inner.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.clone());
         *self.inner.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // Published first: an end seen before `running` is in place would go unnoticed.
