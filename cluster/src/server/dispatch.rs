@@ -585,6 +585,8 @@ async fn served(
         Ok(Err(e)) => (Reply::Undeliverable(e.to_string()), Served::Undeliverable),
         Err(panic) => {
             let message = panic_message(&*panic);
+            // A payload whose own drop panics ends no more than this request.
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(panic)));
             tracing::error!(
                 service = %context.service(),
                 function = %context.function(),

@@ -1,7 +1,11 @@
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
 
 use tokio::time::Instant;
 
@@ -65,8 +69,46 @@ impl MemoryNetwork {
         // does when the deadline that travels with the request passes.
         // No connection here to hold the caller's count: looked up per request.
         let caller = dispatcher.admission.caller(request.head.caller.as_ref());
-        tokio::time::timeout_at(deadline, dispatcher.handle(request, deadline, &caller))
+        let handling = Contained(Some(Box::pin(
+            dispatcher.handle(request, deadline, &caller),
+        )));
+        tokio::time::timeout_at(deadline, handling)
             .await
             .map_err(|_| TransportError::Timeout)
+    }
+}
+
+/// The provider's side of one request, run in the caller's task as a connection's loop runs it
+/// (`tcp/answering.rs`, `first_step`): a panic that escapes the dispatcher, or a handler whose
+/// drop panics when the caller gives up, ends this request alone (no reply, so the caller's
+/// timeout ends it), never the caller's task.
+struct Contained<F: Future>(Option<Pin<Box<F>>>);
+
+impl<F: Future> Future for Contained<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(handling) = self.0.as_mut() else {
+            return Poll::Pending;
+        };
+        match catch_unwind(AssertUnwindSafe(|| handling.as_mut().poll(cx))) {
+            Ok(polled) => polled,
+            Err(panic) => {
+                let message = crate::server::panic_message(&*panic);
+                tracing::error!(
+                    "a request's handler panicked outside the dispatcher's catch: {message}"
+                );
+                let left = self.0.take();
+                let _ = catch_unwind(AssertUnwindSafe(move || drop((left, panic))));
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<F: Future> Drop for Contained<F> {
+    fn drop(&mut self) {
+        let left = self.0.take();
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(left)));
     }
 }

@@ -74,7 +74,7 @@ impl Fragile for Arc<Shard> {
     }
 }
 
-async fn attack(cluster: Cluster, drop_on_cancel: bool) {
+async fn attack(cluster: Cluster) {
     let provider = cluster.node("fragile-1").await;
     let shard = Arc::new(Shard::default());
     let _registration = provider
@@ -85,10 +85,22 @@ async fn attack(cluster: Cluster, drop_on_cancel: bool) {
     let client = FragileClient::new(&client_node);
     for _ in 0..3 {
         let cases = [
-            ("first_poll", client.first_poll().await, "boom in the first poll"),
-            ("later_poll", client.later_poll().await, "boom in a later poll"),
+            (
+                "first_poll",
+                client.first_poll().await,
+                "boom in the first poll",
+            ),
+            (
+                "later_poll",
+                client.later_poll().await,
+                "boom in a later poll",
+            ),
             ("payload", client.payload().await, "non-string payload"),
-            ("in_drop", client.in_drop().await, "boom in a drop at the handler's end"),
+            (
+                "in_drop",
+                client.in_drop().await,
+                "boom in a drop at the handler's end",
+            ),
         ];
         for (name, result, expected) in cases {
             let error = result.expect_err(name).to_string();
@@ -98,26 +110,25 @@ async fn attack(cluster: Cluster, drop_on_cancel: bool) {
             );
         }
         // The caller gives up; the provider drops the handler, whose drop panics.
-        if drop_on_cancel {
-            let error = client
+        client
             .in_drop_on_cancel()
             .timeout(Duration::from_millis(100))
             .await
             .expect_err("no answer");
-            let _ = error;
-        }
         // A payload that panics again when dropped: ends its request, not the node.
-        if drop_on_cancel {
-            let error = client
-                .payload_panics_in_drop()
-                .timeout(Duration::from_millis(500))
-                .await
-                .expect_err("panicked")
-                .to_string();
-            assert!(error.contains("panic"), "payload_panics_in_drop: {error}");
-        }
+        let error = client
+            .payload_panics_in_drop()
+            .timeout(Duration::from_millis(500))
+            .await
+            .expect_err("panicked")
+            .to_string();
+        assert!(error.contains("panic"), "payload_panics_in_drop: {error}");
         let before = shard.served.load(Ordering::SeqCst);
-        assert_eq!(client.ok().await.unwrap(), before as u32 + 1, "the node serves on");
+        assert_eq!(
+            client.ok().await.unwrap(),
+            before as u32 + 1,
+            "the node serves on"
+        );
     }
     // Many at once, mixed with calls that succeed on the same connection.
     let mut calls = Vec::new();
@@ -136,22 +147,15 @@ async fn attack(cluster: Cluster, drop_on_cancel: bool) {
     }
 }
 
+/// On the in-memory network the provider's side of a request runs in the caller's task: a
+/// handler whose drop panics when the caller gives up, and a panic payload whose own drop
+/// panics, end that request alone there too (`transport/memory.rs`, `Contained`).
 #[tokio::test]
 async fn a_panicking_handler_ends_only_its_request_in_memory() {
-    attack(Cluster::memory(), false).await;
-}
-
-/// Fails: on the in-memory network the provider's request future (`Dispatcher::handle`) runs
-/// inside the caller's attempt, under its timeout; when the caller gives up it is dropped there,
-/// outside `CatchUnwind`, and the handler's panic in Drop unwinds into the caller's task. So
-/// does a panic payload whose own Drop panics (dropped in `served` after its message is read).
-#[tokio::test]
-#[ignore = "finding: a handler's panic in Drop on cancel unwinds into the caller (memory network)"]
-async fn a_handler_that_panics_in_drop_when_cancelled_does_not_reach_the_caller_in_memory() {
-    attack(Cluster::memory(), true).await;
+    attack(Cluster::memory()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_ends_only_its_request_over_tcp() {
-    attack(Cluster::tcp(), true).await;
+    attack(Cluster::tcp()).await;
 }
