@@ -98,10 +98,6 @@ impl Drop for Hostile {
     }
 }
 
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
 /// A bank provider reachable only through a hostile listener, and a client with a short
 /// connect timeout.
 async fn setup(mode: u8) -> (Cluster, Node, Hostile, BankClient, Node) {
@@ -200,7 +196,6 @@ async fn storm(client: &BankClient, waiters: usize, cancelled: usize, timeout: D
 async fn waiters_on_a_handshake_that_never_completes_answer_by_their_deadline_and_the_pool_recovers()
  {
     let (_cluster, _provider, hostile, client, _node) = setup(HOLD).await;
-    let fds_before = open_fds();
     storm(&client, 60, 30, Duration::from_millis(300)).await;
     // Longer deadlines than the connect timeout: the attempt fails, retries meet new ones.
     storm(&client, 30, 10, Duration::from_millis(900)).await;
@@ -211,14 +206,9 @@ async fn waiters_on_a_handshake_that_never_completes_answer_by_their_deadline_an
     );
     hostile.mode.store(FORWARD, Ordering::SeqCst);
     assert_eq!(until_answered(&client).await, "bank-1");
-    // Every held connection was closed by the caller once its attempt ended.
+    // Every held connection was closed by the caller once its attempt ended. (Not the count of
+    // the process's file descriptors: the suite's other tests open and close theirs meanwhile.)
     until_zero("held connections still open", &hostile.held_open).await;
-    let fds_after = open_fds();
-    eprintln!("accepted {accepted}; fds before {fds_before}, after {fds_after}");
-    assert!(
-        fds_after <= fds_before + 8,
-        "fds: {fds_before} before, {fds_after} after"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
